@@ -1,0 +1,72 @@
+"""The `pkit` command: info, figures, eval, problems."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def info(args: argparse.Namespace) -> int:
+    """GPUs, link matrix, peer access and software versions on one screen."""
+    from . import gpus as D
+    from .results import _versions, machine_slug
+
+    versions = _versions()
+    print("pkit", __import__("pkit").__version__, "|", ", ".join(f"{k} {v}" for k, v in versions.items() if v))
+    gpus = D.devices()
+    if not gpus:
+        print("No CUDA GPU visible to this process: kernels still compile for an explicit arch (e.g. sm_90a), "
+              "and notebooks replay recorded results.")
+        return 0
+    print(f"machine {machine_slug()} | driver {D.driver_version()}")
+    for g in gpus:
+        print(f"  GPU{g.index}: {g.name} (sm_{g.compute_capability.replace('.', '')}, {g.sms} SMs, "
+              f"{g.memory_bytes / 2**30:.0f} GiB, L2 {g.l2_bytes / 2**20:.0f} MiB, PCI {g.pci_bus_id})")
+    if len(gpus) > 1:
+        topo = D.topology()
+        print("links:")
+        print(topo)
+        print("peer access (P2P / P2P atomics):")
+        for row in topo.to_frame().itertuples():
+            print(f"  GPU{row.src} -> GPU{row.dst}: {'yes' if row.p2p else 'no'} / {'yes' if row.p2p_atomics else 'no'}")
+    return 0
+
+
+def figures(args: argparse.Namespace) -> int:
+    """Regenerate figures by executing notebooks."""
+    from .notebooks import NotebookFailed, run_all
+
+    try:
+        runs = run_all(args.mode, args.only, args.machine)
+    except (NotebookFailed, ValueError) as e:
+        print(f"pkit figures: {e}", file=sys.stderr)
+        return 1
+    print(f"{len(runs)} notebooks ran; figures in figures/, executed notebooks in build/notebooks/")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pkit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="GPUs, links, peer access, versions").set_defaults(func=info)
+    fig = sub.add_parser("figures", help="run the notebooks through papermill and regenerate figures/")
+    fig.add_argument("--mode", choices=("auto", "measure", "replay"), default="auto",
+                     help="auto: measure when the GPUs a notebook needs are present, else replay")
+    fig.add_argument("--only", nargs="+", metavar="NAME", help="notebook stems or prefixes, e.g. 00 01_compute")
+    fig.add_argument("--machine", help="recorded results to replay (default h200x2-nv18; measuring: this machine)")
+    fig.set_defaults(func=figures)
+    try:
+        from .harness.cli import register
+    except ImportError:
+        register = None
+    if register is not None:
+        register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

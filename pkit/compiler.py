@@ -1,0 +1,224 @@
+"""`pkit.compile`: CUDA C++ → cubin with NVRTC, cached on disk, loaded per GPU through CuPy.
+
+The cubin is built by NVRTC for an explicit architecture (`sm_90a` keeps Hopper's arch-specific
+instructions such as wgmma and setmaxnreg; CuPy's RawModule would add its own plain sm_90) and loaded
+with `cupy.cuda.function.Module.load`. pkit's device headers (`pkit/include/pkit/*.cuh`) and the CUDA
+headers are on the include path. Compiling needs no GPU.
+
+Example:
+    >>> import pkit
+    >>> src = 'extern "C" __global__ void fill(float* x, float v) { x[threadIdx.x] = v; }'
+    >>> fill = pkit.compile(src, "fill", arch="sm_90a")
+    >>> fill.cubin[:4]
+    b'\\x7fELF'
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+from .errors import CompileError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+INCLUDE_DIR = PACKAGE_DIR / "include"
+KERNEL_DIR = PACKAGE_DIR / "kernels"
+_ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
+
+
+def cache_dir() -> Path:
+    """Cubin cache: $PKIT_CACHE_DIR, else ~/.cache/pkit/cubin."""
+    return Path(os.environ.get("PKIT_CACHE_DIR", Path.home() / ".cache" / "pkit" / "cubin"))
+
+
+@lru_cache(maxsize=None)
+def cuda_include_dir() -> Path:
+    """The directory holding cuda_bf16.h and friends (pip's nvidia-cuda-runtime, else $CUDA_HOME)."""
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+
+        found = find_nvidia_header_directory("cudart")
+        if found:
+            return Path(found)
+    except Exception:  # noqa: BLE001 - fall back to a toolkit on disk
+        pass
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and (Path(root) / "include" / "cuda_bf16.h").exists():
+            return Path(root) / "include"
+    raise CompileError("<setup>", "CUDA headers not found: install 'cuda-toolkit[cudart]' or set CUDA_HOME", "")
+
+
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+
+    _, major, minor = nvrtc.nvrtcVersion()
+    return int(major), int(minor)
+
+
+def device_arch(device: int | None = None) -> str:
+    """The NVRTC target for a GPU: `sm_90a` on Hopper (arch-specific features on), else `sm_XY`."""
+    import cupy as cp
+
+    from .gpus import require_gpus
+
+    dev = cp.cuda.runtime.getDevice() if device is None else device
+    require_gpus([dev])
+    cc = cp.cuda.Device(dev).compute_capability
+    return f"sm_{cc}a" if cc in ("90", "100", "101", "103", "120", "121") else f"sm_{cc}"
+
+
+def read_source(source: str) -> tuple[str, str]:
+    """(program name, text) of a CUDA source: a file under pkit/kernels/, a path, or the text itself."""
+    if not isinstance(source, str) or not source:
+        raise ValueError("source: expected CUDA C++ text, a file name under pkit/kernels/, or a path to a .cu file")
+    if "\n" not in source and source.endswith((".cu", ".cuh")):
+        path = Path(source) if Path(source).exists() else KERNEL_DIR / source
+        if not path.exists():
+            have = sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
+            raise FileNotFoundError(f"source: no CUDA file {source!r}; pkit/kernels has {have}")
+        return path.name, path.read_text()
+    return "inline.cu", source
+
+
+def _headers_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted(INCLUDE_DIR.rglob("*.cuh")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass
+class Module:
+    """A compiled cubin, and its CuPy modules loaded per device on first use."""
+
+    name: str
+    arch: str
+    cubin: bytes
+    log: str
+    from_cache: bool
+    _loaded: dict = field(default_factory=dict, repr=False)
+
+    def function(self, kernel: str, device: int | None = None):
+        """The CuPy function `kernel` of this module on `device` (default: current device)."""
+        import cupy as cp
+
+        from .launch import prepare_module
+
+        dev = cp.cuda.runtime.getDevice() if device is None else device
+        if dev not in self._loaded:
+            with cp.cuda.Device(dev):
+                mod = cp.cuda.function.Module()
+                mod.load(self.cubin)
+                prepare_module(mod, dev)
+            self._loaded[dev] = mod
+        try:
+            return self._loaded[dev].get_function(kernel)
+        except Exception as e:  # CuPy raises CUDADriverError(CUDA_ERROR_NOT_FOUND)
+            names = re.findall(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)',
+                               self.source_text)
+            raise ValueError(f"kernel: {kernel!r} is not an extern \"C\" __global__ function of {self.name}; "
+                             f"found {names}") from e
+
+    source_text: str = field(default="", repr=False)
+
+
+def compile_cubin(source: str, arch: str | None = None, options: Sequence[str] = ()) -> Module:
+    """Compile `source` (text, or a file under pkit/kernels/) to a cubin for `arch` (default: this GPU)."""
+    from cuda.bindings import nvrtc
+
+    name, text = read_source(source)
+    arch = arch or device_arch()
+    if not _ARCH.match(arch):
+        raise ValueError(f"arch: expected an SM target such as 'sm_90a' or 'sm_90', got {arch!r}")
+    if isinstance(options, str) or not all(isinstance(o, str) for o in options):
+        raise ValueError(f"options: expected a sequence of strings, got {options!r}")
+    opts = [f"--gpu-architecture={arch}", "--std=c++17", f"-I{INCLUDE_DIR}", f"-I{cuda_include_dir()}",
+            "-default-device", "--device-int128", *options]
+    key = hashlib.sha256("\0".join([text, _headers_digest(), *opts, repr(nvrtc_version())]).encode()).hexdigest()
+    cached = cache_dir() / f"{key[:32]}.cubin"
+    if cached.exists():
+        return Module(name, arch, cached.read_bytes(), "", True, source_text=text)
+
+    err, prog = nvrtc.nvrtcCreateProgram(text.encode(), name.encode(), 0, [], [])
+    _check(nvrtc, err, name)
+    try:
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        buf = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.rstrip(b"\0").decode(errors="replace")
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(name, log, text)
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], name)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(cubin)
+    tmp.replace(cached)
+    return Module(name, arch, cubin, log, False, source_text=text)
+
+
+def _check(nvrtc, err, name: str) -> None:
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(name, f"NVRTC call failed: {err!r}", "")
+
+
+@dataclass
+class Kernel:
+    """One `extern "C" __global__` function of a compiled module, launchable on any GPU.
+
+    Call it as `kernel(grid, block, args, shared_mem=0, device=None, stream=None)`; `args` are CuPy arrays
+    (passed as pointers) and NumPy scalars (passed with their exact type, e.g. `np.uint64(n)`).
+    """
+
+    module: Module
+    name: str
+
+    @property
+    def cubin(self) -> bytes:
+        return self.module.cubin
+
+    @property
+    def arch(self) -> str:
+        return self.module.arch
+
+    @property
+    def from_cache(self) -> bool:
+        return self.module.from_cache
+
+    def on(self, device: int | None = None):
+        """The loaded CuPy function on `device`."""
+        return self.module.function(self.name, device)
+
+    def __call__(self, grid, block, args, shared_mem: int = 0, device: int | None = None, stream=None) -> None:
+        import cupy as cp
+
+        dev = cp.cuda.runtime.getDevice() if device is None else device
+        fn = self.on(dev)
+        if shared_mem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = shared_mem
+        with cp.cuda.Device(dev):
+            fn(tuple(grid) if not isinstance(grid, int) else (grid,),
+               tuple(block) if not isinstance(block, int) else (block,),
+               tuple(args), shared_mem=shared_mem, stream=stream or cp.cuda.get_current_stream())
+
+
+def compile(source: str, name: str, arch: str | None = None, options: Sequence[str] = ()) -> Kernel:  # noqa: A001
+    """Compile `source` and return its kernel `name` (an `extern "C" __global__` function).
+
+    Without a GPU, pass `arch` (e.g. 'sm_90a'): the cubin is built and `.cubin` can be inspected;
+    launching needs the GPU.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name: expected the kernel's C identifier, got {name!r}")
+    module = compile_cubin(source, arch, options)
+    if not re.search(rf"\b{re.escape(name)}\s*\(", module.source_text):
+        raise ValueError(f"name: no kernel {name!r} in {module.name}")
+    return Kernel(module, name)

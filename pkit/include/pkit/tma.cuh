@@ -1,0 +1,75 @@
+// Tensor Memory Accelerator bulk copies (sm_90): contiguous global <-> shared transfers done by the copy
+// hardware of the SM, one thread issuing, completion tracked on an mbarrier (loads) or a bulk group (stores).
+// Global addresses may be a peer GPU's memory. Sizes and addresses must be multiples of 16 bytes.
+#pragma once
+#include "common.cuh"
+#include "sync.cuh"
+
+namespace pkit {
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(u64* bar, u32 arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Announce `bytes` of incoming transactions and arrive once.
+__device__ __forceinline__ void mbarrier_expect_bytes(u64* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ bool mbarrier_try_wait(u64* bar, u32 phase) {
+  u32 done;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+      : "=r"(done) : "r"(smem_addr(bar)), "r"(phase) : "memory");
+  return done != 0;
+}
+
+// Wait for the mbarrier's phase `phase` (0, 1, 0, ...) to complete; traps after the pkit timeout.
+__device__ __forceinline__ void mbarrier_wait(u64* bar, u32 phase, Site site) {
+  if (mbarrier_try_wait(bar, phase)) return;
+  const u64 start = globaltimer_ns();
+  while (!mbarrier_try_wait(bar, phase)) {
+    const u64 waited = globaltimer_ns() - start;
+    if (waited > pkit_wait_timeout_ns)
+      report_timeout_and_trap(reinterpret_cast<const u32*>(bar), phase, ~0u, waited, site);
+  }
+}
+
+// Global (local or peer) -> shared, completing `bytes` on `bar`.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, u32 bytes, u64* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_addr(smem_dst)), "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
+// Shared -> global (local or peer); completes with bulk_commit() + bulk_wait_read<N>() / bulk_wait<N>().
+__device__ __forceinline__ void bulk_store(void* gmem_dst, const void* smem_src, u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+               ::"l"(gmem_dst), "r"(smem_addr(smem_src)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// Wait until at most N committed store groups are still reading their shared-memory source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// Wait until at most N committed store groups are incomplete (their writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Order earlier generic-proxy shared-memory writes before later bulk (async-proxy) reads of them.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+}  // namespace pkit

@@ -1,0 +1,102 @@
+"""Run the notebooks in `notebooks/` through papermill: measure on GPUs when present, else replay.
+
+Each notebook has a cell tagged `parameters` with at least `mode` and `machine`, and may declare in its
+metadata how many GPUs its measurements need (`{"pkit": {"gpus": 2}}`; 0 or absent: it measures nothing).
+Executed copies go to `build/notebooks/`, outside git.
+
+Example:
+    >>> from pkit.notebooks import run_all
+    >>> run_all(mode="replay", only=["00_quickstart"])              # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .errors import PkitError
+from .results import REPO_ROOT
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+BUILD_DIR = REPO_ROOT / "build" / "notebooks"
+DEFAULT_MACHINE = "h200x2-nv18"  # the machine whose recorded results replay uses by default
+MODES = ("auto", "measure", "replay")
+
+
+class NotebookFailed(PkitError):
+    """A notebook raised; the message names the notebook, the cell and the error."""
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    mode: str
+    seconds: float
+    output: Path
+
+
+def discover(only: Sequence[str] | None = None) -> list[Path]:
+    """Notebooks in run order; `only` selects by stem or prefix (e.g. '00' or '00_quickstart')."""
+    found = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+    if not only:
+        return found
+    chosen = [p for p in found if any(p.stem == o or p.stem.startswith(o) for o in only)]
+    unknown = [o for o in only if not any(p.stem == o or p.stem.startswith(o) for p in found)]
+    if unknown:
+        raise ValueError(f"only: no notebook matches {unknown}; notebooks: {[p.stem for p in found]}")
+    return chosen
+
+
+def gpus_needed(path: Path) -> int:
+    import nbformat
+
+    return int(nbformat.read(path, as_version=4).metadata.get("pkit", {}).get("gpus", 0))
+
+
+def resolve_mode(mode: str, needed: int) -> str:
+    """'auto' → 'measure' when this machine has the GPUs the notebook measures on, else 'replay'."""
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    if mode != "auto":
+        return mode
+    from .gpus import devices
+
+    return "measure" if needed and len(devices()) >= needed else "replay"
+
+
+def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: dict | None = None) -> NotebookRun:
+    """Execute one notebook; raise NotebookFailed naming the cell that failed."""
+    import papermill as pm
+
+    from .results import machine_slug
+
+    resolved = resolve_mode(mode, gpus_needed(path))
+    machine = machine or (machine_slug() if resolved == "measure" else DEFAULT_MACHINE)
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    output = BUILD_DIR / path.name
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(str(path), str(output), parameters={"mode": resolved, "machine": machine,
+                                                                **(parameters or {})},
+                            kernel_name="python3", progress_bar=False, cwd=str(path.parent), log_output=False)
+    except pm.PapermillExecutionError as e:
+        raise NotebookFailed(f"notebook {path.name} failed in cell {e.cell_index} (execution count {e.exec_count}): "
+                             f"{e.ename}: {e.evalue}\n  executed copy with the traceback: {output}") from None
+    return NotebookRun(path.stem, resolved, time.perf_counter() - start, output)
+
+
+def run_all(mode: str = "auto", only: Sequence[str] | None = None, machine: str | None = None,
+            stream=sys.stderr) -> list[NotebookRun]:
+    """Run every selected notebook in order, printing one progress line per notebook."""
+    paths = discover(only)
+    runs = []
+    for i, path in enumerate(paths, 1):
+        print(f"[{i}/{len(paths)}] {path.stem} ...", end="", file=stream, flush=True)
+        run = run_notebook(path, mode, machine)
+        print(f" {run.mode}, {run.seconds:.1f} s", file=stream, flush=True)
+        runs.append(run)
+    return runs

@@ -1,0 +1,166 @@
+"""Recorded results: `results/<machine>/<experiment>.csv` plus a `.json` provenance file, and replay.
+
+A GPU run writes both files through `record`; replay reads them back through `load`. Numbers in `results/`
+come only from `record` called by code that measured them.
+
+Example:
+    >>> import pandas as pd, pkit.results as R
+    >>> df = pd.DataFrame({"bytes": [1 << 20], "bandwidth_GBps": [1.0]})      # doctest: +SKIP
+    >>> R.record("demo", df, {"sizes": [1 << 20]}, machine="h200x2-nv18")    # doctest: +SKIP
+    >>> R.load("demo", "h200x2-nv18").frame                                  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from .errors import PkitError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def results_root() -> Path:
+    """Where recorded results live: $PKIT_RESULTS, else `results/` at the repository root."""
+    return Path(os.environ.get("PKIT_RESULTS", REPO_ROOT / "results"))
+
+
+def _check_name(what: str, value: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(f"{what}: expected a name of letters, digits, '.', '_' or '-', got {value!r}")
+    return value
+
+
+def git_commit() -> str:
+    """The pkit checkout's commit (with '-dirty' when tracked files changed), or 'unknown'."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version()}
+    for mod in ("numpy", "pandas", "cupy", "torch", "matplotlib"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - an absent or broken optional package is recorded as absent
+            out[mod] = None
+    try:
+        import warnings
+
+        import cupy
+
+        out["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        out["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # CuPy warns when libnccl is absent (CPU machines)
+            from cupy.cuda import nccl
+
+            out["nccl"] = nccl.get_version()
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def provenance(parameters: dict | None = None) -> dict:
+    """Everything needed to say where a number came from: GPUs, links, driver, versions, commit, UTC time."""
+    from . import gpus as _devices
+
+    gpus = _devices.devices()
+    topo = _devices.topology() if gpus else None
+    return {
+        "machine": machine_slug(),
+        "gpus": [g.name for g in gpus],
+        "gpu_count": len(gpus),
+        "driver": _devices.driver_version(),
+        "link_matrix": topo.link_labels() if topo else [],
+        "versions": _versions(),
+        "pkit_commit": git_commit(),
+        "host": platform.node(),
+        "utc_time": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "parameters": parameters or {},
+    }
+
+
+def machine_slug() -> str:
+    """A stable name for this machine's GPU set, e.g. 'h200x2-nv18'; 'cpu' when there is no GPU."""
+    from . import gpus as _devices
+
+    gpus = _devices.devices()
+    if not gpus:
+        return "cpu"
+    model = re.sub(r"^nvidia\s+", "", gpus[0].name.lower()).split()[0]
+    slug = f"{re.sub(r'[^a-z0-9]', '', model)}x{len(gpus)}"
+    if len(gpus) > 1:
+        links = _devices.topology().nvlink_counts()
+        fewest = min(links[i][j] for i in range(len(gpus)) for j in range(len(gpus)) if i != j)
+        slug += f"-nv{fewest}" if fewest else "-pcie"
+    return slug
+
+
+@dataclass
+class Recorded:
+    """A recorded result: the measurements and where they came from."""
+
+    frame: pd.DataFrame
+    provenance: dict
+    csv_path: Path
+
+
+def record(experiment: str, frame: pd.DataFrame, parameters: dict | None = None, *,
+           machine: str | None = None, root: Path | None = None) -> Recorded:
+    """Write `frame` and its provenance to `<root>/<machine>/<experiment>.{csv,json}`; returns what was written."""
+    if not isinstance(frame, pd.DataFrame) or frame.empty:
+        raise ValueError(f"frame: expected a non-empty pandas DataFrame, got {type(frame).__name__}")
+    machine = _check_name("machine", machine or machine_slug())
+    folder = Path(root or results_root()) / machine
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path = folder / f"{_check_name('experiment', experiment)}.csv"
+    frame.to_csv(csv_path, index=False, float_format="%.6g")
+    prov = provenance(parameters)
+    prov.update(experiment=experiment, rows=len(frame), columns=list(frame.columns))
+    (folder / f"{experiment}.json").write_text(json.dumps(prov, indent=2, sort_keys=True, default=str) + "\n")
+    return Recorded(frame, prov, csv_path)
+
+
+def load(experiment: str, machine: str, *, root: Path | None = None) -> Recorded:
+    """Read back a recorded result; a clear error names the missing file and what is there instead."""
+    folder = Path(root or results_root()) / _check_name("machine", machine)
+    csv_path = folder / f"{_check_name('experiment', experiment)}.csv"
+    json_path = csv_path.with_suffix(".json")
+    if not csv_path.exists() or not json_path.exists():
+        have = sorted(p.stem for p in folder.glob("*.csv")) if folder.exists() else []
+        machines = sorted(p.name for p in folder.parent.glob("*") if p.is_dir()) if folder.parent.exists() else []
+        raise PkitError(f"no recorded result {experiment!r} for machine {machine!r} (looked for {csv_path} and "
+                        f"its .json); recorded there: {have or 'nothing'}; machines with results: {machines}")
+    return Recorded(pd.read_csv(csv_path), json.loads(json_path.read_text()), csv_path)
+
+
+def measure_or_replay(experiment: str, measure: Callable[[], pd.DataFrame], *, mode: str, machine: str,
+                      parameters: dict | None = None, root: Path | None = None) -> Recorded:
+    """Run `measure()` and record it (mode 'measure'), or read the recorded result back (mode 'replay').
+
+    Mode 'auto' is resolved by the notebook runner before it reaches here; it is accepted and means
+    measure when `machine` is this machine, else replay.
+    """
+    if mode == "auto":
+        mode = "measure" if machine == machine_slug() else "replay"
+    if mode == "measure":
+        return record(experiment, measure(), parameters, machine=machine, root=root)
+    if mode == "replay":
+        return load(experiment, machine, root=root)
+    raise ValueError(f"mode: expected 'auto', 'measure' or 'replay', got {mode!r}")

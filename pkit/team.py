@@ -1,0 +1,248 @@
+"""`pkit.Team` and `SymmetricArray`: GPUs that address each other's memory, and buffers they share.
+
+A Team is a set of GPUs with peer access enabled among them. `team.empty(shape, dtype)` makes one
+allocation per GPU (a SymmetricArray): `arr[r]` is rank r's buffer as a CuPy array, and `arr.table(r)`
+is a device array on rank r's GPU holding every rank's address (valid there), for kernels that read or
+write peers through `pkit::PeerTable` (include/pkit/peer.cuh).
+
+Two execution models share the same kernels:
+  * one process, several GPUs: `Team([0, 1])`;
+  * one process per GPU: `Team.from_torch_distributed()` exchanges CUDA IPC handles over the torch
+    process group; this process drives only `team.rank`, and `arr[r]` for another rank is a view of
+    that rank's buffer through its IPC mapping on the local GPU.
+
+Example:
+    >>> import pkit, numpy as np
+    >>> team = pkit.Team([0, 1])                                   # doctest: +SKIP
+    >>> x = team.zeros((1024,), "float32")                         # doctest: +SKIP
+    >>> x[1][:] = 1; x[0][:] = x[1]                                # doctest: +SKIP   (a peer copy)
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .errors import PkitError
+
+_PEER_ALREADY_ENABLED = 704  # cudaErrorPeerAccessAlreadyEnabled
+_BARRIER_BLOCKS = 132  # flag slots: one per block that may run a team barrier concurrently
+
+
+def storage_dtype(dtype) -> tuple[np.dtype, str]:
+    """(NumPy storage dtype, logical name). bfloat16, which CuPy lacks, is stored as uint16."""
+    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
+        return np.dtype(np.uint16), "bfloat16"
+    if str(dtype).startswith("torch."):
+        return storage_dtype(str(dtype).removeprefix("torch."))
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype: expected a NumPy dtype or 'bfloat16', got {dtype!r}") from None
+    return dt, dt.name
+
+
+def _shape(shape) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not all(isinstance(s, (int, np.integer)) and s >= 0 for s in shape):
+        raise ValueError(f"shape: expected non-negative integers, got {shape!r}")
+    return tuple(int(s) for s in shape)
+
+
+class Team:
+    """GPUs with peer access among them; ranks 0..size-1 in the order given.
+
+    `Team([0, 1])` enables peer access both ways (idempotent) or raises naming the pair that cannot.
+    """
+
+    def __init__(self, devices: Sequence[int]):
+        import cupy as cp
+
+        from .gpus import require_gpus
+
+        devices = list(devices)
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"devices: expected distinct GPU ids, got {devices}")
+        require_gpus(devices)
+        for a in devices:
+            for b in devices:
+                if a == b:
+                    continue
+                if not cp.cuda.runtime.deviceCanAccessPeer(a, b):
+                    raise PkitError(f"devices: GPU {a} cannot access GPU {b} (no P2P between them); "
+                                    "pkit.topology() shows how they are linked")
+                with cp.cuda.Device(a):
+                    try:
+                        cp.cuda.runtime.deviceEnablePeerAccess(b)
+                    except cp.cuda.runtime.CUDARuntimeError as e:
+                        if e.status != _PEER_ALREADY_ENABLED:
+                            raise
+        self.devices = tuple(devices)
+        self.size = len(devices)
+        self.rank: int | None = None  # set when this process drives one rank only
+        self.group = None
+        self._barrier_flags: SymmetricArray | None = None
+
+    @classmethod
+    def from_torch_distributed(cls, group=None) -> "Team":
+        """One rank per process: this process's GPU is `torch.cuda.current_device()`."""
+        import cupy as cp
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise PkitError("from_torch_distributed: torch.distributed is not initialised "
+                            "(call dist.init_process_group first, e.g. under torchrun)")
+        team = cls.__new__(cls)
+        device = torch.cuda.current_device()
+        cp.cuda.Device(device).use()
+        team.group = group
+        team.rank = dist.get_rank(group)
+        team.size = dist.get_world_size(group)
+        all_devices: list = [None] * team.size
+        dist.all_gather_object(all_devices, device, group=group)
+        team.devices = tuple(all_devices)
+        team._barrier_flags = None
+        return team
+
+    @property
+    def local_ranks(self) -> tuple[int, ...]:
+        """Ranks whose GPU this process drives."""
+        return tuple(range(self.size)) if self.rank is None else (self.rank,)
+
+    def device_of(self, rank: int) -> int:
+        return self.devices[rank]
+
+    def empty(self, shape, dtype="float32") -> "SymmetricArray":
+        """A SymmetricArray with uninitialised contents."""
+        return SymmetricArray(self, _shape(shape), dtype, zero=False)
+
+    def zeros(self, shape, dtype="float32") -> "SymmetricArray":
+        """A SymmetricArray filled with zeros on every GPU (visible to all ranks when it returns)."""
+        return SymmetricArray(self, _shape(shape), dtype, zero=True)
+
+    @property
+    def barrier_flags(self) -> "SymmetricArray":
+        """uint32 flags for `pkit::barrier`: row b (size + 1 words) serves block b of a kernel."""
+        if self._barrier_flags is None:
+            self._barrier_flags = self.zeros((_BARRIER_BLOCKS, self.size + 1), "uint32")
+        return self._barrier_flags
+
+    def launch(self, kernel, grid, block, args: Callable[[int], tuple], shared_mem: int = 0) -> None:
+        """Launch `kernel` on every local rank's GPU (current stream there) with `args(rank)`."""
+        for r in self.local_ranks:
+            kernel(grid, block, args(r), shared_mem=shared_mem, device=self.devices[r])
+
+    def synchronize(self) -> None:
+        """Wait for all local GPUs; a trapped device-side wait raises pkit.PeerTimeout."""
+        from .launch import check
+
+        check([self.devices[r] for r in self.local_ranks])
+        if self.group is not None or self.rank is not None:
+            import torch.distributed as dist
+
+            dist.barrier(self.group)
+
+    def __repr__(self) -> str:
+        mode = "one process" if self.rank is None else f"rank {self.rank} of a process group"
+        return f"Team(devices={list(self.devices)}, {mode})"
+
+
+class SymmetricArray:
+    """One same-shaped buffer per team GPU, with per-GPU tables of every rank's address."""
+
+    def __init__(self, team: Team, shape: tuple[int, ...], dtype, zero: bool):
+        import cupy as cp
+
+        self.team, self.shape = team, shape
+        self.storage_dtype, self.dtype = storage_dtype(dtype)
+        self.nbytes = int(math.prod(shape)) * self.storage_dtype.itemsize
+        self._memory: dict[int, object] = {}  # rank -> owned or IPC-mapped memory
+        self._ipc_opened: list[int] = []
+        for r in team.local_ranks:
+            with cp.cuda.Device(team.devices[r]):
+                mem = cp.cuda.Memory(max(self.nbytes, 1))  # a plain cudaMalloc: IPC needs the allocation base
+                if zero:
+                    cp.cuda.runtime.memset(mem.ptr, 0, max(self.nbytes, 1))
+                self._memory[r] = mem
+        if team.rank is None:
+            self.addresses = {r: [self._memory[q].ptr for q in range(team.size)] for r in range(team.size)}
+        else:
+            self.addresses = {team.rank: self._exchange_ipc_handles()}
+        self._tables = {}
+        for r in team.local_ranks:
+            with cp.cuda.Device(team.devices[r]):
+                self._tables[r] = cp.asarray(np.array(self.addresses[r], dtype=np.uint64))
+                cp.cuda.runtime.deviceSynchronize()
+        if team.rank is not None:
+            import torch.distributed as dist
+
+            dist.barrier(team.group)  # every rank's zeros are in place before anyone signals into them
+
+    def _exchange_ipc_handles(self) -> list[int]:
+        import cupy as cp
+        import torch.distributed as dist
+
+        team, rank = self.team, self.team.rank
+        handle = cp.cuda.runtime.ipcGetMemHandle(self._memory[rank].ptr)
+        handles: list = [None] * team.size
+        dist.all_gather_object(handles, handle, group=team.group)
+        addresses = []
+        with cp.cuda.Device(team.devices[rank]):
+            for q, h in enumerate(handles):
+                if q == rank:
+                    addresses.append(self._memory[rank].ptr)
+                else:
+                    ptr = cp.cuda.runtime.ipcOpenMemHandle(h, cp.cuda.runtime.cudaIpcMemLazyEnablePeerAccess)
+                    self._ipc_opened.append(ptr)
+                    addresses.append(ptr)
+        return addresses
+
+    def __getitem__(self, rank: int):
+        """Rank `rank`'s buffer as a CuPy array (bfloat16 shows as its uint16 storage; see `.torch`)."""
+        import cupy as cp
+
+        team = self.team
+        if not isinstance(rank, (int, np.integer)) or not 0 <= rank < team.size:
+            raise IndexError(f"rank: expected 0 <= rank < {team.size}, got {rank!r}")
+        local = rank if team.rank is None else team.rank
+        address = self.addresses[local][rank]
+        device = team.devices[local]
+        mem = cp.cuda.UnownedMemory(address, max(self.nbytes, 1), self, device_id=device)
+        return cp.ndarray(self.shape, dtype=self.storage_dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+    @property
+    def local(self):
+        """This process's own buffer (multi-process teams)."""
+        if self.team.rank is None:
+            raise PkitError("local: a one-process team drives every rank; index the array by rank instead")
+        return self[self.team.rank]
+
+    def table(self, rank: int):
+        """uint64 device array on rank `rank`'s GPU: entry q is rank q's address as seen from there."""
+        if rank not in self._tables:
+            raise PkitError(f"rank: this process drives ranks {self.team.local_ranks}, not {rank}")
+        return self._tables[rank]
+
+    def torch(self, rank: int):
+        """Rank `rank`'s buffer as a torch tensor (zero-copy through DLPack), with the logical dtype."""
+        import torch
+
+        t = torch.from_dlpack(self[rank])
+        return t.view(torch.bfloat16) if self.dtype == "bfloat16" else t
+
+    def __len__(self) -> int:
+        return self.team.size
+
+    def __repr__(self) -> str:
+        return f"SymmetricArray(shape={self.shape}, dtype={self.dtype}, team={self.team!r})"
+
+    def __del__(self):
+        try:
+            import cupy as cp
+
+            for ptr in self._ipc_opened:
+                cp.cuda.runtime.ipcCloseMemHandle(ptr)
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the driver frees mappings itself
+            pass

@@ -1,0 +1,152 @@
+"""`pkit.bench`: time GPU work with CUDA events, report medians and spread.
+
+Example:
+    >>> import cupy as cp, pkit                                                 # doctest: +SKIP
+    >>> x = cp.empty(1 << 28, dtype=cp.uint8); y = cp.empty_like(x)             # doctest: +SKIP
+    >>> r = pkit.bench(lambda: y.__setitem__(slice(None), x), reps=50)          # doctest: +SKIP
+    >>> r.median_us, r.cv                                                       # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Timing samples of one callable, in milliseconds, with summary statistics."""
+
+    samples_ms: np.ndarray
+    label: str = ""
+    devices: tuple = ()
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.samples_ms))
+
+    @property
+    def median_us(self) -> float:
+        return self.median_ms * 1e3
+
+    @property
+    def min_ms(self) -> float:
+        return float(np.min(self.samples_ms))
+
+    @property
+    def max_ms(self) -> float:
+        return float(np.max(self.samples_ms))
+
+    @property
+    def iqr_ms(self) -> float:
+        q1, q3 = np.percentile(self.samples_ms, [25, 75])
+        return float(q3 - q1)
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation: standard deviation over mean (dimensionless)."""
+        mean = float(np.mean(self.samples_ms))
+        return float(np.std(self.samples_ms) / mean) if mean > 0 else math.nan
+
+    def gbps(self, nbytes: float) -> float:
+        """`nbytes` moved per call over the median time, in GB/s (10⁹ bytes per second)."""
+        return nbytes / (self.median_ms * 1e-3) / 1e9
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row: label, devices, repetitions and the statistics in microseconds."""
+        row = {"label": self.label, "devices": ",".join(map(str, self.devices)), "reps": len(self.samples_ms),
+               "median_us": self.median_us, "min_us": self.min_ms * 1e3, "max_us": self.max_ms * 1e3,
+               "iqr_us": self.iqr_ms * 1e3, "cv": self.cv, **self.meta}
+        return pd.DataFrame([row])
+
+
+def summarize(samples_ms: Sequence[float], label: str = "", devices: Sequence[int] = (), **meta) -> BenchResult:
+    """A BenchResult from samples timed elsewhere (e.g. the harness's torch events)."""
+    samples = np.asarray(samples_ms, dtype=np.float64)
+    if samples.ndim != 1 or samples.size == 0 or not np.all(np.isfinite(samples)):
+        raise ValueError("samples_ms: expected a non-empty 1-D sequence of finite times in milliseconds")
+    return BenchResult(samples, label, tuple(devices), dict(meta))
+
+
+def rotations_past_l2(nbytes_per_call: int, l2_bytes: int, factor: float = 3.0, most: int = 64) -> int:
+    """How many input sets to rotate so that one pass touches ≥ `factor`× the L2 (1 when already larger)."""
+    if nbytes_per_call <= 0:
+        raise ValueError(f"nbytes_per_call: expected a positive byte count, got {nbytes_per_call}")
+    return int(min(most, max(1, math.ceil(factor * l2_bytes / nbytes_per_call))))
+
+
+def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 10, reps: int = 100,
+          graph: bool = False, rotate: Sequence[tuple] | None = None, hide_launch: bool = False,
+          label: str = "", **meta) -> BenchResult:
+    """Time `fn` with CUDA events on every GPU in `devices`; a sample is the slowest GPU's time.
+
+    `fn` enqueues work on the current CuPy stream of each device it uses (pkit installs a fresh stream on
+    each device for the measurement). With `rotate`, call i runs `fn(*rotate[i % len(rotate)])`, so the
+    caller can pass several input sets and keep the L2 from serving repeats (see `rotations_past_l2`).
+    `graph=True` captures one call per input set into a CUDA graph (single GPU) and times its replays.
+    `hide_launch=True` holds each stream with a spin kernel while all launches queue, as nvbandwidth does,
+    so host launch overhead stays out of the samples.
+    """
+    import cupy as cp
+
+    from . import gpus as _devices
+    from .launch import check, hold_streams
+
+    if warmup < 0 or reps < 1:
+        raise ValueError(f"warmup/reps: expected warmup >= 0 and reps >= 1, got {warmup}, {reps}")
+    devs = tuple(devices) if devices is not None else (cp.cuda.runtime.getDevice(),)
+    _devices.require_gpus(devs)
+    if graph and len(devs) != 1:
+        raise ValueError(f"graph: CUDA-graph timing supports one device, got devices={devs}")
+    argsets = list(rotate) if rotate is not None else [()]
+    if not argsets:
+        raise ValueError("rotate: expected at least one tuple of arguments")
+    streams = {d: _on(d, lambda: cp.cuda.Stream(non_blocking=True)) for d in devs}
+
+    def run_call(i: int) -> None:
+        for d in devs:
+            _on(d, streams[d].use)
+        fn(*argsets[i % len(argsets)])
+
+    if graph:
+        d = devs[0]
+        graphs = []
+        for args in argsets:
+            with cp.cuda.Device(d):
+                streams[d].begin_capture()
+                fn(*args)
+                graphs.append(streams[d].end_capture())
+        call = lambda i: _on(d, lambda: graphs[i % len(graphs)].launch(streams[d]))  # noqa: E731
+    else:
+        call = run_call
+    try:
+        for i in range(warmup):
+            call(i)
+        check(devs)
+        events = {d: [_on(d, cp.cuda.Event) for _ in range(reps + 1)] for d in devs}
+        with hold_streams({d: streams[d] for d in devs}, enabled=hide_launch):
+            for d in devs:
+                _on(d, lambda: events[d][0].record(streams[d]))
+            for i in range(reps):
+                call(i)
+                for d in devs:
+                    _on(d, lambda: events[d][i + 1].record(streams[d]))
+        check(devs)
+        per_device = np.array([[cp.cuda.get_elapsed_time(events[d][i], events[d][i + 1]) for i in range(reps)]
+                               for d in devs])
+    finally:
+        for d in devs:
+            _on(d, cp.cuda.Stream.null.use)
+    return BenchResult(per_device.max(axis=0), label, devs,
+                       dict(meta, warmup=warmup, graph=graph, hide_launch=hide_launch, rotations=len(argsets)))
+
+
+def _on(device: int, thunk: Callable):
+    import cupy as cp
+
+    with cp.cuda.Device(device):
+        return thunk()

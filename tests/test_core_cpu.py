@@ -1,0 +1,160 @@
+"""Core pieces that need no GPU: results and provenance, timing statistics, datasheets, roofline, CLI."""
+import json
+import struct
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pkit
+from pkit import hardware, launch, results, roofline, timing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_results_round_trip_with_provenance(tmp_path):
+    rng = np.random.default_rng()
+    frame = pd.DataFrame({"bytes": rng.integers(1, 1 << 30, 5), "bandwidth_GBps": rng.random(5) * 400})
+    written = results.record("demo", frame, {"sizes": [1, 2]}, machine="testbox-nv2", root=tmp_path)
+    assert written.csv_path == tmp_path / "testbox-nv2" / "demo.csv"
+    back = results.load("demo", "testbox-nv2", root=tmp_path)
+    pd.testing.assert_frame_equal(back.frame, frame, rtol=1e-5)
+    prov = back.provenance
+    for key in ("gpus", "gpu_count", "link_matrix", "driver", "versions", "pkit_commit", "utc_time", "machine"):
+        assert key in prov, key
+    assert prov["parameters"] == {"sizes": [1, 2]} and prov["experiment"] == "demo" and prov["rows"] == 5
+    assert prov["utc_time"].endswith("Z") and prov["versions"]["pandas"] == pd.__version__
+    assert json.loads((tmp_path / "testbox-nv2" / "demo.json").read_text()) == prov
+
+
+def test_results_load_missing_names_file_and_alternatives(tmp_path):
+    results.record("present", pd.DataFrame({"x": [1]}), machine="m1", root=tmp_path)
+    with pytest.raises(pkit.PkitError, match=r"no recorded result 'absent'.*recorded there: \['present'\]"):
+        results.load("absent", "m1", root=tmp_path)
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    (dict(experiment="x", frame=pd.DataFrame()), "frame: expected a non-empty"),
+    (dict(experiment="x", frame=[1, 2]), "frame: expected a non-empty"),
+    (dict(experiment="../escape", frame=pd.DataFrame({"a": [1]})), "experiment: expected a name"),
+])
+def test_record_rejects_bad_arguments(kwargs, text, tmp_path):
+    with pytest.raises(ValueError, match=text):
+        results.record(**kwargs, machine="m", root=tmp_path)
+
+
+def test_measure_or_replay(tmp_path):
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return pd.DataFrame({"v": np.random.default_rng().random(3)})
+
+    made = results.measure_or_replay("exp", measure, mode="measure", machine="m", root=tmp_path)
+    again = results.measure_or_replay("exp", measure, mode="replay", machine="m", root=tmp_path)
+    assert len(calls) == 1
+    pd.testing.assert_frame_equal(made.frame, again.frame, rtol=1e-5)
+    with pytest.raises(ValueError, match="mode: expected"):
+        results.measure_or_replay("exp", measure, mode="fast", machine="m", root=tmp_path)
+
+
+def test_machine_slug_without_gpu_is_cpu():
+    assert results.machine_slug() == "cpu"
+
+
+def test_summarize_statistics():
+    samples = np.random.default_rng().random(101) + 1.0
+    r = timing.summarize(samples, label="x", devices=[0, 1], bytes=10)
+    assert r.median_ms == pytest.approx(np.median(samples))
+    assert r.min_ms == samples.min() and r.max_ms == samples.max()
+    q1, q3 = np.percentile(samples, [25, 75])
+    assert r.iqr_ms == pytest.approx(q3 - q1)
+    assert r.cv == pytest.approx(samples.std() / samples.mean())
+    assert r.gbps(1e9) == pytest.approx(1e9 / (r.median_ms * 1e-3) / 1e9)
+    frame = r.to_frame()
+    assert list(frame["devices"]) == ["0,1"] and frame["median_us"][0] == pytest.approx(r.median_ms * 1e3)
+    assert frame["bytes"][0] == 10
+    with pytest.raises(ValueError, match="samples_ms"):
+        timing.summarize([])
+    with pytest.raises(ValueError, match="samples_ms"):
+        timing.summarize([1.0, float("nan")])
+
+
+def test_rotations_past_l2():
+    l2 = 60 << 20
+    assert timing.rotations_past_l2(1 << 30, l2) == 1
+    assert timing.rotations_past_l2(1 << 20, l2) == 64  # capped
+    assert timing.rotations_past_l2(30 << 20, l2) == 6
+    with pytest.raises(ValueError, match="nbytes_per_call"):
+        timing.rotations_past_l2(0, l2)
+
+
+def test_bench_without_gpu_names_the_problem():
+    pytest.importorskip("cupy")
+    with pytest.raises(pkit.PkitError, match="this machine has 0 GPUs"):
+        pkit.bench(lambda: None, devices=[0])
+
+
+def test_team_without_gpu_names_the_problem():
+    with pytest.raises(pkit.PkitError, match=r"devices: expected GPU ids in \[0, 0\), got \[0, 1\]"):
+        pkit.Team([0, 1])
+    with pytest.raises(ValueError, match="distinct"):
+        pkit.Team([0, 0])
+
+
+def test_datasheet_trend_shows_the_gap():
+    t = hardware.trend()
+    assert t.loc["B200", "compute_x"] == pytest.approx(7.2, abs=0.02)
+    assert t.loc["B200", "nvlink_x"] == pytest.approx(3.0)
+    assert t.loc["B200", "network_x"] == pytest.approx(2.0)
+    assert all(g.source for g in hardware.GPUS.values())
+    with pytest.raises(ValueError, match="base: expected"):
+        hardware.trend("V100")
+
+
+def test_roofline_floor():
+    c = roofline.Ceilings(1e15, 4e12, 4e11, "test")
+    f = roofline.floor({"flops": 1e12, "hbm_bytes": 8e9, "link_bytes": 4e9}, c)
+    assert (f.compute_s, f.hbm_s, f.link_s) == pytest.approx((1e-3, 2e-3, 1e-2))
+    assert f.bound == "link" and f.time_s == pytest.approx(1e-2)
+    with pytest.raises(ValueError, match="missing"):
+        roofline.floor({"flops": 1}, c)
+    with pytest.raises(ValueError, match="non-negative"):
+        roofline.floor({"flops": -1, "hbm_bytes": 0, "link_bytes": 0}, c)
+
+
+def test_wait_report_decoding():
+    assert launch.parse_report(bytes(104)) is None
+    raw = struct.pack("<IiiIIIQQ64s", 1, 42, 1, 7, 3, 0, 0xDEAD00, 250_000_000, b"my_kernel")
+    err = launch.parse_report(raw)
+    assert isinstance(err, pkit.PeerTimeout)
+    assert (err.kernel, err.line, err.device, err.expected, err.observed) == ("my_kernel", 42, 1, 7, 3)
+    assert err.waited_s == pytest.approx(0.25) and "my_kernel" in str(err) and "0xdead00" in str(err)
+    with pytest.raises(ValueError, match="raw: expected 104"):
+        launch.parse_report(b"short")
+
+
+def test_pkit_info_without_gpu_exits_zero():
+    out = subprocess.run([sys.executable, "-m", "pkit.cli", "info"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "No CUDA GPU visible" in out.stdout and "pkit 0.1.0" in out.stdout
+
+
+def test_environment_yml_matches_pyproject():
+    import re
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = set(project["dependencies"])
+    for extra in ("cuda", "torch", "dev"):
+        wanted |= set(project["optional-dependencies"][extra])
+    env = (ROOT / "environment.yml").read_text()
+    pip_section = env.split("- pip:", 1)[1]
+    listed = {m.strip() for m in re.findall(r"^\s+- (.+)$", pip_section, re.M)} - {"-e ."}
+    assert listed == wanted
+    python = re.search(r"- python(>=[\d.]+)", env).group(1)
+    assert python == project["requires-python"]
