@@ -41,7 +41,12 @@ def _check_name(what: str, value: str) -> str:
 
 
 def git_commit() -> str:
-    """The pkit checkout's commit (with '-dirty' when tracked files changed), or 'unknown'."""
+    """The pkit checkout's commit (with '-dirty' when tracked files changed), $PKIT_COMMIT, or 'unknown'.
+
+    $PKIT_COMMIT serves copies of the tree that travel without `.git` (the GPU machine's working copy).
+    """
+    if os.environ.get("PKIT_COMMIT"):
+        return os.environ["PKIT_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                              timeout=10).stdout.strip()

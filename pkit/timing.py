@@ -116,7 +116,7 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
         d = devs[0]
         graphs = []
         for args in argsets:
-            with cp.cuda.Device(d):
+            with cp.cuda.Device(d), streams[d]:
                 streams[d].begin_capture()
                 fn(*args)
                 graphs.append(streams[d].end_capture())

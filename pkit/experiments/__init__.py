@@ -1,0 +1,1 @@
+"""One module per study; each function returns a pandas DataFrame with one row per measurement."""

@@ -1,0 +1,142 @@
+"""Find and load problems: the repo's `problems/<NN>_<slug>/problem.py` files (docs/problems.md).
+
+A `Problem` is what the parent process knows about one problem (names, dtypes, sizes, cost model, and a
+`source` dict that tells a worker process how to rebuild it); `open_source` is the worker's side: an object
+with `make_inputs(rank, world_size, size, dtype, seed, device)` and `reference(*inputs)`.
+ParallelKernelBench checkouts give the same two objects through `pkit.harness.pkb`.
+
+Example:
+    >>> from pkit.harness.problems import discover                          # doctest: +SKIP
+    >>> [p.name for p in discover()][:2]                                     # doctest: +SKIP
+    ['01_allreduce', '02_allgather']
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Iterable
+
+from ..errors import PkitError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+CATEGORIES = ("collectives", "fused", "moe", "sequence", "data_parallel", "applications")
+_REQUIRED = ("META", "SIZES", "make_inputs", "reference", "cost")
+
+
+def default_root() -> Path:
+    """The repository's `problems/` folder."""
+    return REPO_ROOT / "problems"
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """One problem as the parent process sees it.
+
+    `sizes` lists size names (pkit) or is empty when any size spelled `MxN` works (PKB); `world_sizes` is
+    empty when any world size works; `cost` maps (world_size, size, dtype) to a cost dict or None;
+    `tolerance` is an (atol, rtol) pair replacing the dtype-based table, or None.
+    """
+
+    name: str
+    category: str
+    dtypes: tuple[str, ...]
+    world_sizes: tuple[int, ...]
+    sizes: tuple[str, ...]
+    default_size: dict
+    source: dict
+    aliases: frozenset = field(default_factory=frozenset)
+    cost: Callable[[int, str, str], dict | None] = field(default=lambda ws, size, dtype: None, repr=False)
+    reference_path: Path | None = None
+    reference_function: str = "reference"
+    tolerance: tuple[float, float] | None = None
+
+    @property
+    def number(self) -> int | None:
+        """The leading number of the name (`01_allreduce` → 1), or None."""
+        m = re.match(r"^(\d+)", self.name)
+        return int(m.group(1)) if m else None
+
+    def resolve_size(self, size: str, device: str) -> str:
+        """`size`, or for 'auto' the default for `device` ('cpu' or 'cuda'); checks it exists."""
+        if size == "auto":
+            size = self.default_size[device]
+        if self.sizes and size not in self.sizes:
+            raise ValueError(f"size: problem {self.name} has sizes {list(self.sizes)}, got {size!r}")
+        if not self.sizes and not re.fullmatch(r"\d+x\d+", size):
+            raise ValueError(f"size: problem {self.name} takes a shape spelled MxN (e.g. 1024x1024), got {size!r}")
+        return size
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """Import the Python file at `path` as a fresh module called `name` (not cached in sys.modules)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise PkitError(f"cannot import {path}: not a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def load_problem(path: Path) -> Problem:
+    """A `Problem` from one `problem.py`, checking the contract of docs/problems.md."""
+    path = Path(path).resolve()
+    module = load_module(path, f"pkit_problem_{path.parent.name}")
+    missing = [n for n in _REQUIRED if not hasattr(module, n)]
+    if missing:
+        raise PkitError(f"{path}: problem file lacks {missing} (see docs/problems.md)")
+    meta, sizes = module.META, module.SIZES
+    if meta.get("category") not in CATEGORIES:
+        raise PkitError(f"{path}: META['category'] must be one of {CATEGORIES}, got {meta.get('category')!r}")
+    if "tiny" not in sizes:
+        raise PkitError(f"{path}: SIZES must define 'tiny', has {list(sizes)}")
+    large = "large" if "large" in sizes else "tiny"
+    names = {path.parent.name, meta.get("name", path.parent.name)}
+    return Problem(
+        name=path.parent.name, category=meta["category"], dtypes=tuple(meta["dtypes"]),
+        world_sizes=tuple(meta.get("world_sizes", ())), sizes=tuple(sizes),
+        default_size={"cpu": "tiny", "cuda": large}, source={"kind": "pkit", "path": str(path)},
+        aliases=frozenset(names), cost=lambda ws, size, dtype: module.cost(ws, size, dtype),
+        reference_path=path, reference_function="reference")
+
+
+def discover(root: Path | None = None) -> list[Problem]:
+    """Every `<root>/*/problem.py`, sorted by folder name (root: the repo's `problems/`)."""
+    root = Path(root) if root is not None else default_root()
+    if not root.is_dir():
+        raise PkitError(f"problems root {root} is not a directory (pass --problems-root)")
+    return [load_problem(p) for p in sorted(root.glob("*/problem.py"))]
+
+
+def select(problems: list[Problem], wanted: Iterable[str] | None) -> list[Problem]:
+    """The problems named in `wanted` (folder name, META name, or number), in discovery order."""
+    if not wanted:
+        return list(problems)
+    wanted = list(wanted)
+    chosen = []
+    for w in wanted:
+        hits = [p for p in problems if w == p.name or w in p.aliases or (w.isdigit() and p.number == int(w))]
+        if not hits:
+            raise ValueError(f"problems: no problem named {w!r}; known: {[p.name for p in problems]}")
+        chosen.extend(h for h in hits if h not in chosen)
+    return [p for p in problems if p in chosen]
+
+
+def open_source(source: dict):
+    """Worker side: the object giving `make_inputs` and `reference` for a problem `source` dict."""
+    if source["kind"] == "pkit":
+        path = Path(source["path"])
+        return load_module(path, f"pkit_problem_{path.parent.name}")
+    if source["kind"] == "pkb":
+        from .pkb import open_pkb_source
+
+        return open_pkb_source(source)
+    raise ValueError(f"source: expected kind 'pkit' or 'pkb', got {source['kind']!r}")

@@ -1,0 +1,198 @@
+"""Core on real GPUs: peer reads and writes, barriers, wait timeouts, bench accuracy, multi-process Team."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pkit
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CHECKS = str(HERE / "cuda" / "team_checks.cu")
+POISON = np.uint32(0xDEADBEEF)
+
+pytestmark = pytest.mark.gpu
+
+
+def fresh_uint32(n: int) -> np.ndarray:
+    return np.random.default_rng().integers(0, 2**32 - 1, n, dtype=np.uint32)
+
+
+@pytest.mark.multigpu
+def test_topology_and_slug():
+    topo = pkit.topology()
+    assert topo.size == len(pkit.devices()) >= 2
+    assert all(topo.p2p[i][j] for i in range(2) for j in range(2) if i != j)
+    labels = topo.link_labels()
+    assert labels[0][0] == "X" and labels[0][1] == labels[1][0]
+    assert len(topo.to_frame()) == topo.size * (topo.size - 1)
+    assert "<table>" in topo._repr_html_()
+    slug = pkit.results.machine_slug()
+    assert slug.startswith(f"{pkit.devices()[0].name.split()[-1].lower()}x{topo.size}")
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("n", [1, 1000, 1 << 22, (1 << 22) + 13])
+def test_peer_push_and_pull_every_element(n):
+    import cupy as cp
+
+    team = pkit.Team([0, 1])
+    src, dst = team.empty((n,), "uint32"), team.empty((n,), "uint32")
+    data = [fresh_uint32(n) for _ in range(team.size)]
+    push = pkit.compile(CHECKS, "push_to_next")
+    pull = pkit.compile(CHECKS, "pull_from_prev")
+    for op in ("push", "pull"):
+        for r in range(team.size):
+            src[r].set(data[r])
+            dst[r].fill(POISON)
+        team.synchronize()
+        if op == "push":
+            team.launch(push, (64,), (256,), lambda r: (src[r], dst.table(r), np.int32(r), np.int32(team.size),
+                                                         np.uint64(n)))
+        else:
+            team.launch(pull, (64,), (256,), lambda r: (dst[r], src.table(r), np.int32(r), np.int32(team.size),
+                                                         np.uint64(n)))
+        team.synchronize()
+        for r in range(team.size):
+            sender = (r - 1) % team.size
+            np.testing.assert_array_equal(cp.asnumpy(dst[r]), data[sender], err_msg=f"{op} into rank {r}")
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("kernel, extra", [("copy16", ()), ("tma_copy", (np.uint32(16384),))])
+@pytest.mark.parametrize("direction", ["push", "pull"])
+def test_library_copies_to_and_from_peer(kernel, extra, direction):
+    import cupy as cp
+
+    team = pkit.Team([0, 1])
+    nbytes = (64 << 20) + 48  # not a multiple of the chunk
+    src, dst = team.empty((nbytes,), "uint8"), team.empty((nbytes,), "uint8")
+    data = np.random.default_rng().integers(0, 256, nbytes, dtype=np.uint8)
+    src[0].set(data)
+    dst[1].fill(0xA5)
+    team.synchronize()
+    runner = 0 if direction == "push" else 1
+    fn = pkit.compile(f"{kernel}.cu", kernel)
+    # one process drives both GPUs: dst[1] and src[0] are addresses valid on either GPU (UVA + peer access)
+    to, frm = np.uint64(dst[1].data.ptr), np.uint64(src[0].data.ptr)
+    if kernel == "copy16":
+        fn((132,), (512,), (to, frm, np.uint64(nbytes // 16)), device=runner)
+    else:
+        fn((32,), (32,), (to, frm, np.uint64(nbytes), *extra), shared_mem=2 * 16384 + 16, device=runner)
+    team.synchronize()
+    got = cp.asnumpy(dst[1])
+    n_copied = nbytes if kernel == "tma_copy" else nbytes // 16 * 16
+    np.testing.assert_array_equal(got[:n_copied], data[:n_copied])
+
+
+@pytest.mark.multigpu
+def test_barrier_ten_thousand_rounds_on_four_blocks():
+    import cupy as cp
+
+    team = pkit.Team([0, 1])
+    blocks = 4
+    mailbox = team.zeros((blocks, team.size), "uint32")
+    errors = team.empty((blocks,), "uint32")
+    for r in range(team.size):
+        errors[r].fill(POISON)
+    kernel = pkit.compile(CHECKS, "barrier_rounds")
+    team.launch(kernel, (blocks,), (32,), lambda r: (mailbox.table(r), team.barrier_flags.table(r), np.int32(r),
+                                                     np.int32(team.size), np.int32(10_000), errors[r]))
+    team.synchronize()
+    for r in range(team.size):
+        assert cp.asnumpy(errors[r]).tolist() == [0] * blocks, f"rank {r}"
+        epochs = cp.asnumpy(team.barrier_flags[r])[:blocks, team.size]
+        assert epochs.tolist() == [20_000] * blocks
+
+
+def test_unsatisfiable_wait_raises_peer_timeout_in_its_own_process():
+    script = textwrap.dedent(f"""
+        import cupy as cp, pkit, pkit.launch as L
+        L.set_wait_timeout(0.2)
+        flag = cp.zeros(1, dtype=cp.uint32)
+        pkit.compile({CHECKS!r}, "wait_forever")((1,), (1,), (flag,))
+        try:
+            L.check([0])
+        except pkit.PeerTimeout as e:
+            print("TIMEOUT", e.kernel, e.device, round(e.waited_s, 2))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "TIMEOUT wait_forever 0" in out.stdout, out.stdout + out.stderr
+    waited = float(out.stdout.split()[-1])
+    assert 0.2 <= waited < 1.0
+
+
+def test_next_test_still_runs_after_a_timeout():
+    import cupy as cp
+
+    x = cp.arange(1 << 20, dtype=cp.float32)
+    assert float(x.sum()) == pytest.approx((1 << 20) * ((1 << 20) - 1) / 2)
+
+
+@pytest.mark.parametrize("hide_launch", [False, True])
+def test_bench_reads_a_spin_kernel_within_five_percent(hide_launch):
+    spin = pkit.compile("spin.cu", "spin_ns")
+    duration_ns = 2_000_000
+    result = pkit.bench(lambda: spin((1,), (1,), (np.uint64(duration_ns),)), warmup=3, reps=30,
+                        hide_launch=hide_launch)
+    assert result.median_ms == pytest.approx(duration_ns / 1e6, rel=0.05)
+    assert len(result.samples_ms) == 30 and result.cv < 0.05
+
+
+def test_bench_graph_and_rotation():
+    import cupy as cp
+
+    spin = pkit.compile("spin.cu", "spin_ns")
+    seen = []
+    args = [(np.uint64(500_000),), (np.uint64(1_000_000),)]
+
+    def fn(ns):
+        seen.append(int(ns))
+        spin((1,), (1,), (ns,))
+
+    result = pkit.bench(fn, rotate=args, warmup=2, reps=10)
+    assert seen[:4] == [500_000, 1_000_000, 500_000, 1_000_000]
+    samples = result.samples_ms
+    assert np.median(samples[0::2]) == pytest.approx(0.5, rel=0.05)
+    assert np.median(samples[1::2]) == pytest.approx(1.0, rel=0.05)
+    graphed = pkit.bench(fn, rotate=args[:1], graph=True, warmup=2, reps=10)
+    assert graphed.median_ms == pytest.approx(0.5, rel=0.05)
+    assert cp.cuda.get_current_stream() == cp.cuda.Stream.null
+
+
+@pytest.mark.multigpu
+def test_bench_multi_gpu_takes_the_slowest():
+    spin = pkit.compile("spin.cu", "spin_ns")
+
+    def fn():
+        spin((1,), (1,), (np.uint64(400_000),), device=0)
+        spin((1,), (1,), (np.uint64(1_200_000),), device=1)
+
+    result = pkit.bench(fn, devices=[0, 1], warmup=2, reps=20, hide_launch=True)
+    assert result.median_ms == pytest.approx(1.2, rel=0.05)
+
+
+@pytest.mark.multigpu
+def test_dlpack_interop_with_torch():
+    torch = pytest.importorskip("torch")
+    team = pkit.Team([0, 1])
+    x = team.empty((1000,), "bfloat16")
+    t = x.torch(1)
+    assert t.dtype == torch.bfloat16 and t.device == torch.device("cuda", 1)
+    values = torch.randn(1000, device="cuda:1").to(torch.bfloat16)
+    t.copy_(values)
+    assert torch.equal(x.torch(1), values)
+
+
+@pytest.mark.multigpu
+def test_multi_process_team_under_torchrun():
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          str(HERE / "mp_team_check.py")], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("MP-TEAM OK") == 2, out.stdout
