@@ -153,7 +153,7 @@ def topology() -> Topology:
     p2p = [[i != j and bool(cp.cuda.runtime.deviceCanAccessPeer(i, j)) for j in range(n)] for i in range(n)]
     atomics = [[False] * n for _ in range(n)]
     if nvml is not None:
-        handles = [nvml.nvmlDeviceGetHandleByPciBusId_v2(g.pci_bus_id.encode()) for g in gpus]
+        handles = [nvml.nvmlDeviceGetHandleByPciBusId(g.pci_bus_id.encode()) for g in gpus]
         for i in range(n):
             for j in range(n):
                 if i == j:
@@ -176,7 +176,7 @@ def _nvlinks_between(nvml, handle, peer_bus_id: str) -> int:
         try:
             if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
                 continue
-            remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link).busId
+            remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId
         except nvml.NVMLError:
             continue
         if _bus_key(remote) == _bus_key(peer_bus_id):

@@ -212,6 +212,15 @@ class SymmetricArray:
         mem = cp.cuda.UnownedMemory(address, max(self.nbytes, 1), self, device_id=device)
         return cp.ndarray(self.shape, dtype=self.storage_dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
 
+    def fill(self, value) -> "SymmetricArray":
+        """Fill every local rank's buffer with `value` (a scalar of the storage dtype), each on its own GPU."""
+        import cupy as cp
+
+        for r in self.team.local_ranks:
+            with cp.cuda.Device(self.team.devices[r]):
+                self[r].fill(value)
+        return self
+
     @property
     def local(self):
         """This process's own buffer (multi-process teams)."""

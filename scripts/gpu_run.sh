@@ -7,13 +7,14 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
+python3 -m pkit.cli info 2>&1 | tee "$OUT/info.log"
+# before the notebook wheels go on the path: they break the image's torch import
+python3 -m pytest -q -m "gpu or multigpu" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/test-gpu.log"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH
   python3 -m ipykernel install --user --name python3 >/dev/null
 fi
-python3 -m pkit.cli info 2>&1 | tee "$OUT/info.log"
-python3 -m pytest -q -m "gpu or multigpu" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/test-gpu.log"
 if [ $# -gt 0 ]; then
   python3 -m pkit.cli figures --mode measure --only "$@" 2>&1 | tee "$OUT/figures.log"
 fi

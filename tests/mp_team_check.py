@@ -27,7 +27,7 @@ def main() -> None:
     push, pull = pkit.compile(CHECKS, "push_to_next"), pkit.compile(CHECKS, "pull_from_prev")
     for op, kernel in (("push", push), ("pull", pull)):
         src.local.set(data[team.rank])
-        dst.local.fill(np.uint32(0xDEADBEEF))
+        dst.fill(np.uint32(0xDEADBEEF))
         team.synchronize()
         if op == "push":
             args = (src.local, dst.table(team.rank), np.int32(team.rank), np.int32(team.size), np.uint64(n))

@@ -158,3 +158,28 @@ def test_environment_yml_matches_pyproject():
     assert listed == wanted
     python = re.search(r"- python(>=[\d.]+)", env).group(1)
     assert python == project["requires-python"]
+
+
+def test_nvlink_counting_direct_and_switched():
+    from types import SimpleNamespace
+
+    from pkit import gpus
+
+    class FakeNvml:
+        NVML_NVLINK_MAX_LINKS, NVML_FEATURE_ENABLED, NVMLError = 6, 1, RuntimeError
+
+        def __init__(self, remotes):
+            self.remotes = remotes  # per link: remote bus id, or None for an inactive link
+
+        def nvmlDeviceGetNvLinkState(self, handle, link):
+            return int(self.remotes[link] is not None)
+
+        def nvmlDeviceGetNvLinkRemotePciInfo(self, handle, link):
+            return SimpleNamespace(busId=self.remotes[link].encode())
+
+    peer = "0000:1B:00.0"
+    direct = FakeNvml(["00000000:1b:00.0"] * 4 + [None, "00000000:2c:00.0"])
+    assert gpus._nvlinks_between(direct, None, peer) == 4
+    switched = FakeNvml(["00000000:aa:00.0"] * 5 + [None])  # every link lands on an NVSwitch
+    assert gpus._nvlinks_between(switched, None, peer) == 5
+    assert gpus._bus_key("0000:1B:00.0") == gpus._bus_key(b"00000000:1b:00.0")

@@ -48,7 +48,7 @@ def test_peer_push_and_pull_every_element(n):
     for op in ("push", "pull"):
         for r in range(team.size):
             src[r].set(data[r])
-            dst[r].fill(POISON)
+        dst.fill(POISON)
         team.synchronize()
         if op == "push":
             team.launch(push, (64,), (256,), lambda r: (src[r], dst.table(r), np.int32(r), np.int32(team.size),
@@ -63,9 +63,10 @@ def test_peer_push_and_pull_every_element(n):
 
 
 @pytest.mark.multigpu
-@pytest.mark.parametrize("kernel, extra", [("copy16", ()), ("tma_copy", (np.uint32(16384),))])
+@pytest.mark.parametrize("source, kernel, extra", [("copy.cu", "copy16", ()),
+                                                   ("tma_copy.cu", "tma_copy", (np.uint32(16384),))])
 @pytest.mark.parametrize("direction", ["push", "pull"])
-def test_library_copies_to_and_from_peer(kernel, extra, direction):
+def test_library_copies_to_and_from_peer(source, kernel, extra, direction):
     import cupy as cp
 
     team = pkit.Team([0, 1])
@@ -73,10 +74,10 @@ def test_library_copies_to_and_from_peer(kernel, extra, direction):
     src, dst = team.empty((nbytes,), "uint8"), team.empty((nbytes,), "uint8")
     data = np.random.default_rng().integers(0, 256, nbytes, dtype=np.uint8)
     src[0].set(data)
-    dst[1].fill(0xA5)
+    dst.fill(0xA5)
     team.synchronize()
     runner = 0 if direction == "push" else 1
-    fn = pkit.compile(f"{kernel}.cu", kernel)
+    fn = pkit.compile(source, kernel)
     # one process drives both GPUs: dst[1] and src[0] are addresses valid on either GPU (UVA + peer access)
     to, frm = np.uint64(dst[1].data.ptr), np.uint64(src[0].data.ptr)
     if kernel == "copy16":
@@ -97,8 +98,7 @@ def test_barrier_ten_thousand_rounds_on_four_blocks():
     blocks = 4
     mailbox = team.zeros((blocks, team.size), "uint32")
     errors = team.empty((blocks,), "uint32")
-    for r in range(team.size):
-        errors[r].fill(POISON)
+    errors.fill(POISON)
     kernel = pkit.compile(CHECKS, "barrier_rounds")
     team.launch(kernel, (blocks,), (32,), lambda r: (mailbox.table(r), team.barrier_flags.table(r), np.int32(r),
                                                      np.int32(team.size), np.int32(10_000), errors[r]))

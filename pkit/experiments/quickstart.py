@@ -63,7 +63,7 @@ def peer_copy_sweep(kernel, sizes_bytes: Sequence[int], src: int = 0, dst: int =
                       "sm_pull": (lambda d, s: sm_copy(dst, d, s), dst),
                       "copy_engine": (copy_engine, src)}
         for name, (fn, device) in mechanisms.items():
-            dsts[0][1].fill(0xA5)
+            dsts[0].fill(0xA5)
             team.synchronize()
             fn(dsts[0], srcs[0])
             team.synchronize()

@@ -140,3 +140,32 @@ def open_source(source: dict):
 
         return open_pkb_source(source)
     raise ValueError(f"source: expected kind 'pkit' or 'pkb', got {source['kind']!r}")
+
+
+def cost_table(problems: list[Problem], world_size: int, dtype: str | None = None,
+               sizes: Iterable[str] | None = None, ceilings: str = "H200"):
+    """A DataFrame: per problem and size, the per-GPU cost (FLOPs, HBM bytes, link bytes) and roofline time.
+
+    `dtype` None takes each problem's first dtype; `sizes` None takes every size the problem has. The
+    roofline time (ms) and its bound come from `pkit.roofline.floor` under `ceilings`' datasheet figures.
+    Problems without a cost model (PKB) get empty cost columns.
+    """
+    import pandas as pd
+
+    from ..roofline import Ceilings, floor
+
+    ceil = Ceilings.datasheet(ceilings)
+    rows = []
+    for p in problems:
+        d = dtype or p.dtypes[0]
+        for size in (sizes or p.sizes or (p.default_size["cuda"],)):
+            if p.sizes and size not in p.sizes:
+                continue
+            cost = p.cost(world_size, size, d) or {}
+            f = floor(cost, ceil) if cost else None
+            rows.append({"problem": p.name, "category": p.category, "size": size, "dtype": d,
+                         "world_size": world_size, "flops": cost.get("flops"), "hbm_bytes": cost.get("hbm_bytes"),
+                         "link_bytes": cost.get("link_bytes"), "roofline_time_ms": f.time_s * 1e3 if f else None,
+                         "bound": f.bound if f else None})
+    return pd.DataFrame(rows, columns=["problem", "category", "size", "dtype", "world_size", "flops", "hbm_bytes",
+                                       "link_bytes", "roofline_time_ms", "bound"])
