@@ -139,7 +139,7 @@ def record(experiment: str, frame: pd.DataFrame, parameters: dict | None = None,
     prov = provenance(parameters)
     prov.update(experiment=experiment, rows=len(frame), columns=list(frame.columns))
     (folder / f"{experiment}.json").write_text(json.dumps(prov, indent=2, sort_keys=True, default=str) + "\n")
-    return Recorded(frame, prov, csv_path)
+    return load(experiment, machine, root=root)  # what replay will see, so both modes draw the same figure
 
 
 def load(experiment: str, machine: str, *, root: Path | None = None) -> Recorded:
