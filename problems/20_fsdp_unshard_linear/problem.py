@@ -1,0 +1,51 @@
+"""FSDP forward of one linear layer: all-gather the row-sharded weight, then y = x @ W^T.
+
+Rank r holds its local batch x of shape (tokens / W, in_features) and rows
+[r * out/W, (r + 1) * out/W) of the weight W (out_features, in_features). The full weight is unsharded
+(all-gathered) and applied to the local batch. Output: y of shape (tokens / W, out_features), dtype of x.
+"""
+import torch
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+
+META = {
+    "name": "fsdp_unshard_linear",
+    "category": "data_parallel",
+    "models": "PyTorch FSDP / FSDP2 forward: unshard (all-gather) a linear weight, then the local GEMM",
+    "dtypes": ["float32", "bfloat16"],
+    "world_sizes": [2, 4, 8],
+    "description": "Rank holds x (tokens/W, in) and weight rows (out/W, in); return x @ W^T of the "
+                   "all-gathered weight, shape (tokens/W, out).",
+}
+
+SIZES = {
+    "tiny": {"tokens": 16, "in_features": 12, "out_features": 16},
+    "large": {"tokens": 16384, "in_features": 8192, "out_features": 8192},
+}
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    s = SIZES[size]
+    g = generator(seed, rank)
+    x = randn((s["tokens"] // world_size, s["in_features"]), dtype, g, device)
+    w = randn((s["out_features"] // world_size, s["in_features"]), dtype, g, device,
+              scale=s["in_features"] ** -0.5)
+    return x, w
+
+
+def reference(x, w_shard):
+    shards = [torch.empty_like(w_shard) for _ in range(dist.get_world_size())]
+    dist.all_gather(shards, w_shard)
+    return x @ torch.cat(shards).T
+
+
+def cost(world_size, size, dtype="bfloat16"):
+    # FLOPs: 2 * tokens/W * in * out. Links: all-gather, each GPU sends its shard to W-1 peers
+    # ((W-1)/W of the weight with a ring). HBM: read x, write y, write the received (W-1)/W of the
+    # weight and read the whole weight once for the GEMM.
+    s = SIZES[size]
+    e = parse_dtype(dtype).itemsize
+    t, i, o = s["tokens"] // world_size, s["in_features"], s["out_features"]
+    remote = o * i * e * (world_size - 1) // world_size
+    return _cost(flops=2 * t * i * o, hbm_bytes=e * (t * i + t * o + o * i) + remote, link_bytes=remote)

@@ -1,0 +1,54 @@
+"""Global gradient-norm clipping with sharded gradients (FSDP / ZeRO-2 style).
+
+Each rank holds max_norm and its 1/W row shard of every gradient of a few transformer layers. The
+global L2 norm over all gradients of all ranks is the square root of the all-reduced sum of local
+squared sums (computed in float32). As torch.nn.utils.clip_grad_norm_, every shard is multiplied by
+min(1, max_norm / (norm + 1e-6)). Output: (norm as a 0-d float32 tensor, *clipped shards in their dtype).
+"""
+import torch
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+
+META = {
+    "name": "global_grad_norm_clip",
+    "category": "data_parallel",
+    "models": "FSDP clip_grad_norm_ / Megatron clip_grad_norm_fp32 over sharded gradients",
+    "dtypes": ["float32", "bfloat16"],
+    "world_sizes": [2, 4, 8],
+    "description": "Rank holds max_norm and row shards of a list of gradients; return (global L2 norm as a "
+                   "0-d float32 tensor, shards scaled by min(1, max_norm / (norm + 1e-6))).",
+}
+
+SIZES = {
+    "tiny": {"layers": 2, "hidden": 8, "ffn": 12, "max_norm": 1.0},
+    "large": {"layers": 4, "hidden": 2048, "ffn": 5632, "max_norm": 1.0},
+}
+
+
+def _shard_shapes(s, world_size):
+    h, f = s["hidden"], s["ffn"]
+    layer = [(h,), (3 * h, h), (h, h), (h,), (2 * f, h), (h, f)]  # norm, qkv, out, norm, gate+up, down
+    return [(shape[0] // world_size, *shape[1:]) for shape in layer * s["layers"]]
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    s = SIZES[size]
+    g = generator(seed, rank)
+    return (s["max_norm"], *(randn(shape, dtype, g, device) for shape in _shard_shapes(s, world_size)))
+
+
+def reference(max_norm, *grads):
+    squares = torch.stack([g.float().square().sum() for g in grads]).sum()
+    dist.all_reduce(squares)
+    norm = squares.sqrt()
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    return (norm, *((g.float() * scale).to(g.dtype) for g in grads))
+
+
+def cost(world_size, size, dtype="bfloat16"):
+    # N local elements. FLOPs: square + add for the norm, one multiply for the clip (3N). HBM: the norm
+    # must be known before scaling, so the shards are read twice and written once. Links: one float32
+    # partial sum sent to each of the W-1 other ranks.
+    n = sum(torch.Size(shape).numel() for shape in _shard_shapes(SIZES[size], world_size))
+    return _cost(flops=3 * n, hbm_bytes=3 * n * parse_dtype(dtype).itemsize, link_bytes=4 * (world_size - 1))

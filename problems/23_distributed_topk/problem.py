@@ -1,0 +1,54 @@
+"""Global top-k over a vector sharded across ranks.
+
+Rank r holds the r-th contiguous slice x of a vector of n float32 values (all distinct, so the answer
+is unique) and k. Output, replicated on every rank: (values (k,) float32 in descending order, indices
+(k,) int64 positions in the global vector, i.e. r * n/W + local position).
+"""
+import torch
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as _cost, generator
+
+META = {
+    "name": "distributed_topk",
+    "category": "applications",
+    "models": "top-k gradient sparsification (Deep Gradient Compression) / magnitude pruning over a sharded vector",
+    "dtypes": ["float32"],
+    "world_sizes": [2, 4, 8],
+    "description": "Rank holds a slice (n/W,) of a float32 vector with distinct values and k; return the "
+                   "global top-k (values descending, int64 global indices), the same on every rank.",
+}
+
+SIZES = {
+    "tiny": {"n": 512, "k": 8},
+    "large": {"n": 2**26, "k": 1024},
+}
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    s = SIZES[size]
+    n = s["n"] // world_size
+    g = generator(seed, rank)
+    # Distinct integers (increasing with random gaps, times W plus rank), shuffled, read as the bit
+    # patterns of positive float32 numbers, which order the same way.
+    ints = (torch.randint(1, 16, (n,), generator=g).cumsum(0) * world_size + rank)[torch.randperm(n, generator=g)]
+    return (ints + 2**23).to(torch.int32).view(torch.float32).to(device), s["k"]
+
+
+def reference(x, k):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    values, indices = x.topk(k)
+    all_values = [torch.empty_like(values) for _ in range(world_size)]
+    all_indices = [torch.empty_like(indices) for _ in range(world_size)]
+    dist.all_gather(all_values, values)
+    dist.all_gather(all_indices, indices + rank * x.numel())
+    best, where = torch.cat(all_values).topk(k)
+    return best, torch.cat(all_indices)[where]
+
+
+def cost(world_size, size, dtype="float32"):
+    # Selection is comparisons, no FLOPs. HBM: read the local slice once (outputs are negligible).
+    # Links: each rank's local top-k (4-byte value + 8-byte index) must reach the W-1 other ranks.
+    s = SIZES[size]
+    return _cost(flops=0, hbm_bytes=4 * s["n"] // world_size + 2 * 12 * s["k"],
+                 link_bytes=12 * s["k"] * (world_size - 1))
