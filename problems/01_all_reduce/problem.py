@@ -1,0 +1,41 @@
+"""Gradient all-reduce across data-parallel ranks.
+
+Each rank holds a flat gradient bucket `grad` of shape (numel,). Output: the elementwise sum of the
+buckets of all ranks, shape (numel,), same dtype, identical on every rank.
+"""
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+
+META = {
+    "name": "all_reduce",
+    "category": "collectives",
+    "models": "PyTorch DDP / Megatron DistributedDataParallel all-reduce of a flat gradient buffer",
+    "dtypes": ["float32", "bfloat16"],
+    "world_sizes": [2, 4, 8],
+    "description": "Each rank holds a flat gradient bucket grad (numel,); return the elementwise sum over "
+                   "all ranks.",
+}
+
+SIZES = {
+    "tiny": {"numel": 4096},
+    "large": {"numel": 64 * 2**20},  # 128 MiB per GPU in bf16
+}
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    return (randn((SIZES[size]["numel"],), dtype, generator(seed, rank), device),)
+
+
+def reference(grad):
+    out = grad.clone()
+    dist.all_reduce(out)
+    return out
+
+
+def cost(world_size, size, dtype="bfloat16"):
+    # Best algorithm = reduce-scatter + all-gather (ring or one-shot-per-chunk): each GPU sends
+    # 2 (W-1)/W of the buffer and adds (W-1)/W * numel elements. HBM: read the input, write the output.
+    n, b = SIZES[size]["numel"], parse_dtype(dtype).itemsize
+    return _cost(flops=(world_size - 1) * n // world_size, hbm_bytes=2 * n * b,
+                 link_bytes=2 * (world_size - 1) * n * b // world_size)

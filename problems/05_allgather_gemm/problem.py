@@ -1,0 +1,50 @@
+"""All-gather + GEMM: column-parallel linear layer under sequence parallelism.
+
+Each rank holds a slice of the token activations `x` (tokens / W, in_features), rank r owning rows
+[r*tokens/W, (r+1)*tokens/W), and its column shard of the weight `weight` (out_features / W,
+in_features) in nn.Linear layout. Output: allgather(x) @ weight.T, shape (tokens, out_features / W):
+every token through this rank's output columns.
+"""
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+
+META = {
+    "name": "allgather_gemm",
+    "category": "fused",
+    "models": "Megatron-LM ColumnParallelLinear with sequence_parallel=True (MLP up-projection of LLaMA-70B)",
+    "dtypes": ["float32", "bfloat16"],
+    "world_sizes": [2, 4, 8],
+    "description": "Each rank holds x (tokens/W, in_features) and weight (out_features/W, in_features); "
+                   "return all_gather(x along tokens) @ weight.T, (tokens, out_features/W).",
+}
+
+SIZES = {
+    "tiny": {"tokens": 16, "in_features": 32, "out_features": 48},
+    "large": {"tokens": 4096, "in_features": 8192, "out_features": 28672},
+}
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    s = SIZES[size]
+    g = generator(seed, rank)
+    x = randn((s["tokens"] // world_size, s["in_features"]), dtype, g, device)
+    weight = randn((s["out_features"] // world_size, s["in_features"]), dtype, g, device,
+                   scale=s["in_features"] ** -0.5)
+    return x, weight
+
+
+def reference(x, weight):
+    full = x.new_empty((x.shape[0] * dist.get_world_size(), x.shape[1]))
+    dist.all_gather_into_tensor(full, x)
+    return full @ weight.t()
+
+
+def cost(world_size, size, dtype="bfloat16"):
+    # GEMM (tokens x in) @ (in x out/W): 2 * tokens * in * out/W FLOPs. Link: this rank's x slice goes to
+    # the W-1 other ranks. HBM: read x slice and weight shard, write the output.
+    s, b = SIZES[size], parse_dtype(dtype).itemsize
+    t, k, n = s["tokens"], s["in_features"], s["out_features"] // world_size
+    x_bytes = t // world_size * k * b
+    return _cost(flops=2 * t * k * n, hbm_bytes=x_bytes + (n * k + t * n) * b,
+                 link_bytes=(world_size - 1) * x_bytes)

@@ -1,0 +1,52 @@
+"""GEMM + reduce-scatter: row-parallel linear layer under sequence parallelism.
+
+Each rank holds all tokens of its slice of the input features `x` (tokens, in_features / W) and the
+matching row shard of the weight `weight` (out_features, in_features / W) in nn.Linear layout. The full
+product is the sum over ranks of x @ weight.T; rank r returns its token slice of that sum, rows
+[r*tokens/W, (r+1)*tokens/W), shape (tokens / W, out_features).
+"""
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+
+META = {
+    "name": "gemm_reduce_scatter",
+    "category": "fused",
+    "models": "Megatron-LM RowParallelLinear with sequence_parallel=True (MLP down-projection of LLaMA-70B)",
+    "dtypes": ["float32", "bfloat16"],
+    "world_sizes": [2, 4, 8],
+    "description": "Each rank holds x (tokens, in_features/W) and weight (out_features, in_features/W); return "
+                   "rows r*tokens/W.. of sum over ranks of x @ weight.T, (tokens/W, out_features).",
+}
+
+SIZES = {
+    "tiny": {"tokens": 16, "in_features": 48, "out_features": 32},
+    "large": {"tokens": 4096, "in_features": 28672, "out_features": 8192},
+}
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    s = SIZES[size]
+    g = generator(seed, rank)
+    k = s["in_features"] // world_size
+    x = randn((s["tokens"], k), dtype, g, device)
+    weight = randn((s["out_features"], k), dtype, g, device, scale=s["in_features"] ** -0.5)
+    return x, weight
+
+
+def reference(x, weight):
+    partial = x @ weight.t()
+    out = partial.new_empty((partial.shape[0] // dist.get_world_size(), partial.shape[1]))
+    dist.reduce_scatter_tensor(out, partial)
+    return out
+
+
+def cost(world_size, size, dtype="bfloat16"):
+    # GEMM: 2 * tokens * in/W * out FLOPs, plus (W-1)/W * tokens * out additions for the reduction.
+    # Link: each GPU sends its partial sums for the W-1 token slices it does not own. HBM: read x and
+    # weight shards, write the (tokens/W, out) output.
+    s, b = SIZES[size], parse_dtype(dtype).itemsize
+    t, k, n = s["tokens"], s["in_features"] // world_size, s["out_features"]
+    foreign = (world_size - 1) * t // world_size * n
+    return _cost(flops=2 * t * k * n + foreign, hbm_bytes=(t * k + n * k + t // world_size * n) * b,
+                 link_bytes=foreign * b)

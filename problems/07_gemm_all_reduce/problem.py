@@ -1,0 +1,50 @@
+"""GEMM + all-reduce: row-parallel linear layer of a tensor-parallel MLP.
+
+Each rank holds all tokens of its slice of the input features `x` (tokens, in_features / W) and the
+matching row shard of the weight `weight` (out_features, in_features / W) in nn.Linear layout. Output:
+the sum over ranks of x @ weight.T, shape (tokens, out_features), identical on every rank.
+"""
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+
+META = {
+    "name": "gemm_all_reduce",
+    "category": "fused",
+    "models": "Megatron-LM RowParallelLinear (sequence_parallel=False): LLaMA-70B MLP down-projection",
+    "dtypes": ["float32", "bfloat16"],
+    "world_sizes": [2, 4, 8],
+    "description": "Each rank holds x (tokens, in_features/W) and weight (out_features, in_features/W); return "
+                   "the sum over ranks of x @ weight.T, (tokens, out_features).",
+}
+
+SIZES = {
+    "tiny": {"tokens": 16, "in_features": 48, "out_features": 32},
+    "large": {"tokens": 4096, "in_features": 28672, "out_features": 8192},
+}
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    s = SIZES[size]
+    g = generator(seed, rank)
+    k = s["in_features"] // world_size
+    x = randn((s["tokens"], k), dtype, g, device)
+    weight = randn((s["out_features"], k), dtype, g, device, scale=s["in_features"] ** -0.5)
+    return x, weight
+
+
+def reference(x, weight):
+    out = x @ weight.t()
+    dist.all_reduce(out)
+    return out
+
+
+def cost(world_size, size, dtype="bfloat16"):
+    # GEMM: 2 * tokens * in/W * out FLOPs plus (W-1)/W * tokens * out additions. Link: reduce-scatter +
+    # all-gather of the (tokens, out) partial, 2 (W-1)/W of it per GPU. HBM: read x and weight shards,
+    # write the output.
+    s, b = SIZES[size], parse_dtype(dtype).itemsize
+    t, k, n = s["tokens"], s["in_features"] // world_size, s["out_features"]
+    foreign = (world_size - 1) * t * n // world_size
+    return _cost(flops=2 * t * k * n + foreign, hbm_bytes=(t * k + n * k + t * n) * b,
+                 link_bytes=2 * foreign * b)

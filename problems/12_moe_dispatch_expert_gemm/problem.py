@@ -1,0 +1,69 @@
+"""MoE dispatch followed by the local experts' grouped GEMM.
+
+Each rank holds `x` (tokens, hidden), the router's `topk_ids` (tokens, top_k) int64 of distinct global
+expert ids, and the weights of its L = num_experts / W local experts `expert_weights` (L, hidden, ffn)
+(rank r owns experts [r*L, (r+1)*L)). Every (token, slot) row goes to its expert's owner, as in
+10_moe_dispatch, and is multiplied by that expert's weight matrix. Output: (rows received, ffn), rows
+ordered by local expert, then source rank, then source token index, then slot.
+"""
+import math
+
+import torch
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+
+META = {
+    "name": "moe_dispatch_expert_gemm",
+    "category": "moe",
+    "models": "Megatron-LM MoE layer: MoEAlltoAllTokenDispatcher dispatch then GroupedMLP up-projection",
+    "dtypes": ["float32", "bfloat16"],
+    "world_sizes": [2, 4, 8],
+    "description": "Each rank holds x (tokens, hidden), topk_ids (tokens, top_k), its experts' weights "
+                   "(L, hidden, ffn) and num_experts; return the rows routed to its experts, each multiplied "
+                   "by its expert's weights, ordered (local expert, source rank, token, slot), (rows, ffn).",
+}
+
+SIZES = {
+    "tiny": {"tokens": 16, "hidden": 8, "ffn": 12, "num_experts": 8, "top_k": 2},
+    "large": {"tokens": 4096, "hidden": 4096, "ffn": 1408, "num_experts": 64, "top_k": 6},
+}
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    s = SIZES[size]
+    g = generator(seed, rank)
+    topk_ids = torch.rand((s["tokens"], s["num_experts"]), generator=g).topk(s["top_k"], dim=-1).indices
+    x = randn((s["tokens"], s["hidden"]), dtype, g, device)
+    expert_weights = randn((s["num_experts"] // world_size, s["hidden"], s["ffn"]), dtype, g, device,
+                           scale=s["hidden"] ** -0.5)
+    return x, topk_ids.to(device), expert_weights, s["num_experts"]
+
+
+def reference(x, topk_ids, expert_weights, num_experts):
+    world_size = dist.get_world_size()
+    local_experts = num_experts // world_size
+    flat = topk_ids.flatten()
+    order = flat.argsort(stable=True)  # by global expert (so by destination rank), then (token, slot)
+    send = x[order // topk_ids.shape[1]]
+    counts = torch.bincount(flat, minlength=num_experts)
+    recv_counts = torch.empty_like(counts)  # [src * L + e]: rows from src for local expert e
+    dist.all_to_all_single(recv_counts, counts)
+    per_src = recv_counts.view(world_size, local_experts)
+    recv = x.new_empty((int(recv_counts.sum()), x.shape[1]))
+    dist.all_to_all_single(recv, send, per_src.sum(1).tolist(), counts.view(world_size, -1).sum(1).tolist())
+    chunks = recv.split(recv_counts.tolist())  # ordered (source rank, local expert)
+    return torch.cat([torch.cat(chunks[e::local_experts]) @ expert_weights[e] for e in range(local_experts)])
+
+
+def cost(world_size, size, dtype="bfloat16"):
+    # Expected values under uniform top-k routing: each rank receives tokens * top_k rows on average.
+    # FLOPs: 2 * rows * hidden * ffn. Link: as 10_moe_dispatch, one row per (token, remote rank holding any
+    # of its experts): tokens * (W-1) * (1 - C(E-L, k) / C(E, k)) rows. HBM: read x, topk_ids and the
+    # local expert weights, write the (rows, ffn) output.
+    s, b = SIZES[size], parse_dtype(dtype).itemsize
+    t, h, f, e, k = s["tokens"], s["hidden"], s["ffn"], s["num_experts"], s["top_k"]
+    p_remote = 1 - math.comb(e - e // world_size, k) / math.comb(e, k)
+    return _cost(flops=2 * t * k * h * f,
+                 hbm_bytes=t * h * b + t * k * 8 + (e // world_size * h * f + t * k * f) * b,
+                 link_bytes=t * (world_size - 1) * p_remote * h * b)
