@@ -83,7 +83,7 @@ def test_library_copies_to_and_from_peer(source, kernel, extra, direction):
     if kernel == "copy16":
         fn((132,), (512,), (to, frm, np.uint64(nbytes // 16)), device=runner)
     else:
-        fn((32,), (32,), (to, frm, np.uint64(nbytes), *extra), shared_mem=2 * 16384 + 16, device=runner)
+        fn((32,), (32,), (to, frm, np.uint64(nbytes), *extra), shared_mem=4 * 16384 + 32, device=runner)
     team.synchronize()
     got = cp.asnumpy(dst[1])
     n_copied = nbytes if kernel == "tma_copy" else nbytes // 16 * 16

@@ -1,28 +1,52 @@
-// Copy through shared memory with TMA bulk copies: each block streams chunks global -> shared -> global,
-// double-buffered. Either side may be a peer GPU's memory.
+// Copy through shared memory with TMA bulk copies: one thread per block keeps kStages chunk loads in
+// flight (global -> shared, completing on mbarriers) and stores each chunk as soon as it lands
+// (shared -> global). Either side may be a peer GPU's memory (push: run on the source GPU; pull: on the
+// destination GPU).
 #include <pkit/tma.cuh>
 
-// dst, src: 16-byte aligned; bytes: multiple of 16. chunk: bytes per stage (multiple of 16,
-// 2 * chunk + 16 bytes of dynamic shared memory).
+constexpr int kStages = 4;
+
+struct ChunkPlan {
+  const char* src;
+  char* dst;
+  unsigned long long bytes;
+  unsigned int chunk;
+  // Byte offset and length of this block's j-th chunk (blocks take chunks round-robin).
+  __device__ unsigned long long offset(unsigned long long j) const { return (j * gridDim.x + blockIdx.x) * chunk; }
+  __device__ unsigned int length(unsigned long long j) const {
+    const unsigned long long off = offset(j);
+    return static_cast<unsigned int>(bytes - off < chunk ? bytes - off : chunk);
+  }
+  __device__ unsigned long long count() const {
+    const unsigned long long total = (bytes + chunk - 1) / chunk;
+    return total > blockIdx.x ? (total - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  }
+};
+
+// dst, src: 16-byte aligned; bytes: multiple of 16; chunk: bytes per stage (multiple of 16).
+// Dynamic shared memory: kStages * chunk + 8 * kStages bytes.
 extern "C" __global__ void tma_copy(char* dst, const char* src, unsigned long long bytes, unsigned int chunk) {
   extern __shared__ __align__(128) char smem[];
-  char* stage[2] = {smem, smem + chunk};
-  auto* bars = reinterpret_cast<pkit::u64*>(smem + 2 * chunk);
+  auto* bars = reinterpret_cast<pkit::u64*>(smem + kStages * chunk);
   if (threadIdx.x != 0) return;
-  pkit::mbarrier_init(&bars[0], 1);
-  pkit::mbarrier_init(&bars[1], 1);
-  const unsigned long long nchunks = (bytes + chunk - 1) / chunk;
-  unsigned int k = 0;
-  for (unsigned long long c = blockIdx.x; c < nchunks; c += gridDim.x, ++k) {
-    const int s = k & 1;
-    const unsigned long long off = c * chunk;
-    const unsigned int n = static_cast<unsigned int>(bytes - off < chunk ? bytes - off : chunk);
-    pkit::bulk_wait_read<1>();  // the store that last used this stage has read it
-    pkit::mbarrier_expect_bytes(&bars[s], n);
-    pkit::bulk_load(stage[s], src + off, n, &bars[s]);
-    pkit::mbarrier_wait(&bars[s], (k >> 1) & 1, PKIT_SITE);
-    pkit::bulk_store(dst + off, stage[s], n);
+  const ChunkPlan plan{src, dst, bytes, chunk};
+  const unsigned long long n = plan.count();
+  auto load = [&](unsigned long long j) {
+    const int s = j % kStages;
+    pkit::mbarrier_expect_bytes(&bars[s], plan.length(j));
+    pkit::bulk_load(smem + s * chunk, src + plan.offset(j), plan.length(j), &bars[s]);
+  };
+  for (int s = 0; s < kStages; ++s) pkit::mbarrier_init(&bars[s], 1);
+  for (unsigned long long j = 0; j < n && j < kStages; ++j) load(j);
+  for (unsigned long long j = 0; j < n; ++j) {
+    const int s = j % kStages;
+    pkit::mbarrier_wait(&bars[s], (j / kStages) & 1, PKIT_SITE);
+    pkit::bulk_store(dst + plan.offset(j), smem + s * chunk, plan.length(j));
     pkit::bulk_commit();
+    if (j + kStages < n) {
+      pkit::bulk_wait_read<0>();  // the store has read stage s: refill it
+      load(j + kStages);
+    }
   }
   pkit::bulk_wait<0>();
 }

@@ -1,0 +1,146 @@
+"""Collectives study: pkit's kernels against NCCL (one process, CuPy), torch.distributed and torch symmetric
+memory (one process per GPU), measured in the same run.
+
+Sizes are nccl-tests' S: the whole buffer (all-reduce, all-to-all), the gathered output (all-gather),
+the scattered input (reduce-scatter). Rows carry algbw and busbw in GB/s.
+
+Example:
+    >>> from pkit.experiments import collectives
+    >>> df = collectives.sweep(sizes=[1 << 16, 1 << 30])                  # doctest: +SKIP
+    >>> collectives.speedups(df)                                          # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..ops.collectives import Collectives, bandwidths
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
+
+
+def _variants(op: str):
+    """(implementation name, call(coll, nccl, out, inp)) pairs for one op."""
+    if op == "all_reduce":
+        return [("pkit_one_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="one_shot")),
+                ("pkit_two_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="two_shot")),
+                ("nccl", lambda c, n, o, i: n.all_reduce(o, i))]
+    variants = [("pkit_sm", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="sm"))]
+    if op in ("all_gather", "all_to_all"):
+        variants.append(("pkit_ce", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ce")))
+    return variants + [("nccl", lambda c, n, o, i: getattr(n, op)(o, i))]
+
+
+def _buffers(team, op: str, nbytes: int, dtype: str):
+    """(out, inp) SymmetricArrays for total size `nbytes`, inputs random."""
+    import cupy as cp
+
+    item = 2 if dtype == "bfloat16" else 4
+    count = nbytes // item
+    share = count // team.size
+    inp = team.empty((share if op == "all_gather" else count,), dtype)
+    out = team.empty((share if op == "reduce_scatter" else count,), dtype)
+    for r in range(team.size):
+        with cp.cuda.Device(team.devices[r]):
+            values = cp.random.standard_normal(int(np.prod(inp.shape)), dtype=cp.float32)
+            inp[r][...] = (values.view(cp.uint32) >> 16).astype(cp.uint16) if dtype == "bfloat16" else values
+    return out, inp
+
+
+def _matches(a, b, dtype: str) -> bool:
+    """Whether two results agree (to bf16/fp32 rounding of differently ordered sums)."""
+    import cupy as cp
+
+    def f32(x):
+        return (x.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else x
+
+    fa, fb = f32(a), f32(b)
+    scale = max(1.0, float(cp.abs(fb).max()))
+    return bool(cp.all(cp.isfinite(fa))) and float(cp.abs(fa - fb).max()) <= (2e-2 if dtype == "bfloat16" else 1e-4) * scale
+
+
+def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16",
+          devices: Sequence[int] = (0, 1), reps: int = 20) -> pd.DataFrame:
+    """pkit's collectives and single-process NCCL on the same buffers; each result checked against NCCL's."""
+    import cupy as cp
+
+    import pkit
+    from ..ops.baselines import NcclCollectives
+
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise ValueError(f"ops: unknown {unknown}; expected names from {OPS}")
+    if dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"dtype: expected 'bfloat16' or 'float32', got {dtype!r}")
+    team = pkit.Team(list(devices))
+    quantum = 16 * team.size
+    if not sizes or any(s <= 0 or s % quantum for s in sizes):
+        raise ValueError(f"sizes: expected positive multiples of {quantum} bytes, got {list(sizes)}")
+    coll, nccl = Collectives(team), NcclCollectives(team)
+    rows = []
+    for op in tqdm(ops, desc="collectives", leave=False):
+        for nbytes in sizes:
+            out, inp = _buffers(team, op, nbytes, dtype)
+            expected = team.empty(out.shape, dtype)
+            getattr(nccl, op)(expected, inp)
+            team.synchronize()
+            for name, call in _variants(op):
+                out.fill(np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan))
+                team.synchronize()
+                call(coll, nccl, out, inp)
+                team.synchronize()
+                ok = all(_on(team.devices[r], lambda: _matches(out[r], expected[r], dtype)) for r in range(team.size))
+                if not ok:
+                    raise AssertionError(f"{name} {op} of {nbytes} bytes ({dtype}) disagrees with NCCL")
+                r = pkit.bench(lambda: call(coll, nccl, out, inp), devices=list(devices), reps=reps, warmup=5,
+                               hide_launch=True)
+                algbw, busbw = bandwidths(op, nbytes, team.size, r.median_ms * 1e-3)
+                rows.append({"implementation": name, "op": op, "dtype": dtype, "bytes": nbytes,
+                             "time_median_us": r.median_us, "time_min_us": r.min_ms * 1e3,
+                             "time_max_us": r.max_ms * 1e3, "cv": r.cv, "algbw_GBps": algbw, "busbw_GBps": busbw,
+                             "verified": True})
+            del out, inp, expected
+    return pd.DataFrame(rows)
+
+
+def _on(device: int, thunk):
+    import cupy as cp
+
+    with cp.cuda.Device(device):
+        return thunk()
+
+
+def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16", nproc: int = 2,
+                    reps: int = 20, timeout_s: float = 600) -> pd.DataFrame:
+    """torch.distributed and torch symmetric memory under torchrun (one process per GPU), same columns."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "torch.csv")
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m",
+               "pkit.experiments.torch_collectives", "--out", out, "--dtype", dtype, "--reps", str(reps),
+               "--sizes", *map(str, sizes)]
+        env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+               "NVSHMEM_DISABLE_NVLS": "1"}
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"torch baselines failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        frame = pd.read_csv(out)
+    bw = [bandwidths(op, b, nproc, t * 1e-6) for op, b, t in zip(frame["op"], frame["bytes"], frame["time_median_us"])]
+    frame["algbw_GBps"], frame["busbw_GBps"] = [a for a, _ in bw], [b for _, b in bw]
+    frame["verified"] = False  # timed only; correctness of torch's own collectives is torch's tests' job
+    return frame
+
+
+def speedups(frame: pd.DataFrame, baseline: str = "nccl") -> pd.DataFrame:
+    """Per (op, bytes): each implementation's time over its speedup against `baseline` (>1: faster)."""
+    base = frame[frame["implementation"] == baseline].set_index(["op", "dtype", "bytes"])["time_median_us"]
+    out = frame.join(base.rename("baseline_us"), on=["op", "dtype", "bytes"])
+    out["speedup"] = out["baseline_us"] / out["time_median_us"]
+    return out.dropna(subset=["speedup"])

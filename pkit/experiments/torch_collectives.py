@@ -1,0 +1,90 @@
+"""torch.distributed (NCCL) and torch symmetric-memory collectives, one process per GPU.
+
+Run under torchrun; rank 0 writes a CSV with the slowest rank's median per (implementation, op, bytes):
+    python -m torch.distributed.run --nproc_per_node=2 -m pkit.experiments.torch_collectives \
+        --out torch.csv --sizes 65536 1073741824 --dtype bfloat16
+`pkit.experiments.collectives.torch_baselines` does this and returns the DataFrame.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def _time(fn, reps: int, warmup: int):
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    events[0].record()
+    for i in range(reps):
+        fn()
+        events[i + 1].record()
+    torch.cuda.synchronize()
+    return [events[i].elapsed_time(events[i + 1]) for i in range(reps)]
+
+
+def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
+    """(implementation, op, callable) for one total size S in bytes."""
+    import torch
+    import torch.distributed as dist
+
+    count = nbytes // torch.tensor([], dtype=dtype).element_size()
+    share = count // world
+    dev = torch.device("cuda", rank)
+    x = torch.randn(count, device=dev).to(dtype)
+    y = torch.empty_like(x)
+    part = torch.randn(share, device=dev).to(dtype)
+    yield "torch_nccl", "all_reduce", lambda: dist.all_reduce(x)
+    yield "torch_nccl", "all_gather", lambda: dist.all_gather_into_tensor(y, part)
+    yield "torch_nccl", "reduce_scatter", lambda: dist.reduce_scatter_tensor(part, x)
+    yield "torch_nccl", "all_to_all", lambda: dist.all_to_all_single(y, x)
+    if group_name is not None:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        buf = symm_mem.empty(count, dtype=dtype, device=dev)
+        symm_mem.rendezvous(buf, group_name)
+        buf.copy_(x)
+        yield "torch_symm_one_shot", "all_reduce", lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group_name)
+        yield "torch_symm_two_shot", "all_reduce", lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group_name)
+
+
+def main(argv=None) -> None:
+    import pandas as pd
+    import torch
+    import torch.distributed as dist
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sizes", type=int, nargs="+", required=True, help="total bytes S per collective")
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--symm-max-bytes", type=int, default=64 << 20, help="largest size for symmetric memory")
+    args = parser.parse_args(argv)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    dtype = getattr(torch, args.dtype)
+    group_name = dist.group.WORLD.group_name
+    rows = []
+    for nbytes in args.sizes:
+        symm = group_name if nbytes <= args.symm_max_bytes else None
+        for impl, op, fn in _cases(nbytes, dtype, world, rank, symm):
+            samples = torch.tensor(_time(fn, args.reps, args.warmup), device="cuda")
+            dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # each repetition's slowest rank
+            rows.append({"implementation": impl, "op": op, "dtype": args.dtype, "bytes": nbytes,
+                         "time_median_us": float(samples.median()) * 1e3, "time_min_us": float(samples.min()) * 1e3,
+                         "time_max_us": float(samples.max()) * 1e3,
+                         "cv": float(samples.std(unbiased=False) / samples.mean())})
+    if rank == 0:
+        pd.DataFrame(rows).to_csv(args.out, index=False)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

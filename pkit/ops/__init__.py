@@ -1,0 +1,1 @@
+"""Python ops on Teams: peer transfers by mechanism, collectives, baselines."""

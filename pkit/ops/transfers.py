@@ -1,0 +1,70 @@
+"""Peer-to-peer transfers by mechanism: copy engine, register-level 16-byte loads/stores, TMA bulk copies.
+
+Each call enqueues one copy of `nbytes` from GPU `src` to GPU `dst` on the current CuPy stream of the GPU
+that does the work (the source's for push and for the copy engine, the destination's for pull).
+
+Example:
+    >>> from pkit.ops.transfers import peer_copy
+    >>> peer_copy(y[1], x[0], "tma_push", blocks=16)      # doctest: +SKIP   (x, y: SymmetricArrays)
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+MECHANISMS = ("copy_engine", "register_push", "register_pull", "tma_push", "tma_pull")
+THREADS = 512  # per block, register-level copies
+TMA_CHUNK = 32 << 10  # bytes per pipeline stage; the kernel keeps 4 stages in flight per block
+TMA_STAGES = 4
+
+
+@lru_cache(maxsize=None)
+def _kernel(mechanism: str):
+    import pkit
+
+    return pkit.compile("tma_copy.cu", "tma_copy") if mechanism.startswith("tma") else pkit.compile("copy.cu", "copy16")
+
+
+def worker(mechanism: str, src: int, dst: int) -> int:
+    """The GPU whose engines or SMs do the copy."""
+    return dst if mechanism.endswith("_pull") else src
+
+
+def peer_copy(dst_array, src_array, mechanism: str, blocks: int | None = None) -> None:
+    """Copy `src_array` (a CuPy array on one GPU) into `dst_array` (same byte size, another GPU or the same).
+
+    `blocks` sets how many SMs an SM mechanism uses (default: every SM for register copies, 32 for TMA).
+    """
+    import cupy as cp
+
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism: expected one of {MECHANISMS}, got {mechanism!r}")
+    nbytes = src_array.nbytes
+    if dst_array.nbytes != nbytes or nbytes % 16:
+        raise ValueError(f"dst_array, src_array: expected equal sizes in multiples of 16 bytes, got "
+                         f"{dst_array.nbytes} and {nbytes}")
+    if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= 1024):
+        raise ValueError(f"blocks: expected an integer in [1, 1024], got {blocks!r}")
+    src, dst = src_array.device.id, dst_array.device.id
+    on = worker(mechanism, src, dst)
+    if mechanism == "copy_engine":
+        with cp.cuda.Device(src):
+            cp.cuda.runtime.memcpyPeerAsync(dst_array.data.ptr, dst, src_array.data.ptr, src, nbytes,
+                                            cp.cuda.get_current_stream().ptr)
+        return
+    d, s = np.uint64(dst_array.data.ptr), np.uint64(src_array.data.ptr)
+    if mechanism.startswith("register"):
+        n16 = nbytes // 16
+        grid = blocks or min(4 * _sms(on), max(1, -(-n16 // THREADS)))
+        _kernel(mechanism)((grid,), (THREADS,), (d, s, np.uint64(n16)), device=on)
+    else:
+        grid = blocks or 32
+        _kernel(mechanism)((grid,), (32,), (d, s, np.uint64(nbytes), np.uint32(TMA_CHUNK)),
+                           shared_mem=TMA_STAGES * (TMA_CHUNK + 8), device=on)
+
+
+def _sms(device: int) -> int:
+    import pkit
+
+    return pkit.devices()[device].sms

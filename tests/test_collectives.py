@@ -1,0 +1,134 @@
+"""Collectives: busbw formulas and argument checks on CPU; every op against float64 on 2 GPUs."""
+import numpy as np
+import pytest
+
+import pkit
+from pkit.bf16 import from_bf16_bits, to_bf16_bits
+from pkit.ops import collectives as C
+
+TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-2}  # relative to the largest reference magnitude
+
+
+def test_bus_bandwidth_factors_follow_nccl_tests():
+    assert C.bus_bandwidth_factor("all_reduce", 2) == 1.0
+    assert C.bus_bandwidth_factor("all_reduce", 8) == pytest.approx(1.75)
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert C.bus_bandwidth_factor(op, 4) == pytest.approx(0.75)
+    algbw, busbw = C.bandwidths("all_reduce", 2 * 10**9, 8, 0.01)
+    assert (algbw, busbw) == pytest.approx((200.0, 350.0))
+    with pytest.raises(ValueError, match="op: expected"):
+        C.bus_bandwidth_factor("broadcast", 2)
+    with pytest.raises(ValueError, match="ranks"):
+        C.bus_bandwidth_factor("all_gather", 0)
+    with pytest.raises(ValueError, match="seconds"):
+        C.bandwidths("all_gather", 1, 2, 0)
+
+
+def test_mechanism_choice():
+    assert C.choose("all_gather", 1 << 30, "auto") == "ce"
+    assert C.choose("all_gather", 1 << 20, "auto") == "sm"
+    assert C.choose("all_reduce", 1 << 30, "auto") == "sm"
+    assert C.choose("all_gather", 1 << 30, "sm") == "sm"
+    with pytest.raises(ValueError, match="mechanism: expected"):
+        C.choose("all_gather", 1, "tma")
+
+
+def test_bf16_rounding_matches_round_to_nearest_even():
+    x = np.array([1.0, 1.00390625, 1.01171875, -2.5, 65504.0, np.inf], dtype=np.float32)
+    assert from_bf16_bits(to_bf16_bits(x)).tolist() == [1.0, 1.0, 1.015625, -2.5, 65536.0, np.inf]
+    assert np.isnan(from_bf16_bits(to_bf16_bits(np.array([np.nan], dtype=np.float32))))[0]
+
+
+def _fill(array, values_by_rank):
+    """Write float32 values (converted to the array's dtype) into each rank's buffer."""
+    for r, v in enumerate(values_by_rank):
+        array[r].set(to_bf16_bits(v) if array.dtype == "bfloat16" else v.astype(array.storage_dtype))
+
+
+def _read(array, r):
+    import cupy as cp
+
+    raw = cp.asnumpy(array[r])
+    return from_bf16_bits(raw).astype(np.float64) if array.dtype == "bfloat16" else raw.astype(np.float64)
+
+
+def _inputs(team, dtype, count):
+    rng = np.random.default_rng()
+    values = [rng.standard_normal(count).astype(np.float32) for _ in range(team.size)]
+    if dtype == "bfloat16":  # the reference sees exactly what the GPUs hold
+        values = [from_bf16_bits(to_bf16_bits(v)) for v in values]
+    inp = team.empty((count,), dtype)
+    _fill(inp, values)
+    return inp, [v.astype(np.float64) for v in values]
+
+
+def _assert_close(got, want, dtype, what):
+    assert np.all(np.isfinite(got)), f"{what}: non-finite output (poison left?)"
+    scale = max(1.0, float(np.max(np.abs(want))))
+    err = float(np.max(np.abs(got - want))) / scale
+    assert err <= TOLERANCE[dtype], f"{what}: max error {err:.2e} × {scale:.2f}"
+
+
+@pytest.fixture(scope="module")
+def team():
+    return pkit.Team([0, 1])
+
+
+CASES = [("all_gather", "sm"), ("all_gather", "ce"), ("all_to_all", "sm"), ("all_to_all", "ce"),
+         ("reduce_scatter", "sm"), ("all_reduce:one_shot", "sm"), ("all_reduce:two_shot", "sm")]
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("count", [64, 8 * 1000 + 16, 3 << 20])
+@pytest.mark.parametrize("case, mechanism", CASES)
+def test_collective_against_float64(team, case, mechanism, dtype, count):
+    op, _, algorithm = case.partition(":")
+    coll = C.Collectives(team)
+    n = team.size
+    share = count // n
+    inp, x = _inputs(team, dtype, count if op != "all_gather" else share)
+    poison = np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan)
+    out = team.empty((count if op != "reduce_scatter" else share,), dtype).fill(poison)
+    total = np.sum(x, axis=0)
+    if op == "all_gather":
+        coll.all_gather(out, inp, mechanism=mechanism)
+        want = [np.concatenate(x)] * n
+    elif op == "all_to_all":
+        coll.all_to_all(out, inp, mechanism=mechanism)
+        want = [np.concatenate([x[q][r * share:(r + 1) * share] for q in range(n)]) for r in range(n)]
+    elif op == "reduce_scatter":
+        coll.reduce_scatter(out, inp, mechanism=mechanism)
+        want = [total[r * share:(r + 1) * share] for r in range(n)]
+    else:
+        coll.all_reduce(out, inp, algorithm=algorithm)
+        want = [total] * n
+    team.synchronize()
+    for r in range(n):
+        _assert_close(_read(out, r), want[r], dtype, f"{case}/{mechanism} {dtype} n={count} rank {r}")
+
+
+@pytest.mark.multigpu
+def test_sizes_that_do_not_split_get_a_clear_error(team):
+    coll = C.Collectives(team)
+    odd = team.empty((1001,), "float32")
+    with pytest.raises(ValueError, match="do not split into 2 shares"):
+        coll.all_to_all(team.empty((1001,), "float32"), odd)
+    with pytest.raises(ValueError, match="not a multiple of 16"):
+        coll.all_reduce(team.empty((1001,), "float32"), odd, algorithm="one_shot")
+    with pytest.raises(ValueError, match="expected 2002 elements"):
+        coll.all_gather(team.empty((2000,), "float32"), odd)
+    with pytest.raises(ValueError, match="reductions support"):
+        coll.all_reduce(team.empty((1024,), "int32"), team.empty((1024,), "int32"))
+
+
+@pytest.mark.multigpu
+def test_thousand_back_to_back_all_reduces(team):
+    coll = C.Collectives(team)
+    inp, x = _inputs(team, "float32", 1 << 14)
+    outs = [team.empty((1 << 14,), "float32") for _ in range(2)]
+    for i in range(1000):
+        coll.all_reduce(outs[i % 2], inp, algorithm="one_shot" if i % 3 else "two_shot")
+    team.synchronize()
+    for r in range(team.size):
+        _assert_close(_read(outs[1], r), np.sum(x, axis=0), "float32", f"rank {r}")

@@ -1,0 +1,73 @@
+"""Transfer mechanisms: argument checks and the SM-saturation summary on CPU; real copies on 2 GPUs."""
+import numpy as np
+import pandas as pd
+import pytest
+
+import pkit
+from pkit.experiments import collectives, mechanisms
+from pkit.ops import transfers
+
+
+def test_sms_to_reach_reads_the_sweep():
+    sweep = pd.DataFrame([
+        {"mechanism": "copy_engine", "blocks": 0, "bandwidth_GBps": 400.0},
+        *({"mechanism": "tma_push", "blocks": b, "bandwidth_GBps": min(400.0, 30.0 * b)} for b in (1, 4, 8, 16, 32)),
+        *({"mechanism": "register_push", "blocks": b, "bandwidth_GBps": 3.0 * b} for b in (1, 16, 66, 132)),
+        *({"mechanism": "tma_pull", "blocks": b, "bandwidth_GBps": 2.0 * b} for b in (1, 16, 66, 132)),
+    ])
+    need = mechanisms.sms_to_reach(sweep, fraction=0.9).set_index("mechanism")
+    assert need.loc["tma_push", "blocks_needed"] == 16
+    assert need.loc["register_push", "blocks_needed"] == 132
+    assert pd.isna(need.loc["tma_pull", "blocks_needed"]) and need.loc["tma_pull", "best_GBps"] == 264.0
+    assert (need["reference_GBps"] == 400.0).all()
+    with pytest.raises(ValueError, match="fraction"):
+        mechanisms.sms_to_reach(sweep, fraction=1.5)
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    (dict(nbytes=1000), "multiples of 16"),
+    (dict(mechanisms=["warp_drive"]), "mechanisms: unknown"),
+    (dict(src=1, dst=1), "two different GPUs"),
+    (dict(blocks=[0, 4]), "blocks: expected"),
+])
+def test_sm_sweep_validates_arguments(kwargs, text):
+    with pytest.raises(ValueError, match=text):
+        mechanisms.sm_sweep(**kwargs)
+
+
+def test_collective_sweep_validates_arguments():
+    with pytest.raises(ValueError, match="ops: unknown"):
+        collectives.sweep(ops=["broadcast"])
+    with pytest.raises(ValueError, match="dtype"):
+        collectives.sweep(dtype="int8")
+
+
+def test_speedups_against_baseline():
+    frame = pd.DataFrame([
+        {"implementation": "nccl", "op": "all_gather", "dtype": "bfloat16", "bytes": 1 << 30, "time_median_us": 3000.0},
+        {"implementation": "pkit_ce", "op": "all_gather", "dtype": "bfloat16", "bytes": 1 << 30, "time_median_us": 2400.0},
+    ])
+    sp = collectives.speedups(frame).set_index("implementation")
+    assert sp.loc["pkit_ce", "speedup"] == pytest.approx(1.25) and sp.loc["nccl", "speedup"] == 1.0
+
+
+def test_peer_copy_rejects_unknown_mechanism():
+    with pytest.raises(ValueError, match="mechanism: expected"):
+        transfers.peer_copy(None, None, "carrier_pigeon")
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("mechanism", transfers.MECHANISMS)
+@pytest.mark.parametrize("nbytes, blocks", [(16, None), (4096 + 48, 1), ((96 << 20) + 32, 7), (1 << 30, None)])
+def test_every_mechanism_copies_every_byte(mechanism, nbytes, blocks):
+    import cupy as cp
+
+    team = pkit.Team([0, 1])
+    src, dst = team.empty((nbytes,), "uint8"), team.empty((nbytes,), "uint8")
+    data = np.random.default_rng().integers(0, 256, nbytes, dtype=np.uint8)
+    src[0].set(data)
+    dst.fill(0xA5)
+    team.synchronize()
+    transfers.peer_copy(dst[1], src[0], mechanism, blocks=blocks)
+    team.synchronize()
+    assert np.array_equal(cp.asnumpy(dst[1]), data)
