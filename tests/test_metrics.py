@@ -1,0 +1,137 @@
+"""pass@k against exact combinatorics, fast_p and geometric-mean speedup on hand-built records."""
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pkit import metrics
+from pkit.metrics import fast_p, geomean_speedup, pass_at_k, pass_rate, table
+
+
+def exact(n, c, k):
+    """1 - C(n-c, k) / C(n, k) in exact rational arithmetic (math.comb is 0 when k > n - c)."""
+    return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+
+
+def test_pass_at_k_equals_exact_values_for_every_small_case():
+    for n in range(1, 16):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                assert pass_at_k(n, c, k) == pytest.approx(float(exact(n, c, k)), rel=1e-12, abs=1e-15), (n, c, k)
+
+
+def test_pass_at_k_known_values():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(5, 1, 2) == pytest.approx(0.4)
+    assert pass_at_k(4, 2, 2) == pytest.approx(5 / 6)
+
+
+def test_pass_at_k_edge_cases():
+    assert pass_at_k(7, 0, 1) == 0.0 and pass_at_k(7, 0, 7) == 0.0          # c = 0
+    assert pass_at_k(7, 7, 1) == 1.0 and pass_at_k(1, 1, 1) == 1.0          # c = n
+    assert pass_at_k(10, 8, 3) == 1.0 and pass_at_k(10, 5, 6) == 1.0        # k > n - c
+    assert pass_at_k(10, 5, 5) < 1.0                                        # k = n - c
+
+
+def test_pass_at_k_is_accurate_for_large_n():
+    n, c, k = 10**6, 10, 100
+    assert pass_at_k(n, c, k) == pytest.approx(float(exact(n, c, k)), rel=1e-12)
+    tiny = pass_at_k(10**9, 1, 1)  # 1e-9: the naive 1 - ratio form loses digits here
+    assert tiny == pytest.approx(1e-9, rel=1e-12)
+
+
+@pytest.mark.parametrize("args, error, name", [
+    ((0, 0, 1), ValueError, "n:"), ((5, 6, 1), ValueError, "c:"), ((5, -1, 1), ValueError, "c:"),
+    ((5, 1, 0), ValueError, "k:"), ((5, 1, 6), ValueError, "k:"), ((5.0, 1, 1), TypeError, "n:"),
+    ((5, True, 1), TypeError, "c:"),
+])
+def test_pass_at_k_errors_name_the_argument(args, error, name):
+    with pytest.raises(error, match=name):
+        pass_at_k(*args)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 60).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
+def test_pass_at_k_matches_exact_and_is_a_probability(nck):
+    n, c, k = nck
+    value = pass_at_k(n, c, k)
+    assert 0.0 <= value <= 1.0
+    assert value == pytest.approx(float(exact(n, c, k)), rel=1e-10, abs=1e-14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 200).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n - 1), st.integers(1, n - 1))))
+def test_pass_at_k_grows_with_k_and_with_c(nck):
+    n, c, k = nck
+    assert pass_at_k(n, c, k + 1) >= pass_at_k(n, c, k) - 1e-12
+    assert pass_at_k(n, c + 1, k) >= pass_at_k(n, c, k) - 1e-12
+    assert pass_at_k(n, c, 1) == pytest.approx(c / n)
+
+
+def rec(problem, status, speedup=None, category="collectives", model="m", sample=None):
+    return {"problem": problem, "category": category, "model": model, "sample": sample, "status": status,
+            "speedup": speedup}
+
+
+ONE_SAMPLE = [rec("a", "correct_faster", 2.0), rec("b", "correct_slower", 0.8), rec("c", "wrong_result"),
+              rec("d", "correct_faster", 1.2, category="moe")]
+
+
+def test_fast_p_on_one_sample_per_problem():
+    assert fast_p(ONE_SAMPLE, p=1.0) == 0.5
+    assert fast_p(ONE_SAMPLE, p=0.0) == 0.75 == pass_rate(ONE_SAMPLE)
+    assert fast_p(ONE_SAMPLE, p=1.5) == 0.25
+    assert fast_p(ONE_SAMPLE, p=2.0) == 0.0                   # strictly faster than p
+    assert fast_p(ONE_SAMPLE, p=1.0, total=8) == 0.25         # missing problems count as unsolved
+    with pytest.raises(ValueError, match="total:"):
+        fast_p(ONE_SAMPLE, total=3)
+
+
+def test_fast_p_k_sample_form():
+    samples = [rec("a", "correct_faster", 2.0, sample=0), rec("a", "wrong_result", sample=1),
+               rec("a", "correct_slower", 0.9, sample=2), rec("b", "timeout", sample=0),
+               rec("b", "timeout", sample=1), rec("b", "compile_error", sample=2)]
+    assert fast_p(samples, 1.0, k=1) == pytest.approx((1 / 3 + 0) / 2)
+    assert fast_p(samples, 1.0, k=2) == pytest.approx((2 / 3 + 0) / 2)
+    assert fast_p(samples, 1.0, k=3) == pytest.approx(0.5)
+    assert pass_rate(samples, k=1) == pytest.approx((2 / 3) / 2)
+    assert pass_rate(samples, k=2) == pytest.approx(1 / 2)
+
+
+def test_one_model_at_a_time_and_record_checks():
+    with pytest.raises(ValueError, match="models"):
+        fast_p(ONE_SAMPLE + [rec("a", "correct_faster", 3.0, model="other")])
+    with pytest.raises(ValueError, match=r"records\[0\]: missing fields \['status'\]"):
+        metrics.outcomes([{"problem": "a", "category": "c"}])
+    with pytest.raises(ValueError, match="k:"):
+        fast_p(ONE_SAMPLE, k=0)
+
+
+def test_geomean_speedup_uses_correct_records_only():
+    records = [rec("a", "correct_faster", 2.0), rec("b", "correct_slower", 0.5), rec("c", "wrong_result", 100.0)]
+    assert geomean_speedup(records) == pytest.approx(1.0)
+    assert math.isnan(geomean_speedup([rec("c", "wrong_result")]))
+
+
+def test_table_per_category_and_overall():
+    t = table(ONE_SAMPLE, ks=[1], ps=[1.0])
+    value = t.set_index(["category", "metric"])["value"]
+    assert value[("all", "pass")] == 0.75 and value[("all", "fast")] == 0.5
+    assert value[("collectives", "pass")] == pytest.approx(2 / 3)
+    assert value[("collectives", "fast")] == pytest.approx(1 / 3)
+    assert value[("moe", "fast")] == 1.0
+    assert value[("all", "geomean_speedup")] == pytest.approx((2.0 * 0.8 * 1.2) ** (1 / 3))
+    assert set(t["problems"][t["category"] == "all"]) == {4}
+
+
+def test_table_caps_k_at_each_problems_samples():
+    samples = [rec("a", "wrong_result", sample=0), rec("a", "correct_faster", 2.0, sample=1)]
+    t = table(samples, ks=[1, 5], ps=[1.0])
+    passes = t[(t.metric == "pass") & (t.category == "all")].set_index("k")["value"]
+    assert passes[1] == 0.5 and passes[5] == 1.0
+
+
+def test_records_without_model_are_unnamed():
+    t = table([{"problem": "a", "category": "c", "status": "correct_slower", "speedup": 0.9}])
+    assert set(t["model"]) == {metrics.UNNAMED_MODEL}
