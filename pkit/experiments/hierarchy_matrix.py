@@ -1,0 +1,283 @@
+"""Bandwidth matrix in nvbandwidth's vocabulary: copy-engine (CE) and SM copies between GPUs and the host.
+
+Every testcase has nvbandwidth's name and a one-line description. CE copies are `cudaMemcpyAsync` on a
+stream of the GPU whose copy engine should move the data (the reader for `read` tests, the writer for
+`write` tests); SM copies are pkit's `copy16` kernel launched on that GPU. Host memory is pinned and
+mapped, so SM kernels reach it over PCIe directly. Bidirectional tests run both directions at once and
+count both; a local copy counts its read and its write. Every destination is poisoned before timing and
+compared word by word with the source after it.
+
+Example:
+    >>> from pkit.experiments import hierarchy_matrix as M
+    >>> print(M.TESTCASES["device_to_device_memcpy_read_ce"].description)
+    GPU(row) reads GPU(column) with the reader's copy engine
+    >>> M.plan_copies("d2d_read", 0, 1)
+    (Copy(src='GPU0', dst='GPU1', issuer=1),)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .hierarchy_memory import pattern, pinned
+from .quickstart import THREADS
+
+POISON = np.uint32(0xA5A5A5A5)
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class MatrixCase:
+    name: str
+    engine: str  # CE (copy engine) or SM (copy kernel)
+    kind: str  # which copies: see plan_copies
+    arrow: str  # how the printed matrix reads: '->' rows are sources, '<-' rows are destinations, '<->' both
+    description: str
+
+
+@dataclass(frozen=True)
+class Copy:
+    src: str  # 'CPU' or 'GPU<i>'
+    dst: str
+    issuer: int  # the GPU whose copy engine or SMs move the bytes
+
+
+_KINDS = {  # kind: (arrow, description with {engine})
+    "h2d": ("->", "CPU(row) writes each GPU(column) with the GPU's {engine}"),
+    "d2h": ("<-", "CPU(row) receives from each GPU(column) with the GPU's {engine}"),
+    "h2d_bidir": ("<->", "CPU(row) to and from each GPU(column) at once with the GPU's {engine}"),
+    "d2d_read": ("<-", "GPU(row) reads GPU(column) with the reader's {engine}"),
+    "d2d_write": ("->", "GPU(row) writes GPU(column) with the writer's {engine}"),
+    "d2d_bidir_read": ("<->", "GPU(row) and GPU(column) read each other at once, each with its {engine}"),
+    "d2d_bidir_write": ("<->", "GPU(row) and GPU(column) write each other at once, each with its {engine}"),
+    "local": ("->", "GPU copies within its own memory with its {engine} (read + write counted)"),
+}
+_NAMES = {"h2d": "host_to_device_memcpy", "d2h": "device_to_host_memcpy",
+          "h2d_bidir": "host_to_device_bidirectional_memcpy", "d2d_read": "device_to_device_memcpy_read",
+          "d2d_write": "device_to_device_memcpy_write", "d2d_bidir_read": "device_to_device_bidirectional_memcpy_read",
+          "d2d_bidir_write": "device_to_device_bidirectional_memcpy_write", "local": "device_local_copy"}
+_ENGINE_WORDS = {"CE": "copy engine", "SM": "SMs"}
+
+
+def _testcase(kind: str, engine: str) -> MatrixCase:
+    name = _NAMES[kind] + ("" if (kind, engine) == ("local", "CE") else f"_{engine.lower()}")
+    arrow, text = _KINDS[kind]
+    return MatrixCase(name, engine, kind, arrow, text.format(engine=_ENGINE_WORDS[engine]))
+
+
+TESTCASES = {t.name: t for t in (_testcase(kind, engine) for engine in ("CE", "SM") for kind in _KINDS)}
+
+
+def plan_copies(kind: str, a: int, b: int | None = None) -> tuple[Copy, ...]:
+    """The copies one measurement of `kind` runs at once, between GPU `a` and GPU `b` (or the host)."""
+    if kind not in _KINDS:
+        raise ValueError(f"kind: expected one of {sorted(_KINDS)}, got {kind!r}")
+    ga, gb = f"GPU{a}", f"GPU{b}"
+    return {"h2d": (Copy("CPU", ga, a),), "d2h": (Copy(ga, "CPU", a),),
+            "h2d_bidir": (Copy("CPU", ga, a), Copy(ga, "CPU", a)),
+            "d2d_read": (Copy(ga, gb, b),), "d2d_write": (Copy(ga, gb, a),),
+            "d2d_bidir_read": (Copy(ga, gb, b), Copy(gb, ga, a)),
+            "d2d_bidir_write": (Copy(ga, gb, a), Copy(gb, ga, b)),
+            "local": (Copy(ga, ga, a),)}[kind]
+
+
+def counted(kind: str) -> tuple[str, int]:
+    """What a row's bandwidth counts, and how many times the buffer size that is."""
+    if kind == "local":
+        return "read+write", 2
+    return ("both directions", 2) if "bidir" in kind else ("one direction", 1)
+
+
+def _endpoints(kind: str, gpus: Sequence[int]) -> list[tuple[int, int | None]]:
+    if kind.startswith("d2d"):
+        return [(a, b) for a in gpus for b in gpus if a != b]
+    return [(g, None) for g in gpus]
+
+
+def _check(gpus, nbytes, testcases, reps, warmup) -> tuple[list[int], list[str]]:
+    gpus = list(gpus)
+    if not gpus or len(set(gpus)) != len(gpus) or not all(isinstance(g, (int, np.integer)) and g >= 0 for g in gpus):
+        raise ValueError(f"gpus: expected distinct GPU ids, got {gpus!r}")
+    if not isinstance(nbytes, (int, np.integer)) or nbytes <= 0 or nbytes % 16:
+        raise ValueError(f"nbytes: expected a positive multiple of 16 bytes, got {nbytes!r}")
+    names = list(TESTCASES) if testcases is None else list(testcases)
+    unknown = [n for n in names if n not in TESTCASES]
+    if unknown or not names:
+        raise ValueError(f"testcases: unknown {unknown or names}; known: {list(TESTCASES)}")
+    if len(gpus) < 2 and any(TESTCASES[n].kind.startswith("d2d") for n in names):
+        raise ValueError(f"gpus: device-to-device testcases need two GPUs, got {gpus}")
+    if not isinstance(reps, (int, np.integer)) or reps < 1 or not isinstance(warmup, (int, np.integer)) or warmup < 0:
+        raise ValueError(f"reps, warmup: expected reps >= 1 and warmup >= 0, got {reps!r}, {warmup!r}")
+    return [int(g) for g in gpus], names
+
+
+class _Buffers:
+    """Sources (holding `pattern`) and destinations on the host and on every GPU, by label."""
+
+    def __init__(self, gpus: Sequence[int], nbytes: int, stack):
+        import cupy as cp
+
+        n_words = nbytes // 4
+        (self.src_host, src_view), (self.dst_host, self.dst_view) = (stack.enter_context(pinned(nbytes))
+                                                                     for _ in range(2))
+        self.src_view = src_view.view(np.uint32)
+        self.src_view[:] = pattern(np, n_words)
+        self.src = {"CPU": self.src_host}
+        self.dst = {"CPU": self.dst_host}
+        self.arrays: dict[str, tuple] = {}
+        self.side_streams = {}
+        for g in gpus:
+            with cp.cuda.Device(g):
+                a, b = pattern(cp, n_words), cp.empty(n_words, dtype=cp.uint32)
+                self.side_streams[g] = cp.cuda.Stream(non_blocking=True)
+            self.arrays[f"GPU{g}"] = (a, b)
+            self.src[f"GPU{g}"], self.dst[f"GPU{g}"] = a.data.ptr, b.data.ptr
+
+    def poison(self, label: str) -> None:
+        import cupy as cp
+
+        if label == "CPU":
+            self.dst_view.fill(0xA5)
+            return
+        with cp.cuda.Device(int(label[3:])):
+            self.arrays[label][1].fill(POISON)
+
+    def verified(self, label: str) -> bool:
+        """The destination at `label` equals the source pattern, word for word."""
+        import cupy as cp
+
+        if label == "CPU":
+            return bool(np.array_equal(self.dst_view.view(np.uint32), self.src_view))
+        with cp.cuda.Device(int(label[3:])):
+            src, dst = self.arrays[label]
+            return bool(cp.array_equal(dst, src))
+
+
+def _enqueue_all(engine: str, copies: Sequence[Copy], buffers: _Buffers, nbytes: int, kernel, sms: int) -> None:
+    """Start every copy on its issuer's current stream; two copies on one GPU fork onto a side stream
+    (each then gets half the SMs, so both kernels are resident at once)."""
+    import cupy as cp
+
+    def start(copy: Copy, stream, blocks: int) -> None:
+        dst, src = buffers.dst[copy.dst], buffers.src[copy.src]
+        if engine == "CE":
+            cp.cuda.runtime.memcpyAsync(dst, src, nbytes, cp.cuda.runtime.memcpyDefault, stream.ptr)
+        else:
+            kernel((blocks,), (THREADS,), (np.uint64(dst), np.uint64(src), np.uint64(nbytes // 16)),
+                   device=copy.issuer, stream=stream)
+
+    for issuer in sorted({c.issuer for c in copies}):
+        group = [c for c in copies if c.issuer == issuer]
+        with cp.cuda.Device(issuer):
+            main = cp.cuda.get_current_stream()
+            if len(group) == 1:
+                start(group[0], main, 4 * sms)
+                continue
+            side = buffers.side_streams[issuer]
+            fork = cp.cuda.Event(disable_timing=True)
+            fork.record(main)
+            side.wait_event(fork)
+            start(group[0], main, 2 * sms)
+            start(group[1], side, 2 * sms)
+            join = cp.cuda.Event(disable_timing=True)
+            join.record(side)
+            main.wait_event(join)
+
+
+def bandwidth_matrix(gpus: Sequence[int] = (0, 1), nbytes: int = 512 * MiB, testcases: Sequence[str] | None = None,
+                     reps: int = 10, warmup: int = 3) -> pd.DataFrame:
+    """Every testcase (default: all of TESTCASES) between every GPU pair, and each GPU and the host.
+
+    `nbytes` per copy (default 512 MiB, nvbandwidth's default; keep it well above 3× the L2 so no copy is
+    served from cache). Timing: `pkit.bench` over the issuing GPUs, launches queued behind a spin kernel,
+    `warmup` + `reps` calls, medians. One row per (testcase, src, dst, bytes): engine, copies (1 or 2 at
+    once), counted, bandwidth_GBps (10⁹ B/s of what `counted` says), time_{median,min,max}_us, cv, verified.
+
+    Example:
+        >>> bandwidth_matrix((0, 1), testcases=["device_to_device_memcpy_write_ce"])     # doctest: +SKIP
+    """
+    from contextlib import ExitStack
+
+    import pkit
+
+    gpus, names = _check(gpus, nbytes, testcases, reps, warmup)
+    pkit.Team(gpus)  # peer access among all GPUs
+    kernel = pkit.compile("copy.cu", "copy16")
+    sms = min(pkit.devices()[g].sms for g in gpus)
+    rows = []
+    with ExitStack() as stack:
+        buffers = _Buffers(gpus, int(nbytes), stack)
+        for name in names:
+            t = TESTCASES[name]
+            what, factor = counted(t.kind)
+            for a, b in _endpoints(t.kind, gpus):
+                copies = plan_copies(t.kind, a, b)
+                for c in copies:
+                    buffers.poison(c.dst)
+                pkit.launch.check(gpus)
+                r = pkit.bench(lambda: _enqueue_all(t.engine, copies, buffers, nbytes, kernel, sms),
+                               devices=sorted({c.issuer for c in copies}), warmup=warmup, reps=reps, hide_launch=True)
+                bad = [c for c in copies if not buffers.verified(c.dst)]
+                if bad:
+                    raise AssertionError(f"{name}: the copy {bad[0].src} -> {bad[0].dst} is wrong after timing")
+                rows.append({"testcase": name, "engine": t.engine, "src": copies[0].src, "dst": copies[0].dst,
+                             "bytes": int(nbytes), "copies": len(copies), "counted": what,
+                             "bandwidth_GBps": r.gbps(factor * nbytes), "time_median_us": r.median_us,
+                             "time_min_us": r.min_ms * 1e3, "time_max_us": r.max_ms * 1e3, "cv": r.cv,
+                             "verified": True})
+    return pd.DataFrame(rows)
+
+
+def _label_key(label: str) -> tuple[int, int]:
+    return (0, 0) if label == "CPU" else (1, int(label[3:]))
+
+
+def format_matrix(frame: pd.DataFrame, testcase: str) -> str:
+    """nvbandwidth-style text for one testcase of a matrix frame (its largest size); N/A where unmeasured.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"testcase": ["device_to_device_memcpy_write_ce"] * 2, "src": ["GPU0", "GPU1"],
+        ...                    "dst": ["GPU1", "GPU0"], "bytes": [1 << 29] * 2, "counted": ["one direction"] * 2,
+        ...                    "bandwidth_GBps": [390.5, 391.25]})
+        >>> print(format_matrix(df, "device_to_device_memcpy_write_ce"))
+        Running device_to_device_memcpy_write_ce.
+        memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s), one direction, 512 MiB
+                       0         1
+             0       N/A    390.50
+             1    391.25       N/A
+    """
+    if testcase not in TESTCASES:
+        raise ValueError(f"testcase: expected one of {list(TESTCASES)}, got {testcase!r}")
+    missing = {"testcase", "src", "dst", "bytes", "counted", "bandwidth_GBps"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame: missing columns {sorted(missing)}")
+    rows = frame[frame["testcase"] == testcase]
+    if rows.empty:
+        raise ValueError(f"testcase: no rows for {testcase!r} in the frame")
+    rows = rows[rows["bytes"] == rows["bytes"].max()]
+    t = TESTCASES[testcase]
+    row_key, col_key = ("dst", "src") if t.arrow == "<-" else ("src", "dst")
+    values = {(r[row_key], r[col_key]): r["bandwidth_GBps"] for _, r in rows.iterrows()}
+    row_labels = sorted(set(rows[row_key]), key=_label_key)
+    col_labels = sorted(set(rows[col_key]), key=_label_key)
+    kind = lambda labels: "CPU" if labels == ["CPU"] else "GPU"  # noqa: E731
+    index = lambda label: "0" if label == "CPU" else label[3:]  # noqa: E731
+    lines = [f"Running {testcase}.",
+             f"memcpy {t.engine} {kind(row_labels)}(row) {t.arrow} {kind(col_labels)}(column) bandwidth (GB/s), "
+             f"{rows['counted'].iloc[0]}, {int(rows['bytes'].iloc[0]) // MiB} MiB",
+             " " * 6 + "".join(f"{index(c):>10}" for c in col_labels)]
+    for r in row_labels:
+        cells = (f"{values[(r, c)]:10.2f}" if (r, c) in values else f"{'N/A':>10}" for c in col_labels)
+        lines.append(f"{index(r):>6}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def print_matrix(frame: pd.DataFrame) -> None:
+    """Print every testcase of a matrix frame, in TESTCASES order, as nvbandwidth does."""
+    for name in TESTCASES:
+        if (frame["testcase"] == name).any():
+            print(format_matrix(frame, name), end="\n\n")
