@@ -15,7 +15,7 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH
   python3 -m ipykernel install --user --name python3 >/dev/null
 fi
-if [ $# -gt 0 ]; then
-  python3 -m pkit.cli figures --mode measure --only "$@" 2>&1 | tee "$OUT/figures.log"
-fi
+for nb in "$@"; do  # one at a time: a failing notebook does not stop the others
+  python3 -m pkit.cli figures --mode measure --only "$nb" 2>&1 | tee -a "$OUT/figures.log"
+done
 tar czf "$OUT/results.tgz" results figures build/notebooks 2>/dev/null
