@@ -202,8 +202,11 @@ class Kernel:
 
         dev = cp.cuda.runtime.getDevice() if device is None else device
         fn = self.on(dev)
-        if shared_mem > 48 * 1024:
-            fn.max_dynamic_shared_size_bytes = shared_mem
+        if shared_mem > 48 * 1024:  # above the default cap the function must opt in
+            from cupy_backends.cuda.api import driver
+
+            with cp.cuda.Device(dev):
+                driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
         with cp.cuda.Device(dev):
             fn(tuple(grid) if not isinstance(grid, int) else (grid,),
                tuple(block) if not isinstance(block, int) else (block,),
