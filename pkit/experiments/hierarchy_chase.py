@@ -124,9 +124,9 @@ def _kernel(name: str):
     return pkit.compile("pointer_chase.cu", name)
 
 
-def _chase(kernel, device: int, args: tuple, hops: int, reps: int, expected_end: int, block: int,
+def _chase(kernel, device: int, launches: list[tuple[tuple, int]], hops: int, block: int,
            shared_mem: int) -> tuple[np.ndarray, np.ndarray]:
-    """Launch a chase `reps` times; per launch (cycles, ns) per timed hop. Checks where each one stopped."""
+    """One launch per (args, expected end); per launch (cycles, ns) per timed hop. Checks where each stopped."""
     import cupy as cp
 
     from pkit.launch import check
@@ -134,7 +134,7 @@ def _chase(kernel, device: int, args: tuple, hops: int, reps: int, expected_end:
     with cp.cuda.Device(device):
         out = cp.zeros(3, dtype=cp.uint64)
     samples = []
-    for _ in range(reps):
+    for args, expected_end in launches:
         kernel((1,), (block,), (*args, out), shared_mem=shared_mem, device=device)
         check([device])
         cycles, ns, end = (int(v) for v in cp.asnumpy(out))
@@ -184,12 +184,18 @@ def measure_rung(plan: ChasePlan, device: int = 0, peer: int | None = None, reps
             with cp.cuda.Device(device):
                 table = cp.asarray(next_slots(order).astype(np.uint32))
             args = (table, np.uint32(n_slots), np.uint32(stride), np.uint64(warm), np.uint64(plan.hops))
-            expected, block, shared_mem = int(order[(warm + plan.hops) % n_slots]), 128, plan.working_set_bytes
+            launches = [(args, int(order[(warm + plan.hops) % n_slots]))] * reps
+            block, shared_mem = 128, plan.working_set_bytes
         else:
             base, order = _global_chain(plan, device, peer, stride, seed, stack)
-            args = (np.uint64(base), np.uint64(warm), np.uint64(plan.hops))
-            expected, block, shared_mem = base + int(order[(warm + plan.hops) % n_slots]) * stride, 1, 0
-        cycles, ns = _chase(kernel, device, args, plan.hops, reps, expected, block, shared_mem)
+            # Past the caches each launch starts where the last one stopped, so no launch re-reads lines an
+            # earlier one brought into L2; cached levels restart at slot 0 after a full warm-up lap.
+            step = warm + plan.hops if plan.warm_hops is not None else 0
+            launches = [((np.uint64(base + int(order[i * step % n_slots]) * stride), np.uint64(warm),
+                          np.uint64(plan.hops)), base + int(order[(i * step + warm + plan.hops) % n_slots]) * stride)
+                        for i in range(reps)]
+            block, shared_mem = 1, 0
+        cycles, ns = _chase(kernel, device, launches, plan.hops, block, shared_mem)
         row = {"level": plan.level, "kind": "level", "memory": plan.memory, "load": _LOADS[plan.kernel],
                "working_set_bytes": plan.working_set_bytes, "hops": plan.hops, "warm_hops": warm, "reps": reps,
                "latency_ns": float(np.median(ns)), "latency_cycles": float(np.median(cycles)),

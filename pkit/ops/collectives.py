@@ -7,7 +7,7 @@ of the whole collective as nccl-tests does: all-gather's output and reduce-scatt
 
 Mechanisms: "sm" (register-level 16-byte loads/stores with in-kernel barriers; any team size, also one
 process per GPU) and "ce" (copy engine, `cudaMemcpyPeerAsync` ordered by events; all-gather and
-all-to-all, one process driving every GPU). "auto" picks per size (see `choose`).
+all-to-all, one process driving every GPU). "auto" picks the SM kernels (see `choose`).
 
 Example:
     >>> import pkit
@@ -28,7 +28,6 @@ THREADS = 512
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
 ONE_SHOT_MAX_BYTES = 256 << 10  # "auto" all-reduce: one shot up to here (and always on 2 GPUs), else two shot
-CE_MIN_BYTES = 64 << 20  # "auto": the copy engine from this per-rank share up, for moves without arithmetic
 
 
 class Collectives:
@@ -176,12 +175,11 @@ class Collectives:
 
 
 def choose(op: str, share_bytes: int, mechanism: str) -> str:
-    """The mechanism for a collective: the override if given, else the copy engine for large pure moves."""
+    """The mechanism for a collective: the override if given, else SM kernels, which beat the copy-engine
+    path at every size 64 KiB → 1 GiB on 2×H200 (results/h200x2-nv18/collectives_pkit_nccl.csv)."""
     if mechanism not in ("auto", "sm", "ce"):
         raise ValueError(f"mechanism: expected 'auto', 'sm' or 'ce', got {mechanism!r}")
-    if mechanism != "auto":
-        return mechanism
-    return "ce" if op in ("all_gather", "all_to_all") and share_bytes >= CE_MIN_BYTES else "sm"
+    return "sm" if mechanism == "auto" else mechanism
 
 
 def bus_bandwidth_factor(op: str, ranks: int) -> float:
