@@ -29,12 +29,15 @@ LOG_TAIL_CHARS = 4000
 
 @dataclass
 class RankOutcome:
-    """What one rank left behind: exit code (negative: killed by that signal), result file, log tail."""
+    """What one rank left behind: exit code (negative: killed by that signal), result file, log tail, the
+    last phase it entered (e.g. 'candidate, trial 1') and when it exited relative to the others."""
 
     rank: int
+    pid: int | None
     returncode: int | None
     result: dict | None
     log_tail: str
+    phase: str | None
     exit_order: int | None
 
 
@@ -70,15 +73,22 @@ def worker_env(rank: int, world_size: int, port: int, device: str) -> dict:
 
 def run_workers(spec: dict, *, timeout_s: float, grace_s: float = 5.0, poll_s: float = 0.05) -> RunOutcome:
     """Run one evaluation described by `spec` (see pkit.harness.worker) on `spec['world_size']` ranks."""
-    world_size = spec["world_size"]
     folder = Path(tempfile.mkdtemp(prefix="pkit-eval-"))
+    try:
+        return _run_in(folder, spec, timeout_s, grace_s, poll_s)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_in(folder: Path, spec: dict, timeout_s: float, grace_s: float, poll_s: float) -> RunOutcome:
+    world_size = spec["world_size"]
+    spec_path = folder / "spec.json"
+    spec_path.write_text(json.dumps(spec))
     procs, logs = [], []
     start = time.monotonic()
     timed_out = False
     order: dict[int, int] = {}
     try:
-        spec_path = folder / "spec.json"
-        spec_path.write_text(json.dumps(spec))
         port = free_port()
         for rank in range(world_size):
             log = open(folder / f"rank_{rank}.log", "wb")
@@ -110,9 +120,9 @@ def run_workers(spec: dict, *, timeout_s: float, grace_s: float = 5.0, poll_s: f
             _kill_session(proc)
         for log in logs:
             log.close()
-    ranks = [RankOutcome(r, procs[r].returncode if r < len(procs) else None, _read_json(folder / f"rank_{r}.json"),
-                         _tail(folder / f"rank_{r}.log"), order.get(r)) for r in range(world_size)]
-    shutil.rmtree(folder, ignore_errors=True)
+    ranks = [RankOutcome(r, proc.pid, proc.returncode, _read_json(folder / f"rank_{r}.json"),
+                         _tail(folder / f"rank_{r}.log"), _read_text(folder / f"rank_{r}.phase"), order.get(r))
+             for r, proc in enumerate(procs)]
     return RunOutcome(ranks, timed_out, time.monotonic() - start)
 
 
@@ -129,6 +139,13 @@ def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
         return None
 
 

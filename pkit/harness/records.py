@@ -32,12 +32,16 @@ FIELDS = ("problem", "category", "solution", "model", "sample", "backend", "worl
 EXCERPT_CHARS = 2000
 
 
-def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str | None:
-    """The last `limit` characters of `text` (where a traceback's message is), marked when cut."""
+def excerpt(text: str | None, limit: int = EXCERPT_CHARS, head: int = 0) -> str | None:
+    """`text` cut to `limit` characters: its first `head` characters (the message) and its end (where a
+    traceback names the failing line), joined by '…' where something was cut."""
     if not text:
         return None
     text = text.strip()
-    return text if len(text) <= limit else "…" + text[-(limit - 1):]
+    if len(text) <= limit:
+        return text
+    head = min(head, limit // 2)
+    return (text[:head] + "…" if head else "…") + text[-(limit - head - 1):]
 
 
 def speed_status(speedup: float) -> str:

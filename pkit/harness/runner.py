@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .launch import RunOutcome, run_workers
+from .launch import RankOutcome, RunOutcome, run_workers
 from .problems import Problem
 from .records import excerpt, new_record, speed_status, write_line
 from .solutions import Candidate
 
-QUICK_TIMING = {"warmup": 1, "iters": 3}
+QUICK_TIMING = {"warmup": 2, "iters": 10}
 """Timing without --perf: just enough to call a correct candidate faster or slower."""
 
 REFERENCE_PHASES = ("load_problem", "inputs", "reference", "timing_reference")
@@ -152,20 +152,17 @@ def _judge(outcome: RunOutcome, timeout_s: float) -> dict:
         "trials": min((len(ts) for ts in trials), default=0),
         "trials_passed": min((sum(t["check"]["ok"] for t in ts) for ts in trials), default=0),
     }
-    failed = sorted((r for r in ranks if (r.result and r.result["error"]) or
-                     (r.result is None and r.exit_order is not None and r.returncode != 0)),
-                    key=lambda r: r.exit_order if r.exit_order is not None else len(ranks))
-    compile_failures = [r for r in failed if r.result and r.result["error"]["kind"] == "compile_error"]
-    if compile_failures or failed:
-        first = (compile_failures or failed)[0]
-        status = "compile_error" if compile_failures else "runtime_error"
+    first = _root_cause(ranks)
+    if first is not None:
+        status = "compile_error" if first.result and first.result["error"]["kind"] == "compile_error" else "runtime_error"
         if first.result and first.result["error"]["phase"] in REFERENCE_PHASES:
             flags.add("reference_error")
-        return dict(fields, status=status, error=excerpt(_describe_failure(first)), flags=flags)
+        return dict(fields, status=status, error=excerpt(_describe_failure(first), head=1000), flags=flags)
     if outcome.timed_out:
+        where = "; ".join(f"rank {r.rank} in phase {r.phase or 'startup'}" for r in ranks)
         tails = "\n".join(f"--- rank {r.rank} output ---\n{r.log_tail[-600:]}" for r in ranks if r.log_tail.strip())
         return dict(fields, status="timeout", flags=flags,
-                    error=excerpt(f"no result within {timeout_s:g} s; all ranks killed\n{tails}"))
+                    error=excerpt(f"no result within {timeout_s:g} s; all ranks killed ({where})\n{tails}", head=400))
     missing = [r for r in ranks if r.result is None]
     if missing:
         return dict(fields, status="runtime_error", flags=flags, error=excerpt(
@@ -174,6 +171,23 @@ def _judge(outcome: RunOutcome, timeout_s: float) -> dict:
         return dict(fields, status="wrong_result", flags=flags,
                     error=excerpt("; ".join(f"rank {c['rank']}: {c['note']}" for c in last if c["note"])))
     return dict(fields, error=None, flags=flags, **_times(ranks[0].result["timing"]))
+
+
+def _root_cause(ranks: list[RankOutcome]) -> RankOutcome | None:
+    """The rank whose failure explains the run, or None when no rank failed.
+
+    In order: a compile error; the earliest error of the rank's own (not the echo of a peer's death, such
+    as gloo's 'Connection closed by peer'); the first rank seen to die without a result; the earliest echo.
+    """
+    errored = sorted((r for r in ranks if r.result and r.result["error"]), key=lambda r: r.result["error"]["time"])
+    crashed = sorted((r for r in ranks if r.result is None and r.exit_order is not None and r.returncode != 0),
+                     key=lambda r: r.exit_order)
+    own = [r for r in errored if not r.result["error"]["peer_failure"]]
+    compiled = [r for r in own if r.result["error"]["kind"] == "compile_error"]
+    for group in (compiled, own, crashed, errored):
+        if group:
+            return group[0]
+    return None
 
 
 def _times(timing: dict) -> dict:
@@ -187,13 +201,13 @@ def _times(timing: dict) -> dict:
             "rotations": timing["rotations"]}
 
 
-def _describe_failure(rank) -> str:
+def _describe_failure(rank: RankOutcome) -> str:
     if rank.result and rank.result["error"]:
         e = rank.result["error"]
         return f"rank {rank.rank}, phase {e['phase']}: {e['type']}: {e['message']}\n{e['traceback']}"
     code = rank.returncode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-    return f"rank {rank.rank} died ({how}) without a result\n{rank.log_tail}"
+    return f"rank {rank.rank} died ({how}) in phase {rank.phase or 'startup'} without a result\n{rank.log_tail}"
 
 
 def _sha256(path: Path) -> str:

@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -42,6 +43,17 @@ def error_kind(exc: BaseException, phase: str) -> str:
     if phase == "load_candidate" and isinstance(exc, COMPILE_ERRORS):
         return "compile_error"
     return "runtime_error"
+
+
+PEER_FAILURE_MARKERS = ("connection closed by peer", "connection reset by peer", "read error", "broken pipe",
+                        "remote process exited", "communicator was aborted", "distnetworkerror", "distbackenderror")
+"""Lower-case fragments of errors a rank gets because a peer died, rather than from its own candidate code."""
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """True when `exc` looks like the echo of another rank's failure (its connection went away)."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(marker in text for marker in PEER_FAILURE_MARKERS)
 
 
 def load_candidate(path: str, function: str):
@@ -88,12 +100,26 @@ def side_stream_check(out, device: torch.device) -> bool:
 
 
 class Run:
-    """The state of one rank's evaluation; `phase` names what it is doing, for error reports."""
+    """The state of one rank's evaluation; `phase` names what it is doing, for error reports.
 
-    def __init__(self, spec: dict, rank: int):
+    Each phase change is also written to `rank_<RANK>.phase`, so after a timeout the parent can say where
+    every rank was stuck.
+    """
+
+    def __init__(self, spec: dict, rank: int, folder: Path):
         self.spec, self.rank = spec, rank
-        self.phase = "init"
+        self._phase_file = folder / f"rank_{rank}.phase"
         self.result = {"rank": rank, "error": None, "trials": [], "passed": False, "timing": None}
+        self.phase = "init"
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self._phase_file.write_text(f"{name}, trial {len(self.result['trials'])}")
 
     def execute(self) -> None:
         spec = self.spec
@@ -156,12 +182,13 @@ def write_result(folder: Path, rank: int, result: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     spec_path, rank = argv if argv is not None else sys.argv[1:]
     spec_path, rank = Path(spec_path), int(rank)
-    run = Run(json.loads(spec_path.read_text()), rank)
+    run = Run(json.loads(spec_path.read_text()), rank, spec_path.parent)
     try:
         run.execute()
     except BaseException as exc:  # noqa: BLE001 - every failure of the candidate is a result to record
         run.result["error"] = {"kind": error_kind(exc, run.phase), "phase": run.phase, "type": type(exc).__name__,
-                               "message": str(exc)[:4000], "traceback": traceback.format_exc()[-8000:]}
+                               "message": str(exc)[:4000], "traceback": traceback.format_exc()[-8000:],
+                               "peer_failure": is_peer_failure(exc), "time": time.time()}
         write_result(spec_path.parent, rank, run.result)
         traceback.print_exc()
         sys.stdout.flush()

@@ -1,0 +1,369 @@
+"""Tests of the evaluation harness (pkit.harness): CPU, gloo, world size 2, tiny sizes.
+
+Fixture problems live in tests/fixtures/problems, correct samples in tests/fixtures/samples
+(`<model>/<problem>/<k>.py`), deliberately broken candidates in tests/fixtures/candidates/01_sum.
+The PKB adapter is tested on a small checkout of ParallelKernelBench's shape that the test builds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path, PurePosixPath
+
+import pytest
+import torch
+
+from pkit.harness import checks, launch, problems, records, runner, solutions
+from pkit.harness.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE_PROBLEMS = FIXTURES / "problems"
+HANG_TIMEOUT_S = 12
+
+
+def run_cli(*argv: str) -> int:
+    return main([str(a) for a in argv])
+
+
+def by_solution(path: Path) -> dict:
+    return {r["solution"]: r for r in records.read_jsonl(path)}
+
+
+# --- layout parsing ------------------------------------------------------------------------------------------
+
+ALIASES = {"01_allreduce": "01_allreduce", "allreduce": "01_allreduce", "1_allreduce": "1_allreduce"}
+
+
+@pytest.mark.parametrize("rel, problem, model, sample, backend", [
+    ("gpt-5/01_allreduce/3.py", "01_allreduce", "gpt-5", 3, None),
+    ("zai-org/GLM-5.1/allreduce/12.py", "01_allreduce", "zai-org/GLM-5.1", 12, None),
+    ("gpt-5/01_allreduce/fast.py", "01_allreduce", "gpt-5", None, None),
+    ("01_allreduce/solutions/torch_alt.py", "01_allreduce", None, None, None),
+    ("01_allreduce/mine.py", "01_allreduce", None, None, None),
+    ("1_allreduce_cuda.py", "1_allreduce", None, None, "cuda"),
+])
+def test_solution_paths_give_problem_model_and_sample(rel, problem, model, sample, backend):
+    c = solutions.parse(PurePosixPath(rel), ALIASES)
+    assert (c.problem, c.model, c.sample, c.backend) == (problem, model, sample, backend)
+    assert c.relpath == rel
+
+
+@pytest.mark.parametrize("rel", ["01_allreduce/problem.py", "gpt-5/_helpers.py", "other/3.py",
+                                 "01_allreduce/a/b/3.py", "01_allreduce/notes.txt"])
+def test_paths_that_are_not_candidates(rel):
+    assert solutions.parse(PurePosixPath(rel), ALIASES) is None
+
+
+def test_discover_fixture_samples():
+    aliases = {a: p.name for p in problems.discover(FIXTURE_PROBLEMS) for a in p.aliases}
+    found, unmatched = solutions.discover(FIXTURES / "samples", aliases)
+    assert [(c.problem, c.model, c.sample) for c in found] == [
+        ("01_sum", "good-model", 0), ("01_sum", "good-model", 1), ("02_gather_scale", "org/model-b", 0)]
+    assert unmatched == [] and all(c.path.is_absolute() for c in found)
+
+
+# --- correctness checks (in process) --------------------------------------------------------------------------
+
+def _check(ref, sol, inputs, sol_inputs=None):
+    return checks.compare(ref, sol, ref_inputs=inputs, sol_inputs=sol_inputs or inputs,
+                          pristine=checks.clone_tree(inputs))
+
+
+def test_checks_pass_within_dtype_tolerance():
+    x = torch.randn(8, 8)
+    c = _check(x * 2, x * 2 + 1e-6, (x,))
+    assert c.ok and c.flags == [] and c.max_abs_err < 1e-5
+    bf = torch.randn(16).bfloat16()
+    assert checks.tolerance(bf.dtype) == (2e-2, 2e-2) and _check(bf, bf.clone(), (bf,)).ok
+
+
+def test_checks_report_first_bad_index_and_fraction():
+    x = torch.randn(4, 4)
+    bad = x.clone()
+    bad[2:, :] += 1
+    c = _check(x, bad, (torch.ones(1),))
+    assert not c.ok and c.first_bad_index == [2, 0] and c.mismatch_fraction == 0.5
+    assert "8 of 16 elements" in c.note and c.max_abs_err == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("make_sol, flag", [
+    (lambda x, ref: x, "aliases_input"),
+    (lambda x, ref: x.clone(), "equals_input"),
+    (lambda x, ref: torch.zeros_like(ref), "all_zero"),
+    (lambda x, ref: ref.double(), "wrong_dtype"),
+    (lambda x, ref: ref[:2], "wrong_shape"),
+    (lambda x, ref: (ref,), "wrong_structure"),
+    (lambda x, ref: torch.full_like(ref, float("nan")), "non_finite"),
+])
+def test_checks_flag_tricks(make_sol, flag):
+    x = torch.randn(6)
+    ref = x * 3
+    c = _check(ref, make_sol(x, ref), (x,))
+    assert not c.ok and flag in c.flags
+
+
+def test_checks_flag_mutated_input_even_when_values_are_right():
+    x = torch.randn(5)
+    ref = x * 2
+    mine = x.clone()
+    mine.mul_(2)
+    c = checks.compare(ref, mine, ref_inputs=(x,), sol_inputs=(mine,), pristine=(x.clone(),))
+    assert not c.ok and "mutated_input" in c.flags and "modified" in c.note
+
+
+def test_checks_compare_tuples_and_plain_values():
+    x = torch.randn(3)
+    assert _check((x, 2.0, "a"), (x.clone(), 2.0 + 1e-12, "a"), (torch.ones(1),)).ok
+    c = _check((x, 2), (x.clone(), 3), (torch.ones(1),))
+    assert not c.ok and "got 3, expected 2" in c.note
+
+
+def test_records_validate_fields_and_status():
+    r = records.new_record(problem="p", status="timeout", flags=["side_stream", "side_stream"])
+    assert list(r) == list(records.FIELDS) and r["flags"] == ["side_stream"]
+    with pytest.raises(ValueError, match="status"):
+        records.new_record(status="fine")
+    with pytest.raises(ValueError, match="unknown record fields"):
+        records.new_record(status="timeout", colour="red")
+
+
+def _rank(rank, order, error=None, peer=False, t=0.0, code=1):
+    result = None if error is None else {"error": {"kind": error, "phase": "candidate", "type": "E", "message": "m",
+                                                   "traceback": "", "peer_failure": peer, "time": t}}
+    return launch.RankOutcome(rank, 100 + rank, code, result, "", "candidate, trial 0", order)
+
+
+def test_root_cause_prefers_own_errors_then_crashes_over_echoes():
+    echo, crash = _rank(0, 0, "runtime_error", peer=True, t=1.0), _rank(1, 1, code=-6)
+    assert runner._root_cause([echo, crash]) is crash
+    own = _rank(1, 1, "runtime_error", t=2.0)
+    assert runner._root_cause([echo, own]) is own
+    assert runner._root_cause([_rank(0, 0, "runtime_error", t=1.0), _rank(1, 1, "compile_error", t=3.0)]).rank == 1
+    assert runner._root_cause([_rank(0, None, code=-9), _rank(1, None, code=-9)]) is None
+
+
+# --- end to end: fresh worker processes, gloo, world size 2 ---------------------------------------------------
+
+def test_fixture_references_and_samples_pass(tmp_path):
+    out = tmp_path / "good.jsonl"
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", FIXTURES / "samples",
+                   "--reference-as-candidate", "--trials", 2, "--perf", "--warmup", 2, "--iters", 5, "--out", out) == 0
+    recs = by_solution(out)
+    assert set(recs) == {"01_sum/problem.py:reference", "02_gather_scale/problem.py:reference",
+                         "good-model/01_sum/0.py", "good-model/01_sum/1.py", "org/model-b/02_gather_scale/0.py"}
+    for r in recs.values():
+        assert r["status"] in ("correct_slower", "correct_faster"), r
+        assert r["world_size"] == 2 and r["device"] == "cpu" and r["size"] == "tiny" and r["trials"] == 2
+        assert r["timing"] == "full" and r["rotations"] == 1 and r["ref_time_min_ms"] <= r["ref_time_ms"]
+        assert r["speedup"] > 0 and r["sol_time_ms"] > 0 and r["roofline_time_ms"] > 0
+        assert r["roofline_fraction"] == pytest.approx(r["roofline_time_ms"] / r["sol_time_ms"])
+        assert len(r["per_rank"]) == 2 and all(p["ok"] for p in r["per_rank"]) and r["flags"] == []
+        assert len(r["provenance"]["solution_sha256"]) == 64 and "pkit_commit" in r["provenance"]
+    sample = recs["org/model-b/02_gather_scale/0.py"]
+    assert (sample["model"], sample["sample"], sample["category"]) == ("org/model-b", 0, "fused")
+
+
+BROKEN = {  # candidate file → (status, flags that must be present)
+    "wrong_values.py": ("wrong_result", set()),
+    "wrong_dtype.py": ("wrong_result", {"wrong_dtype"}),
+    "zeros.py": ("wrong_result", {"all_zero"}),
+    "returns_input.py": ("wrong_result", {"aliases_input", "equals_input"}),
+    "partial_write.py": ("wrong_result", set()),
+    "mutates_input.py": ("wrong_result", {"mutated_input"}),
+    "raises.py": ("runtime_error", set()),
+    "crash.py": ("runtime_error", set()),
+    "hang.py": ("timeout", set()),
+    "syntax_error.py": ("compile_error", set()),
+    "compile_error.py": ("compile_error", set()),
+}
+
+
+def test_broken_candidates_get_their_status_and_the_run_goes_on(tmp_path):
+    out = tmp_path / "broken.jsonl"
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", FIXTURES / "candidates",
+                   "--trials", 2, "--timeout", HANG_TIMEOUT_S, "--out", out) == 0
+    recs = {Path(k).name: r for k, r in by_solution(out).items()}
+    assert set(recs) == set(BROKEN)
+    for name, (status, flags) in BROKEN.items():
+        r = recs[name]
+        assert r["status"] == status, (name, r["status"], r["error"])
+        assert flags <= set(r["flags"]), (name, r["flags"])
+        assert (r["error"] is None) == (status.startswith("correct")), name
+        assert len(r["error"]) <= records.EXCERPT_CHARS
+        assert r["speedup"] is None and r["sol_time_ms"] is None
+    partial = recs["partial_write.py"]["per_rank"]
+    assert [p["first_bad_index"] for p in partial] == [[32], [32]]
+    assert all(p["mismatch_fraction"] == 0.5 and not p["ok"] for p in partial)
+    assert "SyntaxError" in recs["syntax_error.py"]["error"]
+    assert "blockIdxx" in recs["compile_error.py"]["error"]
+    assert "ValueError: candidate gave up" in recs["raises.py"]["error"]
+    assert "SIGABRT" in recs["crash.py"]["error"] and "rank 1" in recs["crash.py"]["error"]
+    assert "rank 0 in phase" in recs["hang.py"]["error"]
+    assert recs["wrong_values.py"]["max_abs_err"] == pytest.approx(1.0)
+
+
+def test_a_hang_is_killed_with_every_process_it_started():
+    problem = problems.discover(FIXTURE_PROBLEMS)[0]
+    spec = {"source": problem.source, "world_size": 2, "device": "cpu", "size": "tiny", "dtype": "float32",
+            "candidate": {"path": str(FIXTURES / "candidates" / "01_sum" / "hang.py"), "function": "solution"},
+            "trials": 1, "seed": 0, "atol": None, "rtol": None, "timing": dict(runner.QUICK_TIMING),
+            "pg_timeout_s": 60}
+    outcome = launch.run_workers(spec, timeout_s=8)
+    assert outcome.timed_out and outcome.wall_s < 20
+    assert [r.phase for r in outcome.ranks] == ["candidate, trial 0", "candidate, trial 0"]
+    for r in outcome.ranks:
+        assert r.returncode == -9 and r.result is None
+        with pytest.raises(ProcessLookupError):
+            os.kill(r.pid, 0)
+
+
+def test_problems_cli_lists_cost_and_roofline(capsys):
+    assert run_cli("problems", "--problems-root", FIXTURE_PROBLEMS, "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {(r["problem"], r["size"]) for r in rows} == {
+        ("01_sum", "tiny"), ("01_sum", "large"), ("02_gather_scale", "tiny"), ("02_gather_scale", "large")}
+    big = next(r for r in rows if r["problem"] == "01_sum" and r["size"] == "large")
+    assert big["category"] == "collectives" and big["link_bytes"] == 4 * (1 << 24)
+    assert big["bound"] == "link" and big["roofline_time_ms"] > 0
+
+
+def test_cli_errors_name_the_bad_argument(tmp_path, capsys):
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--trials", 0, "--out", tmp_path / "x") == 2
+    assert "trials" in capsys.readouterr().err
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--problems", "nope", "--out", tmp_path / "x") == 2
+    assert "nope" in capsys.readouterr().err
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+# --- ParallelKernelBench checkout adapter -----------------------------------------------------------------------
+
+PKB_FILES = {
+    "run_local.py": '"""Stand-in for PKB\'s launcher; the adapter does not use it."""\n',
+    "reference/1_allreduce.py": """
+        import torch
+        import torch.distributed as dist
+
+
+        @torch.no_grad()
+        def solution(tensor):
+            out = tensor.clone()
+            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+            return out
+        """,
+    "reference/2_allgather.py": """
+        import torch
+        import torch.distributed as dist
+
+
+        @torch.no_grad()
+        def solution(tensor):
+            parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+            dist.all_gather(parts, tensor)
+            return torch.cat(parts)
+        """,
+    "utils/input_output_tensors.py": """
+        import torch
+
+
+        def create_input_tensor(rank, world_size, problem_id, base_shape, dtype, trial=0, device=None):
+            torch.manual_seed(1000 * problem_id + 17 * rank + 7919 * trial)
+            dev = device if device is not None else torch.device("cuda", rank)
+            return (torch.randn(base_shape, dtype=dtype, device=dev),)
+        """,
+    "solutions_cuda/1_allreduce_cuda.py": """
+        import torch
+        import torch.distributed as dist
+
+
+        def solution(tensor):
+            parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+            dist.all_gather(parts, tensor)
+            return torch.stack(parts).sum(0)
+        """,
+    "solutions_cuda/2_allgather_cuda.py": """
+        import torch
+
+
+        def solution(tensor):
+            return torch.cat([tensor, tensor])
+        """,
+}
+
+
+def make_pkb_checkout(root: Path) -> Path:
+    for rel, text in PKB_FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    return root
+
+
+def test_pkb_checkout_is_evaluated_unchanged(tmp_path):
+    root = make_pkb_checkout(tmp_path / "ParallelKernelBench")
+    out = tmp_path / "pkb.jsonl"
+    assert run_cli("eval", "--pkb-root", root, "--solutions", root / "solutions_cuda", "--size", "8x16",
+                   "--trials", 2, "--model", "glm", "--out", out) == 0
+    recs = by_solution(out)
+    good, bad = recs["1_allreduce_cuda.py"], recs["2_allgather_cuda.py"]
+    assert good["status"] in ("correct_slower", "correct_faster") and good["problem"] == "1_allreduce"
+    assert (good["backend"], good["model"], good["category"], good["size"]) == ("cuda", "glm", "pkb", "8x16")
+    assert good["dtype"] == "bfloat16" and good["roofline_time_ms"] is None
+    assert bad["status"] == "wrong_result" and "atol=0.01 rtol=0.01" in bad["error"]
+
+
+def test_pkb_checkout_problem_listing_and_errors(tmp_path, capsys):
+    root = make_pkb_checkout(tmp_path / "pkb")
+    assert run_cli("problems", "--pkb-root", root, "--format", "csv") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in lines[1:]] == ["1_allreduce", "2_allgather"]
+    assert run_cli("eval", "--pkb-root", tmp_path, "--solutions", root, "--out", tmp_path / "x") == 2
+    assert "not a ParallelKernelBench checkout" in capsys.readouterr().err
+    assert run_cli("eval", "--pkb-root", root, "--size", "big", "--solutions", root / "solutions_cuda",
+                   "--out", tmp_path / "x") == 2
+    assert "MxN" in capsys.readouterr().err
+
+
+# --- the repository's problems ----------------------------------------------------------------------------------
+
+def test_every_repo_problem_reference_runs_and_passes_as_candidate(tmp_path):
+    if not list(problems.default_root().glob("*/problem.py")):
+        pytest.skip("no problems/*/problem.py yet")
+    out = tmp_path / "refs.jsonl"
+    assert run_cli("eval", "--solutions", tmp_path, "--reference-as-candidate", "--trials", 1,
+                   "--timeout", 120, "--out", out) == 0
+    recs = records.read_jsonl(out)
+    expected = [p.name for p in problems.discover() if runner.unsupported(p, runner.EvalOptions()) is None]
+    assert sorted(r["problem"] for r in recs) == sorted(expected)
+    failed = {r["problem"]: (r["status"], r["error"]) for r in recs if not r["status"].startswith("correct")}
+    assert not failed
+
+
+# --- GPU: baselines -------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+def test_baselines_record_reference_times_on_two_gpus(tmp_path, monkeypatch):
+    from pkit import harness
+
+    monkeypatch.setenv("PKIT_RESULTS", str(tmp_path))
+    frame = harness.baselines(size="tiny", world_size=2, problems_root=FIXTURE_PROBLEMS, trials=1, warmup=2,
+                              iters=5, machine="test-machine", device="cuda")
+    assert list(frame["problem"]) == ["01_sum", "02_gather_scale"]
+    assert (frame["ref_time_ms_median"] > 0).all() and (frame["device"] == "cuda").all()
+    assert (tmp_path / "test-machine" / "baselines.csv").exists()
+    assert (tmp_path / "test-machine" / "baselines.json").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+def test_side_stream_result_is_caught_on_gpus(tmp_path):
+    out = tmp_path / "gpu.jsonl"
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", FIXTURES / "gpu_candidates",
+                   "--reference-as-candidate", "--problems", "01_sum", "--size", "tiny", "--device", "cuda",
+                   "--trials", 2, "--perf", "--warmup", 3, "--iters", 10, "--timeout", 120, "--out", out) == 0
+    recs = by_solution(out)
+    ref = recs["01_sum/problem.py:reference"]
+    assert ref["status"].startswith("correct") and ref["device"] == "cuda" and ref["rotations"] > 1
+    side = recs["01_sum/side_stream.py"]
+    assert side["status"] == "wrong_result" and "side_stream" in side["flags"], side
