@@ -26,7 +26,9 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
 
 def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "auto") == "sm"
-    assert C.choose("all_to_all", 1 << 30, "ce") == "ce"
+    assert C.choose("all_to_all", 512 << 20, "auto") == "ce"
+    assert C.choose("all_to_all", 1 << 20, "auto") == "sm"
+    assert C.choose("all_to_all", 1 << 30, "sm") == "sm"
     assert C.choose("all_gather", 1 << 20, "auto") == "sm"
     assert C.choose("all_reduce", 1 << 30, "auto") == "sm"
     assert C.choose("all_gather", 1 << 30, "sm") == "sm"

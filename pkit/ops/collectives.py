@@ -7,7 +7,7 @@ of the whole collective as nccl-tests does: all-gather's output and reduce-scatt
 
 Mechanisms: "sm" (register-level 16-byte loads/stores with in-kernel barriers; any team size, also one
 process per GPU) and "ce" (copy engine, `cudaMemcpyPeerAsync` ordered by events; all-gather and
-all-to-all, one process driving every GPU). "auto" picks the SM kernels (see `choose`).
+all-to-all, one process driving every GPU). "auto" picks by op and size (see `choose`).
 
 Example:
     >>> import pkit
@@ -27,6 +27,7 @@ from ..errors import PkitError
 THREADS = 512
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
+CE_ALL_TO_ALL_MIN_SHARE = 64 << 20  # "auto" all-to-all: copy engine from this per-rank share up
 ONE_SHOT_MAX_BYTES = 256 << 10  # "auto" all-reduce: one shot up to here (and always on 2 GPUs), else two shot
 
 
@@ -175,11 +176,14 @@ class Collectives:
 
 
 def choose(op: str, share_bytes: int, mechanism: str) -> str:
-    """The mechanism for a collective: the override if given, else SM kernels, which beat the copy-engine
-    path at every size 64 KiB → 1 GiB on 2×H200 (results/h200x2-nv18/collectives_pkit_nccl.csv)."""
+    """The mechanism for a collective: the override if given, else what measured faster on 2×H200
+    (results/h200x2-nv18/collectives_pkit_nccl.csv): the copy engine for all-to-all from 64 MiB shares
+    up (S ≥ 128 MiB on 2 GPUs), SM kernels for everything else."""
     if mechanism not in ("auto", "sm", "ce"):
         raise ValueError(f"mechanism: expected 'auto', 'sm' or 'ce', got {mechanism!r}")
-    return "sm" if mechanism == "auto" else mechanism
+    if mechanism != "auto":
+        return mechanism
+    return "ce" if op == "all_to_all" and share_bytes >= CE_ALL_TO_ALL_MIN_SHARE else "sm"
 
 
 def bus_bandwidth_factor(op: str, ranks: int) -> float:
