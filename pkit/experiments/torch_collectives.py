@@ -20,6 +20,9 @@ def _time(fn, reps: int, warmup: int):
         fn()
     torch.cuda.synchronize()
     events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    # Hold the stream while every launch queues (as pkit.bench's hide_launch does), so the samples are
+    # device time back to back, not host launch overhead: ~5 ms of spinning at ~2 GHz.
+    torch.cuda._sleep(10_000_000)
     events[0].record()
     for i in range(reps):
         fn()
