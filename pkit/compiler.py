@@ -100,6 +100,7 @@ class Module:
     cubin: bytes
     log: str
     from_cache: bool
+    source_text: str = field(default="", repr=False)
     _loaded: dict = field(default_factory=dict, repr=False)
 
     def function(self, kernel: str, device: int | None = None):
@@ -122,8 +123,6 @@ class Module:
                                self.source_text)
             raise ValueError(f"kernel: {kernel!r} is not an extern \"C\" __global__ function of {self.name}; "
                              f"found {names}") from e
-
-    source_text: str = field(default="", repr=False)
 
 
 def compile_cubin(source: str, arch: str | None = None, options: Sequence[str] = ()) -> Module:
