@@ -7,7 +7,7 @@ every token through this rank's output columns.
 """
 import torch.distributed as dist
 
-from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+from pkit.problem_kit import column_parallel_linear_inputs, cost as _cost, generator, parse_dtype
 
 META = {
     "name": "allgather_gemm",
@@ -26,12 +26,7 @@ SIZES = {
 
 
 def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
-    s = SIZES[size]
-    g = generator(seed, rank)
-    x = randn((s["tokens"] // world_size, s["in_features"]), dtype, g, device)
-    weight = randn((s["out_features"] // world_size, s["in_features"]), dtype, g, device,
-                   scale=s["in_features"] ** -0.5)
-    return x, weight
+    return column_parallel_linear_inputs(SIZES[size], world_size, dtype, generator(seed, rank), device)
 
 
 def reference(x, weight):

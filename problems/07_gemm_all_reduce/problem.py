@@ -6,7 +6,7 @@ the sum over ranks of x @ weight.T, shape (tokens, out_features), identical on e
 """
 import torch.distributed as dist
 
-from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, row_parallel_linear_inputs
 
 META = {
     "name": "gemm_all_reduce",
@@ -25,12 +25,7 @@ SIZES = {
 
 
 def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
-    s = SIZES[size]
-    g = generator(seed, rank)
-    k = s["in_features"] // world_size
-    x = randn((s["tokens"], k), dtype, g, device)
-    weight = randn((s["out_features"], k), dtype, g, device, scale=s["in_features"] ** -0.5)
-    return x, weight
+    return row_parallel_linear_inputs(SIZES[size], world_size, dtype, generator(seed, rank), device)
 
 
 def reference(x, weight):

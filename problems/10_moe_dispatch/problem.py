@@ -11,9 +11,8 @@ Output on rank r, a tuple:
 import math
 
 import torch
-import torch.distributed as dist
 
-from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+from pkit.problem_kit import cost as _cost, generator, moe_dispatch, moe_tokens, parse_dtype
 
 META = {
     "name": "moe_dispatch",
@@ -35,25 +34,12 @@ SIZES = {
 
 def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
     s = SIZES[size]
-    g = generator(seed, rank)
-    topk_ids = torch.rand((s["tokens"], s["num_experts"]), generator=g).topk(s["top_k"], dim=-1).indices
-    x = randn((s["tokens"], s["hidden"]), dtype, g, device)
-    return x, topk_ids.to(device), s["num_experts"]
+    return (*moe_tokens(s, dtype, generator(seed, rank), device), s["num_experts"])
 
 
 def reference(x, topk_ids, num_experts):
-    world_size = dist.get_world_size()
-    local_experts = num_experts // world_size
-    flat = topk_ids.flatten()
-    order = flat.argsort(stable=True)  # by global expert (so by destination rank), then (token, slot)
-    send = x[order // topk_ids.shape[1]]
-    counts = torch.bincount(flat, minlength=num_experts)
-    recv_counts = torch.empty_like(counts)  # [src * L + e]: rows from src for local expert e
-    dist.all_to_all_single(recv_counts, counts)
-    per_src = recv_counts.view(world_size, local_experts)
-    recv = x.new_empty((int(recv_counts.sum()), x.shape[1]))
-    dist.all_to_all_single(recv, send, per_src.sum(1).tolist(), counts.view(world_size, -1).sum(1).tolist())
-    chunks = recv.split(recv_counts.tolist())  # ordered (source rank, local expert)
+    chunks, per_src = moe_dispatch(x, topk_ids, num_experts)  # chunks ordered (source rank, local expert)
+    world_size, local_experts = per_src.shape
     by_expert = [chunks[src * local_experts + e] for e in range(local_experts) for src in range(world_size)]
     return torch.cat(by_expert), per_src.sum(0)
 

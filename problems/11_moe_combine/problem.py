@@ -12,7 +12,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+from pkit.problem_kit import cost as _cost, generator, moe_exchange_counts, parse_dtype, randn
 
 META = {
     "name": "moe_combine",
@@ -49,17 +49,11 @@ def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
 
 
 def reference(expert_out, topk_ids, topk_weights, num_experts):
-    world_size = dist.get_world_size()
-    local_experts = num_experts // world_size
-    flat = topk_ids.flatten()
-    order = flat.argsort(stable=True)  # the dispatch send order: by expert, then (token, slot)
-    counts = torch.bincount(flat, minlength=num_experts)
-    held = torch.empty_like(counts)
-    dist.all_to_all_single(held, counts)
-    held = held.view(world_size, local_experts)  # [src, e]: rows of src's tokens held for local expert e
+    order, counts, held = moe_exchange_counts(topk_ids, num_experts)  # order: the dispatch send order
+    world_size, local_experts = held.shape  # held[src, e]: rows of src's tokens held for local expert e
     chunks = expert_out.split(held.t().flatten().tolist())  # ordered (local expert, source rank)
     send = torch.cat([chunks[e * world_size + src] for src in range(world_size) for e in range(local_experts)])
-    back = expert_out.new_empty((flat.numel(), expert_out.shape[1]))
+    back = expert_out.new_empty((order.numel(), expert_out.shape[1]))
     dist.all_to_all_single(back, send, counts.view(world_size, -1).sum(1).tolist(), held.sum(1).tolist())
     weighted = back.float() * topk_weights.flatten()[order, None]
     out = torch.zeros((topk_ids.shape[0], expert_out.shape[1]), dtype=torch.float32, device=expert_out.device)

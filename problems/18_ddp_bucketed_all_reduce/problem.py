@@ -9,7 +9,7 @@ Output: the tuple of averaged gradients, same shapes and dtype as the inputs.
 import torch
 import torch.distributed as dist
 
-from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn, transformer_param_shapes
 
 META = {
     "name": "ddp_bucketed_all_reduce",
@@ -27,16 +27,10 @@ SIZES = {
 }
 
 
-def _param_shapes(s):
-    h, f = s["hidden"], s["ffn"]
-    layer = [(h,), (3 * h, h), (h, h), (h,), (2 * f, h), (h, f)]  # norm, qkv, out, norm, gate+up, down
-    return layer * s["layers"]
-
-
 def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
     s = SIZES[size]
     g = generator(seed, rank)
-    return (s["bucket_bytes"], *(randn(shape, dtype, g, device) for shape in _param_shapes(s)))
+    return (s["bucket_bytes"], *(randn(shape, dtype, g, device) for shape in transformer_param_shapes(s)))
 
 
 def reference(bucket_bytes, *grads):
@@ -58,7 +52,7 @@ def reference(bucket_bytes, *grads):
 def cost(world_size, size, dtype="bfloat16"):
     # N gradient elements. Ring all-reduce: each GPU sends 2(W-1)/W * N elements and adds (W-1)/W * N;
     # plus one division per element. HBM: read the gradients once and write the averages once.
-    n = sum(torch.Size(shape).numel() for shape in _param_shapes(SIZES[size]))
+    n = sum(torch.Size(shape).numel() for shape in transformer_param_shapes(SIZES[size]))
     e = parse_dtype(dtype).itemsize
     return _cost(flops=n + n * (world_size - 1) // world_size, hbm_bytes=2 * n * e,
                  link_bytes=2 * (world_size - 1) * n * e // world_size)

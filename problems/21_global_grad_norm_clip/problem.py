@@ -8,7 +8,7 @@ min(1, max_norm / (norm + 1e-6)). Output: (norm as a 0-d float32 tensor, *clippe
 import torch
 import torch.distributed as dist
 
-from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
+from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn, transformer_param_shapes
 
 META = {
     "name": "global_grad_norm_clip",
@@ -27,9 +27,7 @@ SIZES = {
 
 
 def _shard_shapes(s, world_size):
-    h, f = s["hidden"], s["ffn"]
-    layer = [(h,), (3 * h, h), (h, h), (h,), (2 * f, h), (h, f)]  # norm, qkv, out, norm, gate+up, down
-    return [(shape[0] // world_size, *shape[1:]) for shape in layer * s["layers"]]
+    return [(shape[0] // world_size, *shape[1:]) for shape in transformer_param_shapes(s)]
 
 
 def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):

@@ -12,7 +12,7 @@ Buckets are exchanged with an all-to-all of uneven sizes. Output: this rank's bu
 import torch
 import torch.distributed as dist
 
-from pkit.problem_kit import cost as _cost, generator, parse_dtype
+from pkit.problem_kit import cost as _cost, distinct_keys, generator, parse_dtype
 
 META = {
     "name": "distributed_sample_sort",
@@ -32,12 +32,7 @@ SIZES = {
 
 def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
     s = SIZES[size]
-    n = s["keys"] // world_size
-    g = generator(seed, rank)
-    # Increasing local values with random gaps; key = value * W + rank makes keys distinct across ranks.
-    keys = (torch.randint(1, 16, (n,), generator=g).cumsum(0) * world_size + rank)[torch.randperm(n, generator=g)]
-    if parse_dtype(dtype) == torch.float32:  # positive float32 bit patterns sort like the integers
-        keys = (keys + 2**23).to(torch.int32).view(torch.float32)
+    keys = distinct_keys(s["keys"] // world_size, rank, world_size, generator(seed, rank), dtype)
     return keys.to(device), s["oversample"]
 
 

@@ -7,7 +7,7 @@ is unique) and k. Output, replicated on every rank: (values (k,) float32 in desc
 import torch
 import torch.distributed as dist
 
-from pkit.problem_kit import cost as _cost, generator
+from pkit.problem_kit import cost as _cost, distinct_keys, generator
 
 META = {
     "name": "distributed_topk",
@@ -27,12 +27,8 @@ SIZES = {
 
 def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
     s = SIZES[size]
-    n = s["n"] // world_size
-    g = generator(seed, rank)
-    # Distinct integers (increasing with random gaps, times W plus rank), shuffled, read as the bit
-    # patterns of positive float32 numbers, which order the same way.
-    ints = (torch.randint(1, 16, (n,), generator=g).cumsum(0) * world_size + rank)[torch.randperm(n, generator=g)]
-    return (ints + 2**23).to(torch.int32).view(torch.float32).to(device), s["k"]
+    x = distinct_keys(s["n"] // world_size, rank, world_size, generator(seed, rank), "float32")
+    return x.to(device), s["k"]
 
 
 def reference(x, k):

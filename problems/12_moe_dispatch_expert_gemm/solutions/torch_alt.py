@@ -3,6 +3,8 @@ experts with each expert's rows zero-padded to the largest group."""
 import torch
 import torch.distributed as dist
 
+from pkit.problem_kit import local_expert_rows
+
 
 def _all_gather(t):
     """(W, *t.shape): every rank's t, stacked in rank order."""
@@ -12,15 +14,8 @@ def _all_gather(t):
 
 
 def solution(x, topk_ids, expert_weights, num_experts):
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    local_experts = num_experts // world_size
-    all_x, all_ids = _all_gather(x), _all_gather(topk_ids)
-    local = all_ids - rank * local_experts
-    mine = (local >= 0) & (local < local_experts)
-    src, token, _ = mine.nonzero(as_tuple=True)  # row-major: (source rank, token, slot) order
-    expert = local[mine]
-    order = expert.argsort(stable=True)
-    expert, rows = expert[order], all_x[src[order], token[order]]
+    local_experts = num_experts // dist.get_world_size()
+    expert, rows = local_expert_rows(_all_gather(x), _all_gather(topk_ids), dist.get_rank(), local_experts)
 
     counts = torch.bincount(expert, minlength=local_experts)
     starts = torch.cumsum(counts, 0) - counts
