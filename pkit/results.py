@@ -50,8 +50,9 @@ def git_commit() -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":!results", ":!figures"],  # outputs being rewritten do not make the code dirty
+                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
         return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
