@@ -147,12 +147,12 @@ def peer_size_sweep(sizes_bytes: Sequence[int] | None = None, src: int = 0, dst:
     """
     import pkit
 
+    from .peer_copies import check_sizes_and_pair
     from .quickstart import peer_copy_sweep
 
     sizes = [4 * KiB << k for k in range(19)] if sizes_bytes is None else list(sizes_bytes)
     _check_pair(src, dst)
-    if not sizes or not all(isinstance(s, (int, np.integer)) and s > 0 and s % 16 == 0 for s in sizes):
-        raise ValueError(f"sizes_bytes: expected positive multiples of 16 bytes, got {sizes_bytes!r}")
+    check_sizes_and_pair(sizes, src, dst, "sizes_bytes")
     frame = peer_copy_sweep(pkit.compile("copy.cu", "copy16"), sizes, src, dst, reps=reps, warmup=warmup)
     return frame.assign(latency_us=frame["time_median_us"])
 

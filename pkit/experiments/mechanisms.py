@@ -9,52 +9,27 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
 from ..ops.transfers import MECHANISMS, peer_copy, worker
+from .peer_copies import check_sizes_and_pair, time_copy
 
 SM_MECHANISMS = tuple(m for m in MECHANISMS if m != "copy_engine")
 
 
 def _check(sizes: Sequence[int], mechanisms: Sequence[str], src: int, dst: int) -> list[int]:
-    sizes = [int(s) for s in sizes]
-    if not sizes or any(s <= 0 or s % 16 for s in sizes):
-        raise ValueError(f"sizes: expected positive multiples of 16 bytes, got {sizes}")
     unknown = [m for m in mechanisms if m not in MECHANISMS]
     if unknown:
         raise ValueError(f"mechanisms: unknown {unknown}; expected names from {MECHANISMS}")
-    if src == dst:
-        raise ValueError(f"src, dst: expected two different GPUs, got {src} and {dst}")
-    return sizes
+    return check_sizes_and_pair(sizes, src, dst)
 
 
 def _measure(team, size: int, mechanism: str, blocks: int | None, src: int, dst: int, reps: int) -> dict:
-    """Verify one copy byte for byte, then time it with buffers rotated past the L2."""
-    import cupy as cp
-
-    import pkit
-
-    copies = pkit.timing.rotations_past_l2(size, pkit.devices()[src].l2_bytes)
-    srcs = [team.empty((size,), "uint8") for _ in range(copies)]
-    dsts = [team.empty((size,), "uint8") for _ in range(copies)]
-    data = np.random.default_rng().integers(0, 256, size, dtype=np.uint8)
-    for a in srcs:
-        a[0].set(data)
-    ranks = {src: 0, dst: 1}
-    dsts[0].fill(0xA5)
-    team.synchronize()
-    peer_copy(dsts[0][ranks[dst]], srcs[0][ranks[src]], mechanism, blocks)
-    team.synchronize()
-    if not np.array_equal(cp.asnumpy(dsts[0][ranks[dst]]), data):
-        raise AssertionError(f"{mechanism} with blocks={blocks} copied {size} bytes GPU {src} → {dst} wrongly")
-    r = pkit.bench(lambda d, s: peer_copy(d[ranks[dst]], s[ranks[src]], mechanism, blocks),
-                   devices=[worker(mechanism, src, dst)], rotate=list(zip(dsts, srcs)), reps=reps, warmup=3,
-                   hide_launch=True)
-    return {"mechanism": mechanism, "blocks": blocks if mechanism != "copy_engine" else 0, "bytes": size,
-            "time_median_us": r.median_us, "time_min_us": r.min_ms * 1e3, "time_max_us": r.max_ms * 1e3,
-            "cv": r.cv, "bandwidth_GBps": r.gbps(size), "verified": True}
+    """One mechanism's verified, timed copy of `size` bytes from team rank 0 (GPU src) to rank 1 (GPU dst)."""
+    row = time_copy(team, size, lambda d, s: peer_copy(d, s, mechanism, blocks), worker(mechanism, src, dst),
+                    reps, warmup=3)
+    return {"mechanism": mechanism, "blocks": blocks if mechanism != "copy_engine" else 0, **row}
 
 
 def sm_sweep(nbytes: int = 256 << 20, blocks: Sequence[int] = (1, 2, 4, 8, 12, 16, 24, 32, 48, 66, 96, 132),
