@@ -1,4 +1,4 @@
-"""Run under torchrun (2 processes): the peer push/pull and barrier checks with one process per GPU."""
+"""Run under torchrun (2 processes): peer push/pull, barrier and collectives checks with one process per GPU."""
 import os
 
 import cupy as cp
@@ -7,6 +7,8 @@ import torch
 import torch.distributed as dist
 
 import pkit
+from pkit.errors import PkitError
+from pkit.ops.collectives import Collectives
 
 CHECKS = os.path.join(os.path.dirname(__file__), "cuda", "team_checks.cu")
 
@@ -42,8 +44,38 @@ def main() -> None:
                           np.int32(team.size), np.int32(2000), errors.local))
     team.synchronize()
     assert cp.asnumpy(errors.local).tolist() == [0, 0]
+    check_collectives(team, int(seed))
     print("MP-TEAM OK", team.rank, flush=True)
     dist.destroy_process_group()
+
+
+def check_collectives(team, seed: int) -> None:
+    """All-reduce (sm, ll) and reduce-scatter (ll) of fresh float32 data against a float64 sum, several calls
+    queued back to back; the copy engine path refuses one process per GPU with a clear error."""
+    coll, count = Collectives(team), 1 << 16
+    calls = []
+    for k, (op, mechanism) in enumerate([("all_reduce", "sm"), ("all_reduce", "ll"), ("reduce_scatter", "ll"),
+                                         ("all_reduce", "ll"), ("reduce_scatter", "sm")]):
+        x = [np.random.default_rng([seed, r, k]).standard_normal(count).astype(np.float32) for r in range(team.size)]
+        inp = team.empty((count,), "float32")
+        inp.local.set(x[team.rank])
+        share = count // team.size
+        out = team.empty((count if op == "all_reduce" else share,), "float32").fill(np.float32(np.nan))
+        total = np.sum(np.array(x, dtype=np.float64), axis=0)
+        calls.append((op, mechanism, inp, out, total if op == "all_reduce" else total[team.rank * share:][:share]))
+    team.synchronize()
+    for op, mechanism, inp, out, _ in calls:
+        getattr(coll, op)(out, inp, mechanism=mechanism)
+    team.synchronize()
+    for op, mechanism, _, out, want in calls:
+        np.testing.assert_allclose(cp.asnumpy(out.local), want, atol=1e-5 * np.abs(want).max(),
+                                   err_msg=f"{op}/{mechanism} on rank {team.rank}")
+    try:
+        coll.all_reduce(calls[0][3], calls[0][2], mechanism="ce")
+    except PkitError as e:
+        assert "one process driving every GPU" in str(e)
+    else:
+        raise AssertionError("the copy engine path accepted one process per GPU")
 
 
 if __name__ == "__main__":

@@ -26,12 +26,14 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
 
 def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "auto") == "sm"
-    assert C.choose("all_to_all", 512 << 20, "auto") == "ce"
-    assert C.choose("all_to_all", 1 << 20, "auto") == "sm"
-    assert C.choose("all_to_all", 1 << 30, "sm") == "sm"
-    assert C.choose("all_gather", 1 << 20, "auto") == "sm"
-    assert C.choose("all_reduce", 1 << 30, "auto") == "sm"
-    assert C.choose("all_gather", 1 << 30, "sm") == "sm"
+    assert C.choose("all_to_all", 512 << 20, "auto") == "sm"
+    assert C.choose("all_reduce", 64 << 10, "auto") == "ll"
+    assert C.choose("reduce_scatter", C.LL_AUTO_MAX_BYTES, "auto") == "ll"
+    assert C.choose("reduce_scatter", C.LL_AUTO_MAX_BYTES + 16, "auto") == "sm"
+    assert C.choose("all_reduce", 1 << 30, "auto") == "ce"
+    assert C.choose("all_reduce", 1 << 30, "auto", single_process=False) == "sm"
+    assert C.choose("all_reduce", 4 << 20, "auto") == "sm"
+    assert C.choose("all_gather", 1 << 30, "ce") == "ce"
     with pytest.raises(ValueError, match="mechanism: expected"):
         C.choose("all_gather", 1, "tma")
 
@@ -78,7 +80,9 @@ def team():
 
 
 CASES = [("all_gather", "sm"), ("all_gather", "ce"), ("all_to_all", "sm"), ("all_to_all", "ce"),
-         ("reduce_scatter", "sm"), ("all_reduce:one_shot", "sm"), ("all_reduce:two_shot", "sm")]
+         ("reduce_scatter", "sm"), ("reduce_scatter", "ll"), ("reduce_scatter", "ce"),
+         ("all_reduce:one_shot", "sm"), ("all_reduce:two_shot", "sm"), ("all_reduce:auto", "ll"),
+         ("all_reduce:auto", "ce")]
 
 
 @pytest.mark.multigpu
@@ -87,12 +91,17 @@ CASES = [("all_gather", "sm"), ("all_gather", "ce"), ("all_to_all", "sm"), ("all
 @pytest.mark.parametrize("case, mechanism", CASES)
 def test_collective_against_float64(team, case, mechanism, dtype, count):
     op, _, algorithm = case.partition(":")
-    coll = C.Collectives(team)
+    coll = C.Collectives(team, ce_chunk_bytes=64 << 10, ce_slots=2)  # many chunks: the slots wrap around
     n = team.size
     share = count // n
     inp, x = _inputs(team, dtype, count if op != "all_gather" else share)
     poison = np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan)
     out = team.empty((count if op != "reduce_scatter" else share,), dtype).fill(poison)
+    sent = (share if op == "reduce_scatter" else count) * inp.storage_dtype.itemsize
+    if mechanism == "ll" and sent > C.LL_MAX_BYTES:
+        with pytest.raises(ValueError, match="'ll' sends at most"):
+            getattr(coll, op)(out, inp, mechanism="ll")
+        return
     total = np.sum(x, axis=0)
     if op == "all_gather":
         coll.all_gather(out, inp, mechanism=mechanism)
@@ -104,7 +113,7 @@ def test_collective_against_float64(team, case, mechanism, dtype, count):
         coll.reduce_scatter(out, inp, mechanism=mechanism)
         want = [total[r * share:(r + 1) * share] for r in range(n)]
     else:
-        coll.all_reduce(out, inp, algorithm=algorithm)
+        coll.all_reduce(out, inp, algorithm=algorithm, mechanism=mechanism)
         want = [total] * n
     team.synchronize()
     for r in range(n):
@@ -126,12 +135,47 @@ def test_sizes_that_do_not_split_get_a_clear_error(team):
 
 
 @pytest.mark.multigpu
+def test_mechanism_and_algorithm_conflicts_are_named(team):
+    coll = C.Collectives(team)
+    x, y = team.empty((1 << 12,), "float32"), team.empty((1 << 12,), "float32")
+    with pytest.raises(ValueError, match="mechanism 'll' runs 'one_shot'"):
+        coll.all_reduce(y, x, algorithm="two_shot", mechanism="ll")
+    with pytest.raises(ValueError, match="all_gather supports"):
+        coll.all_gather(team.empty((1 << 13,), "float32"), x, mechanism="ll")
+    with pytest.raises(ValueError, match="algorithm: expected"):
+        coll.all_reduce(y, x, algorithm="ring")
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter"])
+def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op):
+    """Eight LL calls enqueued without a sync in between: a packet read from the wrong epoch shows up."""
+    coll = C.Collectives(team)
+    count = 1 << 15
+    calls = []
+    for _ in range(8):
+        inp, x = _inputs(team, "float32", count)
+        out = team.empty((count if op == "all_reduce" else count // 2,), "float32").fill(np.float32(np.nan))
+        calls.append((out, inp, np.sum(x, axis=0)))
+    team.synchronize()
+    for out, inp, _ in calls:
+        getattr(coll, op)(out, inp, mechanism="ll")
+    team.synchronize()
+    for k, (out, _, total) in enumerate(calls):
+        for r in range(team.size):
+            want = total if op == "all_reduce" else total[r * count // 2:(r + 1) * count // 2]
+            _assert_close(_read(out, r), want, "float32", f"call {k} rank {r}")
+
+
+@pytest.mark.multigpu
 def test_thousand_back_to_back_all_reduces(team):
     coll = C.Collectives(team)
     inp, x = _inputs(team, "float32", 1 << 14)
     outs = [team.empty((1 << 14,), "float32") for _ in range(2)]
+    plans = [("one_shot", "sm"), ("two_shot", "sm"), ("auto", "ll"), ("auto", "ce")]
     for i in range(1000):
-        coll.all_reduce(outs[i % 2], inp, algorithm="one_shot" if i % 3 else "two_shot")
+        algorithm, mechanism = plans[i % len(plans)]
+        coll.all_reduce(outs[i % 2], inp, algorithm=algorithm, mechanism=mechanism)
     team.synchronize()
     for r in range(team.size):
         _assert_close(_read(outs[1], r), np.sum(x, axis=0), "float32", f"rank {r}")

@@ -21,21 +21,23 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..ops.collectives import Collectives, bandwidths
+from ..ops.collectives import LL_MAX_BYTES, Collectives, bandwidths, choose
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
 
 
-def _variants(op: str):
-    """(implementation name, call(coll, nccl, out, inp)) pairs for one op."""
+def _variants(op: str, nbytes: int, ranks: int):
+    """(implementation name, call(coll, nccl, out, inp)) pairs for one op at total size `nbytes`."""
+    per_peer = nbytes if op == "all_reduce" else nbytes // ranks  # what one rank sends one peer, one-shot
     if op == "all_reduce":
-        return [("pkit_one_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="one_shot")),
-                ("pkit_two_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="two_shot")),
-                ("nccl", lambda c, n, o, i: n.all_reduce(o, i))]
-    variants = [("pkit_sm", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="sm"))]
-    if op in ("all_gather", "all_to_all"):
-        variants.append(("pkit_ce", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ce")))
+        variants = [("pkit_one_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="one_shot")),
+                    ("pkit_two_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="two_shot"))]
+    else:
+        variants = [("pkit_sm", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="sm"))]
+    if op in ("all_reduce", "reduce_scatter") and per_peer <= LL_MAX_BYTES:
+        variants.append(("pkit_ll", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ll")))
+    variants.append(("pkit_ce", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ce")))
     return variants + [("nccl", lambda c, n, o, i: getattr(n, op)(o, i))]
 
 
@@ -92,7 +94,7 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
             expected = team.empty(out.shape, dtype)
             getattr(nccl, op)(expected, inp)
             team.synchronize()
-            for name, call in _variants(op):
+            for name, call in _variants(op, nbytes, team.size):
                 out.fill(np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan))
                 team.synchronize()
                 call(coll, nccl, out, inp)
@@ -136,6 +138,15 @@ def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16
     frame["algbw_GBps"], frame["busbw_GBps"] = [a for a, _ in bw], [b for _, b in bw]
     frame["verified"] = False  # timed only; correctness of torch's own collectives is torch's tests' job
     return frame
+
+
+def auto_choices(frame: pd.DataFrame, ranks: int = 2) -> pd.DataFrame:
+    """Per (op, dtype, bytes): the fastest pkit variant measured and the mechanism "auto" picks for that size."""
+    ours = frame[frame["implementation"].str.startswith("pkit")]
+    best = ours.loc[ours.groupby(["op", "dtype", "bytes"])["time_median_us"].idxmin()]
+    per_peer = [b if op == "all_reduce" else b // ranks for op, b in zip(best["op"], best["bytes"])]
+    return best.assign(auto=[choose(op, p, "auto") for op, p in zip(best["op"], per_peer)])[
+        ["op", "dtype", "bytes", "implementation", "time_median_us", "auto"]].reset_index(drop=True)
 
 
 def speedups(frame: pd.DataFrame, baseline: str = "nccl") -> pd.DataFrame:

@@ -38,15 +38,17 @@ extern "C" __global__ void all_gather(const vec16* in, const u64* out_bases, u64
   team.barrier(PKIT_SITE);
 }
 
-// out[q][rank * chunk16 + j] = in[rank][q * chunk16 + j] for every rank q.
+// out[q][rank * chunk16 + j] = in[rank][q * chunk16 + j] for every rank q. Each thread moves pack j of every
+// share in one pass (peers first), so the local share's copy overlaps the link traffic.
 extern "C" __global__ void all_to_all(const vec16* in, const u64* out_bases, u64 chunk16, const u64* flags,
                                       int rank, int size) {
   const Team team{flags, rank, size};
   team.barrier(PKIT_SITE);
-  for (u64 i = thread_index(); i < chunk16 * size; i += thread_count()) {
-    const int q = (rank + int(i / chunk16)) % size;  // start with the next rank: spread the links' load
-    const u64 j = i % chunk16;
-    pkit::store16(at(out_bases, q) + rank * chunk16 + j, pkit::load16(in + q * chunk16 + j));
+  for (u64 j = thread_index(); j < chunk16; j += thread_count()) {
+    for (int d = 1; d <= size; ++d) {
+      const int q = (rank + d) % size;  // start with the next rank: spread the links' load
+      pkit::store16(at(out_bases, q) + rank * chunk16 + j, pkit::load16(in + q * chunk16 + j));
+    }
   }
   team.barrier(PKIT_SITE);
 }
@@ -83,6 +85,18 @@ __device__ void all_reduce_two_shot(const u64* in_bases, const u64* out_bases, u
   team.barrier(PKIT_SITE);
 }
 
+// Local step of the copy-engine all-reduce: out[i] = sum over ranks q (in rank order) of q's pack i, where
+// this rank's own pack is mine[i] and peer q's was copied to stage[q * stage16 + i]. No peer access.
+template <typename T>
+__device__ void reduce_staged(const vec16* mine, const vec16* stage, u64 stage16, vec16* out, u64 n16, int rank,
+                              int size) {
+  for (u64 i = thread_index(); i < n16; i += thread_count()) {
+    float acc[pkit::Lanes<T>::kCount] = {};
+    for (int q = 0; q < size; ++q) pkit::Lanes<T>::add(acc, pkit::load16(q == rank ? mine + i : stage + q * stage16 + i));
+    pkit::store16(out + i, pkit::Lanes<T>::pack(acc));
+  }
+}
+
 #define PKIT_REDUCING(T, suffix)                                                                                    \
   extern "C" __global__ void reduce_scatter_##suffix(const u64* in, vec16* out, u64 chunk16, const u64* flags,     \
                                                      int rank, int size) {                                        \
@@ -95,6 +109,10 @@ __device__ void all_reduce_two_shot(const u64* in_bases, const u64* out_bases, u
   extern "C" __global__ void all_reduce_two_shot_##suffix(const u64* in, const u64* out, u64 chunk16,              \
                                                           const u64* flags, int rank, int size) {                 \
     all_reduce_two_shot<T>(in, out, chunk16, flags, rank, size);                                                  \
+  }                                                                                                               \
+  extern "C" __global__ void reduce_staged_##suffix(const vec16* mine, const vec16* stage, u64 stage16, vec16* out, \
+                                                    u64 n16, int rank, int size) {                                \
+    reduce_staged<T>(mine, stage, stage16, out, n16, rank, size);                                                 \
   }
 
 PKIT_REDUCING(float, f32)

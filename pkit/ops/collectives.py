@@ -5,9 +5,14 @@ enqueues one kernel per local GPU on its current stream; `team.synchronize()` wa
 of the whole collective as nccl-tests does: all-gather's output and reduce-scatter's input hold
 `size × share` elements; all-reduce and all-to-all buffers are equal on every rank.
 
-Mechanisms: "sm" (register-level 16-byte loads/stores with in-kernel barriers; any team size, also one
-process per GPU) and "ce" (copy engine, `cudaMemcpyPeerAsync` ordered by events; all-gather and
-all-to-all, one process driving every GPU). "auto" picks by op and size (see `choose`).
+Mechanisms (the `mechanism` argument; "auto" picks by op and size, see `choose`):
+  * "sm": register-level 16-byte loads/stores between two in-kernel team barriers; every op, any team
+    size, one process for all GPUs or one per GPU.
+  * "ll": low-latency packets (include/pkit/ll.cuh): each value travels with its flag, so there is no barrier
+    and no round trip, at twice the bytes on the link; all-reduce and reduce-scatter up to LL_MAX_BYTES
+    sent per peer.
+  * "ce": the copy engine (`cudaMemcpyPeerAsync`, ordered by events; see pkit/ops/copy_engine.py); every op,
+    one process driving every GPU.
 
 Example:
     >>> import pkit
@@ -22,22 +27,29 @@ from functools import cached_property
 
 import numpy as np
 
-from ..errors import PkitError
-
 THREADS = 512
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
-CE_ALL_TO_ALL_MIN_SHARE = 64 << 20  # "auto" all-to-all: copy engine from this per-rank share up
-ONE_SHOT_MAX_BYTES = 256 << 10  # "auto" all-reduce: one shot up to here (and always on 2 GPUs), else two shot
+MECHANISMS = ("auto", "sm", "ll", "ce")
+LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the staging buffer)
+ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here (and always on 2 GPUs), else two shot
+# "auto" thresholds, in bytes one rank sends one peer in the one-shot form (whole buffer for all-reduce,
+# one share otherwise); from results/h200x2-nv18/collectives_pkit_nccl.csv (see `choose`)
+LL_AUTO_MAX_BYTES = 1 << 20
+CE_ALL_REDUCE_MIN_BYTES = 64 << 20
 
 
 class Collectives:
     """Collective operations on one Team."""
 
-    def __init__(self, team):
+    def __init__(self, team, ce_chunk_bytes: int | None = None, ce_slots: int | None = None):
+        """`ce_chunk_bytes`, `ce_slots`: pipeline step and staging depth of the copy-engine reductions
+        (defaults in pkit/ops/copy_engine.py)."""
         if team.size > MAX_TEAM:
             raise ValueError(f"team: expected at most {MAX_TEAM} GPUs, got {team.size}")
         self.team = team
+        self._ce_options = {k: v for k, v in (("chunk_bytes", ce_chunk_bytes), ("slots", ce_slots)) if v is not None}
+        self._epoch = 0  # LL calls so far: the next call's packets carry flag _epoch + 1
 
     @cached_property
     def _module(self):
@@ -45,10 +57,49 @@ class Collectives:
 
         return pkit.compile_cubin("collectives.cu")
 
-    def _kernel(self, name: str):
+    @cached_property
+    def _ll_module(self):
+        import pkit
+
+        return pkit.compile_cubin("ll_collectives.cu")
+
+    @cached_property
+    def _ll_staging(self):
+        """Every rank's LL lines: [2 parities][team size senders][2 lines per 16-byte pack], zeroed."""
+        return self.team.zeros((2 * self.team.size * _ll_lines_per_sender() * 4,), "uint32")
+
+    @cached_property
+    def _copy_engines(self):
+        from .copy_engine import CopyEngines
+
+        return CopyEngines(self.team, **self._ce_options)
+
+    def _kernel(self, name: str, module=None):
         from ..compiler import Kernel
 
-        return Kernel(self._module, name)
+        return Kernel(module or self._module, name)
+
+    def _launch_ll(self, name: str, n16: int, args) -> None:
+        """Launch an LL kernel on every local rank with a fresh epoch; `args(rank)` leads its arguments."""
+        import pkit
+
+        team, staging = self.team, self._ll_staging
+        self._epoch = self._epoch % 0xFFFFFFFF + 1  # flags are never 0, the staging's initial value
+        sms = min(pkit.devices()[team.devices[r]].sms for r in team.local_ranks)
+        grid = max(1, min(sms, -(-n16 // THREADS)))
+        team.launch(self._kernel(name, self._ll_module), (grid,), (THREADS,),
+                    lambda r: (*args(r), staging.table(r), np.uint64(_ll_lines_per_sender()),
+                               np.uint32(self._epoch), np.int32(r), np.int32(team.size)))
+
+    def _mechanism(self, op: str, nbytes: int, mechanism: str, supported: tuple[str, ...]) -> str:
+        """The mechanism to use, checked against what `op` supports and the LL size limit."""
+        chosen = choose(op, nbytes, mechanism, single_process=self.team.rank is None)
+        if chosen not in supported:
+            raise ValueError(f"mechanism: {op} supports {list(supported)} (or 'auto'), got {mechanism!r}")
+        if chosen == "ll" and nbytes > LL_MAX_BYTES:
+            raise ValueError(f"mechanism: 'll' sends at most {LL_MAX_BYTES} bytes per peer; {op} of this size "
+                             f"sends {nbytes}; use 'sm' or 'auto'")
+        return chosen
 
     def _launch(self, name: str, n16: int, args) -> None:
         """Launch on every local rank; `args(rank)` gives the kernel's leading arguments."""
@@ -90,8 +141,8 @@ class Collectives:
         share = int(np.prod(inp.shape))
         self._check("out", out, share * self.team.size, inp.dtype)
         nbytes = self._share("out", out, share * self.team.size)
-        if choose("all_gather", nbytes, mechanism) == "ce":
-            return self._copy_engine(out, inp, nbytes, lambda r, q: (q, 0, r * nbytes))
+        if self._mechanism("all_gather", nbytes, mechanism, ("sm", "ce")) == "ce":
+            return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, 0, r * nbytes))
         self._launch("all_gather", nbytes // 16,
                      lambda r: (self._local(inp, r), out.table(r), np.uint64(nbytes // 16)))
 
@@ -100,90 +151,90 @@ class Collectives:
         total = int(np.prod(inp.shape))
         self._check("out", out, total, inp.dtype)
         nbytes = self._share("inp", inp, total)
-        if choose("all_to_all", nbytes, mechanism) == "ce":
-            return self._copy_engine(out, inp, nbytes, lambda r, q: (q, q * nbytes, r * nbytes))
+        if self._mechanism("all_to_all", nbytes, mechanism, ("sm", "ce")) == "ce":
+            return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, q * nbytes, r * nbytes))
         self._launch("all_to_all", nbytes // 16,
                      lambda r: (self._local(inp, r), out.table(r), np.uint64(nbytes // 16)))
 
     def reduce_scatter(self, out, inp, mechanism: str = "auto") -> None:
         """out[r] = sum over ranks q of the r-th share of inp[q] (inp: size × share, out: share)."""
-        self._only_sm(mechanism)
         share = int(np.prod(out.shape))
         self._check("inp", inp, share * self.team.size, out.dtype)
+        suffix = self._suffix(inp)
         nbytes = self._share("inp", inp, share * self.team.size)
-        self._launch(f"reduce_scatter_{self._suffix(inp)}", nbytes // 16,
+        chosen = self._mechanism("reduce_scatter", nbytes, mechanism, ("sm", "ll", "ce"))
+        if chosen == "ce":
+            return self._copy_engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged_{suffix}"),
+                                             lambda r: 0, gather=False)
+        if chosen == "ll":
+            return self._launch_ll(f"reduce_scatter_ll_{suffix}", nbytes // 16,
+                                   lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
+        self._launch(f"reduce_scatter_{suffix}", nbytes // 16,
                      lambda r: (inp.table(r), self._local(out, r), np.uint64(nbytes // 16)))
 
     def all_reduce(self, out, inp, algorithm: str = "auto", mechanism: str = "auto") -> None:
-        """out[r] = sum over ranks q of inp[q]; algorithm 'one_shot', 'two_shot' or 'auto' (by size)."""
-        self._only_sm(mechanism)
+        """out[r] = sum over ranks q of inp[q].
+
+        `algorithm`: 'one_shot' (every rank reads or receives every input whole), 'two_shot' (reduce-scatter
+        then all-gather) or 'auto'. Mechanism 'll' is one-shot, 'ce' two-shot, 'sm' either (auto: by size).
+        """
         total = int(np.prod(inp.shape))
         self._check("out", out, total, inp.dtype)
         suffix = self._suffix(inp)
-        nbytes = total * inp.storage_dtype.itemsize
+        item = inp.storage_dtype.itemsize
+        nbytes = total * item
+        if algorithm not in ("auto", "one_shot", "two_shot"):
+            raise ValueError(f"algorithm: expected 'one_shot', 'two_shot' or 'auto', got {algorithm!r}")
+        if mechanism == "auto" and algorithm != "auto":
+            mechanism = "sm"  # an explicit algorithm asks for the register-level kernels
+        chosen = self._mechanism("all_reduce", nbytes, mechanism, ("sm", "ll", "ce"))
+        fixed = {"ll": "one_shot", "ce": "two_shot"}.get(chosen)
+        if fixed and algorithm not in ("auto", fixed):
+            raise ValueError(f"algorithm: mechanism {chosen!r} runs {fixed!r}, got {algorithm!r}")
+        if chosen == "ce":
+            share = self._share("inp", inp, total)
+            return self._copy_engines.reduce(out, inp, share, self._kernel(f"reduce_staged_{suffix}"),
+                                             lambda r: r * share, gather=True)
+        if nbytes % 16:
+            raise ValueError(f"inp: {nbytes} bytes is not a multiple of 16; pad the buffer")
+        if chosen == "ll":
+            return self._launch_ll(f"all_reduce_ll_{suffix}", nbytes // 16,
+                                   lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
         if algorithm == "auto":
-            splits = total % self.team.size == 0 and (total // self.team.size * inp.storage_dtype.itemsize) % 16 == 0
+            splits = total % self.team.size == 0 and (total // self.team.size * item) % 16 == 0
             algorithm = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or self.team.size == 2 or not splits else "two_shot"
         if algorithm == "one_shot":
-            if nbytes % 16:
-                raise ValueError(f"inp: {nbytes} bytes is not a multiple of 16; pad the buffer")
             self._launch(f"all_reduce_one_shot_{suffix}", nbytes // 16,
                          lambda r: (inp.table(r), self._local(out, r), np.uint64(nbytes // 16)))
-        elif algorithm == "two_shot":
+        else:
             share = self._share("inp", inp, total)
             self._launch(f"all_reduce_two_shot_{suffix}", share // 16,
                          lambda r: (inp.table(r), out.table(r), np.uint64(share // 16)))
-        else:
-            raise ValueError(f"algorithm: expected 'one_shot', 'two_shot' or 'auto', got {algorithm!r}")
 
     def _local(self, array, rank: int):
         return array[rank] if self.team.rank is None else array.local
 
-    @staticmethod
-    def _only_sm(mechanism: str) -> None:
-        if mechanism not in ("auto", "sm"):
-            raise ValueError(f"mechanism: reductions run on SMs ('sm' or 'auto'), got {mechanism!r}")
 
-    def _copy_engine(self, out, inp, nbytes: int, plan) -> None:
-        """Copy-engine moves: rank r copies `nbytes` from inp[r] + src_off to out[q] + dst_off for each q,
-        where plan(r, q) = (q, src_off, dst_off); event waits order them like the kernels' barriers."""
-        import cupy as cp
-
-        team = self.team
-        if team.rank is not None:
-            raise PkitError("mechanism: the copy engine path needs one process driving every GPU; use 'sm'")
-        ready = {}
-        for r in range(team.size):
-            with cp.cuda.Device(team.devices[r]):
-                ready[r] = cp.cuda.Event(disable_timing=True)
-                ready[r].record()
-        done = {}
-        for r in range(team.size):
-            with cp.cuda.Device(team.devices[r]):
-                stream = cp.cuda.get_current_stream()
-                for q in range(team.size):
-                    stream.wait_event(ready[q])
-                for step in range(team.size):
-                    q, src_off, dst_off = plan(r, (r + step) % team.size)
-                    cp.cuda.runtime.memcpyPeerAsync(out[q].data.ptr + dst_off, team.devices[q],
-                                                    inp[r].data.ptr + src_off, team.devices[r], nbytes, stream.ptr)
-                done[r] = cp.cuda.Event(disable_timing=True)
-                done[r].record()
-        for r in range(team.size):
-            with cp.cuda.Device(team.devices[r]):
-                for q in range(team.size):
-                    cp.cuda.get_current_stream().wait_event(done[q])
+def _ll_lines_per_sender() -> int:
+    """16-byte LL lines per (parity, sender): two per 16-byte pack of the largest payload."""
+    return 2 * LL_MAX_BYTES // 16
 
 
-def choose(op: str, share_bytes: int, mechanism: str) -> str:
-    """The mechanism for a collective: the override if given, else what measured faster on 2×H200
-    (results/h200x2-nv18/collectives_pkit_nccl.csv): the copy engine for all-to-all from 64 MiB shares
-    up (S ≥ 128 MiB on 2 GPUs), SM kernels for everything else."""
-    if mechanism not in ("auto", "sm", "ce"):
-        raise ValueError(f"mechanism: expected 'auto', 'sm' or 'ce', got {mechanism!r}")
+def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) -> str:
+    """The mechanism for a collective: the override if given, else what measured fastest on 2×H200
+    (results/h200x2-nv18/collectives_pkit_nccl.csv). `nbytes`: what one rank sends one peer in the one-shot
+    form (the whole buffer for all-reduce, one share otherwise). LL packets up to LL_AUTO_MAX_BYTES for the
+    reductions, the copy engine for all-reduce from CE_ALL_REDUCE_MIN_BYTES (one process only), SM kernels
+    for the rest."""
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism: expected one of {list(MECHANISMS)}, got {mechanism!r}")
     if mechanism != "auto":
         return mechanism
-    return "ce" if op == "all_to_all" and share_bytes >= CE_ALL_TO_ALL_MIN_SHARE else "sm"
+    if op in ("all_reduce", "reduce_scatter") and nbytes <= LL_AUTO_MAX_BYTES:
+        return "ll"
+    if op == "all_reduce" and single_process and nbytes >= CE_ALL_REDUCE_MIN_BYTES:
+        return "ce"
+    return "sm"
 
 
 def bus_bandwidth_factor(op: str, ranks: int) -> float:

@@ -1,0 +1,73 @@
+// Low-latency collectives: every value crosses the link once as LL packets (include/pkit/ll.cuh), and each
+// thread waits only for the packets it sums. No barrier, no round trip: the latency floor is one write.
+// Staging on every rank: [2 epoch parities][size senders][cap_lines 16-byte lines], zeroed once; the host
+// passes a per-call epoch (1, 2, ...) that is the packets' flag and picks the parity.
+#include <pkit/ll.cuh>
+#include <pkit/reduce.cuh>
+
+using pkit::ll_line;
+using pkit::u32;
+using pkit::u64;
+using pkit::vec16;
+
+struct Staging {
+  const u64* bases;  // every rank's staging buffer, as seen from this GPU
+  u64 cap_lines;     // lines per (parity, sender)
+  u32 epoch;
+  int rank;
+  int size;
+  // The two lines of pack i that `sender` writes into `receiver`'s staging this epoch.
+  __device__ ll_line* lines(int receiver, int sender, u64 i) const {
+    return reinterpret_cast<ll_line*>(bases[receiver]) + ((epoch & 1) * size + sender) * cap_lines + 2 * i;
+  }
+  __device__ void send(int receiver, u64 i, const vec16& v) const { pkit::ll_send(lines(receiver, rank, i), v, epoch); }
+  __device__ vec16 receive(int sender, u64 i, pkit::Site site) const {
+    return pkit::ll_receive(lines(rank, sender, i), epoch, site);
+  }
+  // Sum over ranks q (in rank order, so every rank gets the same bits) of q's pack i; own pack is `mine`.
+  template <typename T>
+  __device__ vec16 sum(u64 i, const vec16& mine, pkit::Site site) const {
+    float acc[pkit::Lanes<T>::kCount] = {};
+    for (int q = 0; q < size; ++q) pkit::Lanes<T>::add(acc, q == rank ? mine : receive(q, i, site));
+    return pkit::Lanes<T>::pack(acc);
+  }
+};
+
+__device__ __forceinline__ u64 thread_index() { return u64(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 thread_count() { return u64(gridDim.x) * blockDim.x; }
+
+// out[i] = sum over ranks of in[i]: send own pack i to every peer, then sum the peers' packs i.
+template <typename T>
+__device__ void all_reduce_ll(const vec16* in, vec16* out, u64 n16, const Staging& st) {
+  for (u64 i = thread_index(); i < n16; i += thread_count()) {
+    const vec16 v = pkit::load16(in + i);
+    for (int d = 1; d < st.size; ++d) st.send((st.rank + d) % st.size, i, v);
+    pkit::store16(out + i, st.sum<T>(i, v, PKIT_SITE));
+  }
+}
+
+// out[i] = sum over ranks q of in[q][rank * chunk16 + i]: send peer q its share, sum what the peers sent.
+template <typename T>
+__device__ void reduce_scatter_ll(const vec16* in, vec16* out, u64 chunk16, const Staging& st) {
+  for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
+    for (int d = 1; d < st.size; ++d) {
+      const int q = (st.rank + d) % st.size;
+      st.send(q, i, pkit::load16(in + q * chunk16 + i));
+    }
+    pkit::store16(out + i, st.sum<T>(i, pkit::load16(in + st.rank * chunk16 + i), PKIT_SITE));
+  }
+}
+
+#define PKIT_LL(T, suffix)                                                                                      \
+  extern "C" __global__ void all_reduce_ll_##suffix(const vec16* in, vec16* out, u64 n16, const u64* stage,    \
+                                                    u64 cap_lines, u32 epoch, int rank, int size) {           \
+    all_reduce_ll<T>(in, out, n16, Staging{stage, cap_lines, epoch, rank, size});                             \
+  }                                                                                                           \
+  extern "C" __global__ void reduce_scatter_ll_##suffix(const vec16* in, vec16* out, u64 chunk16,              \
+                                                        const u64* stage, u64 cap_lines, u32 epoch, int rank, \
+                                                        int size) {                                           \
+    reduce_scatter_ll<T>(in, out, chunk16, Staging{stage, cap_lines, epoch, rank, size});                     \
+  }
+
+PKIT_LL(float, f32)
+PKIT_LL(__nv_bfloat16, bf16)
