@@ -7,18 +7,10 @@ import numpy as np
 import pandas as pd
 
 import pkit
-from pkit.experiments import collectives
 from pkit.ops.transfers import peer_copy
 
 pd.set_option("display.width", 250)
 t0 = time.time()
-sizes = [1 << p for p in (16, 18, 20, 22, 24, 26, 28, 30)]
-df = collectives.sweep(sizes=sizes, dtype="bfloat16", reps=20)
-print(df.pivot_table(index=["op", "bytes"], columns="implementation", values="time_median_us").round(1).to_string())
-print(df.pivot_table(index=["op", "bytes"], columns="implementation", values="busbw_GBps").round(1).to_string())
-print(collectives.auto_choices(df).to_string())
-print("sweep s", time.time() - t0, flush=True)
-
 # split copy: copy engine on a side stream for a fraction, SM push for the rest, GPU0 -> GPU1
 team = pkit.Team([0, 1])
 side = {}
