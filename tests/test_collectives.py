@@ -28,8 +28,10 @@ def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "auto") == "sm"
     assert C.choose("all_to_all", 512 << 20, "auto") == "sm"
     assert C.choose("all_reduce", 64 << 10, "auto") == "ll"
-    assert C.choose("reduce_scatter", C.LL_AUTO_MAX_BYTES, "auto") == "ll"
-    assert C.choose("reduce_scatter", C.LL_AUTO_MAX_BYTES + 16, "auto") == "sm"
+    limit = C.LL_AUTO_MAX_BYTES["reduce_scatter"]
+    assert C.choose("reduce_scatter", limit, "auto") == "ll"
+    assert C.choose("reduce_scatter", limit + 16, "auto") == "sm"
+    assert C.choose("all_to_all", 1 << 10, "auto") == "sm"
     assert C.choose("all_reduce", 1 << 30, "auto") == "ce"
     assert C.choose("all_reduce", 1 << 30, "auto", single_process=False) == "sm"
     assert C.choose("all_reduce", 4 << 20, "auto") == "sm"
@@ -82,7 +84,7 @@ def team():
 CASES = [("all_gather", "sm"), ("all_gather", "ce"), ("all_to_all", "sm"), ("all_to_all", "ce"),
          ("reduce_scatter", "sm"), ("reduce_scatter", "ll"), ("reduce_scatter", "ce"),
          ("all_reduce:one_shot", "sm"), ("all_reduce:two_shot", "sm"), ("all_reduce:auto", "ll"),
-         ("all_reduce:auto", "ce")]
+         ("all_reduce:one_shot", "ce"), ("all_reduce:two_shot", "ce")]
 
 
 @pytest.mark.multigpu
@@ -172,7 +174,7 @@ def test_thousand_back_to_back_all_reduces(team):
     coll = C.Collectives(team)
     inp, x = _inputs(team, "float32", 1 << 14)
     outs = [team.empty((1 << 14,), "float32") for _ in range(2)]
-    plans = [("one_shot", "sm"), ("two_shot", "sm"), ("auto", "ll"), ("auto", "ce")]
+    plans = [("one_shot", "sm"), ("two_shot", "sm"), ("auto", "ll"), ("one_shot", "ce"), ("two_shot", "ce")]
     for i in range(1000):
         algorithm, mechanism = plans[i % len(plans)]
         coll.all_reduce(outs[i % 2], inp, algorithm=algorithm, mechanism=mechanism)

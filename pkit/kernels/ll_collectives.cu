@@ -1,5 +1,6 @@
 // Low-latency collectives: every value crosses the link once as LL packets (include/pkit/ll.cuh), and each
 // thread waits only for the packets it sums. No barrier, no round trip: the latency floor is one write.
+// Launch with every block resident (grid <= SMs): a thread waits for packets its peer's twin sends.
 // Staging on every rank: [2 epoch parities][size senders][cap_lines 16-byte lines], zeroed once; the host
 // passes a per-call epoch (1, 2, ...) that is the packets' flag and picks the parity.
 #include <pkit/ll.cuh>
@@ -36,14 +37,18 @@ struct Staging {
 __device__ __forceinline__ u64 thread_index() { return u64(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ u64 thread_count() { return u64(gridDim.x) * blockDim.x; }
 
+// Every thread first sends all its packs, then sums what arrived: a thread with several packs pays one
+// link latency, not one per pack.
+
 // out[i] = sum over ranks of in[i]: send own pack i to every peer, then sum the peers' packs i.
 template <typename T>
 __device__ void all_reduce_ll(const vec16* in, vec16* out, u64 n16, const Staging& st) {
   for (u64 i = thread_index(); i < n16; i += thread_count()) {
     const vec16 v = pkit::load16(in + i);
     for (int d = 1; d < st.size; ++d) st.send((st.rank + d) % st.size, i, v);
-    pkit::store16(out + i, st.sum<T>(i, v, PKIT_SITE));
   }
+  for (u64 i = thread_index(); i < n16; i += thread_count())
+    pkit::store16(out + i, st.sum<T>(i, pkit::load16(in + i), PKIT_SITE));
 }
 
 // out[i] = sum over ranks q of in[q][rank * chunk16 + i]: send peer q its share, sum what the peers sent.
@@ -54,8 +59,9 @@ __device__ void reduce_scatter_ll(const vec16* in, vec16* out, u64 chunk16, cons
       const int q = (st.rank + d) % st.size;
       st.send(q, i, pkit::load16(in + q * chunk16 + i));
     }
-    pkit::store16(out + i, st.sum<T>(i, pkit::load16(in + st.rank * chunk16 + i), PKIT_SITE));
   }
+  for (u64 i = thread_index(); i < chunk16; i += thread_count())
+    pkit::store16(out + i, st.sum<T>(i, pkit::load16(in + st.rank * chunk16 + i), PKIT_SITE));
 }
 
 #define PKIT_LL(T, suffix)                                                                                      \

@@ -28,6 +28,7 @@ from functools import cached_property
 import numpy as np
 
 THREADS = 512
+LL_THREADS = 256  # smaller LL blocks spread the remote stores and the polling over more SMs
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
 MECHANISMS = ("auto", "sm", "ll", "ce")
@@ -35,8 +36,8 @@ LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the 
 ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here (and always on 2 GPUs), else two shot
 # "auto" thresholds, in bytes one rank sends one peer in the one-shot form (whole buffer for all-reduce,
 # one share otherwise); from results/h200x2-nv18/collectives_pkit_nccl.csv (see `choose`)
-LL_AUTO_MAX_BYTES = 1 << 20
-CE_ALL_REDUCE_MIN_BYTES = 64 << 20
+LL_AUTO_MAX_BYTES = {"all_reduce": 256 << 10, "reduce_scatter": 1 << 20}
+CE_ALL_REDUCE_MIN_BYTES = 256 << 20
 
 
 class Collectives:
@@ -86,8 +87,8 @@ class Collectives:
         team, staging = self.team, self._ll_staging
         self._epoch = self._epoch % 0xFFFFFFFF + 1  # flags are never 0, the staging's initial value
         sms = min(pkit.devices()[team.devices[r]].sms for r in team.local_ranks)
-        grid = max(1, min(sms, -(-n16 // THREADS)))
-        team.launch(self._kernel(name, self._ll_module), (grid,), (THREADS,),
+        grid = max(1, min(sms, -(-n16 // LL_THREADS)))  # all blocks resident: no block waits on an unlaunched one
+        team.launch(self._kernel(name, self._ll_module), (grid,), (LL_THREADS,),
                     lambda r: (*args(r), staging.table(r), np.uint64(_ll_lines_per_sender()),
                                np.uint32(self._epoch), np.int32(r), np.int32(team.size)))
 
@@ -165,7 +166,7 @@ class Collectives:
         chosen = self._mechanism("reduce_scatter", nbytes, mechanism, ("sm", "ll", "ce"))
         if chosen == "ce":
             return self._copy_engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged_{suffix}"),
-                                             lambda r: 0, gather=False)
+                                             src_offset=lambda r: r * nbytes, out_offset=lambda r: 0, gather=False)
         if chosen == "ll":
             return self._launch_ll(f"reduce_scatter_ll_{suffix}", nbytes // 16,
                                    lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
@@ -176,7 +177,8 @@ class Collectives:
         """out[r] = sum over ranks q of inp[q].
 
         `algorithm`: 'one_shot' (every rank reads or receives every input whole), 'two_shot' (reduce-scatter
-        then all-gather) or 'auto'. Mechanism 'll' is one-shot, 'ce' two-shot, 'sm' either (auto: by size).
+        then all-gather) or 'auto'. Mechanism 'll' is one-shot; 'sm' and 'ce' run either (auto: one-shot on
+        two GPUs, where both move the same bytes over the link and one-shot needs no gather step).
         """
         total = int(np.prod(inp.shape))
         self._check("out", out, total, inp.dtype)
@@ -188,13 +190,11 @@ class Collectives:
         if mechanism == "auto" and algorithm != "auto":
             mechanism = "sm"  # an explicit algorithm asks for the register-level kernels
         chosen = self._mechanism("all_reduce", nbytes, mechanism, ("sm", "ll", "ce"))
-        fixed = {"ll": "one_shot", "ce": "two_shot"}.get(chosen)
+        fixed = {"ll": "one_shot"}.get(chosen)
         if fixed and algorithm not in ("auto", fixed):
             raise ValueError(f"algorithm: mechanism {chosen!r} runs {fixed!r}, got {algorithm!r}")
         if chosen == "ce":
-            share = self._share("inp", inp, total)
-            return self._copy_engines.reduce(out, inp, share, self._kernel(f"reduce_staged_{suffix}"),
-                                             lambda r: r * share, gather=True)
+            return self._all_reduce_ce(out, inp, algorithm, suffix)
         if nbytes % 16:
             raise ValueError(f"inp: {nbytes} bytes is not a multiple of 16; pad the buffer")
         if chosen == "ll":
@@ -211,6 +211,18 @@ class Collectives:
             self._launch(f"all_reduce_two_shot_{suffix}", share // 16,
                          lambda r: (inp.table(r), out.table(r), np.uint64(share // 16)))
 
+    def _all_reduce_ce(self, out, inp, algorithm: str, suffix: str) -> None:
+        total = int(np.prod(inp.shape))
+        kernel = self._kernel(f"reduce_staged_{suffix}")
+        if algorithm == "one_shot" or (algorithm == "auto" and self.team.size == 2):
+            if inp.nbytes % 16:
+                raise ValueError(f"inp: {inp.nbytes} bytes is not a multiple of 16; pad the buffer")
+            return self._copy_engines.reduce(out, inp, inp.nbytes, kernel, src_offset=lambda r: 0,
+                                             out_offset=lambda r: 0, gather=False)
+        share = self._share("inp", inp, total)
+        self._copy_engines.reduce(out, inp, share, kernel, src_offset=lambda r: r * share,
+                                  out_offset=lambda r: r * share, gather=True)
+
     def _local(self, array, rank: int):
         return array[rank] if self.team.rank is None else array.local
 
@@ -223,14 +235,14 @@ def _ll_lines_per_sender() -> int:
 def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) -> str:
     """The mechanism for a collective: the override if given, else what measured fastest on 2×H200
     (results/h200x2-nv18/collectives_pkit_nccl.csv). `nbytes`: what one rank sends one peer in the one-shot
-    form (the whole buffer for all-reduce, one share otherwise). LL packets up to LL_AUTO_MAX_BYTES for the
-    reductions, the copy engine for all-reduce from CE_ALL_REDUCE_MIN_BYTES (one process only), SM kernels
+    form (the whole buffer for all-reduce, one share otherwise). LL packets up to LL_AUTO_MAX_BYTES[op] for
+    the reductions, the copy engine for all-reduce from CE_ALL_REDUCE_MIN_BYTES (one process only), SM kernels
     for the rest."""
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism: expected one of {list(MECHANISMS)}, got {mechanism!r}")
     if mechanism != "auto":
         return mechanism
-    if op in ("all_reduce", "reduce_scatter") and nbytes <= LL_AUTO_MAX_BYTES:
+    if nbytes <= LL_AUTO_MAX_BYTES.get(op, -1):
         return "ll"
     if op == "all_reduce" and single_process and nbytes >= CE_ALL_REDUCE_MIN_BYTES:
         return "ce"

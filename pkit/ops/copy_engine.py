@@ -3,11 +3,12 @@
 One process drives every GPU of the team (events cannot be waited on across processes here).
 
 * Moves (all-gather, all-to-all): each rank's copy engine writes its shares straight into the peers' outputs.
-* Reductions (reduce-scatter, two-shot all-reduce): the share each rank owns is cut into chunks. For chunk c,
+* Reductions (reduce-scatter; all-reduce one-shot, where every rank owns the whole buffer, or two-shot, where
+  rank r owns share r): the part each rank owns is cut into chunks. For chunk c,
   every peer's copy engine pushes its part into the owner's staging slot c mod SLOTS; the owner's SMs add the
   parts to its own (`reduce_staged`, a local HBM-bound kernel); for all-reduce a second copy-engine stream
   then pushes the summed chunk into every peer's output. Pushes of later chunks overlap the sum of chunk c
-  and the gather of earlier ones, so both directions of every link stay busy and the SMs stay free.
+  and the gather of earlier ones, so both directions of every link stay busy; only the sums use SMs.
 
 Example:
     >>> import pkit
@@ -24,10 +25,12 @@ import numpy as np
 
 from ..errors import PkitError
 
-CHUNK_BYTES = 16 << 20  # pipeline step of the reductions (bytes of one rank's share)
-SLOTS = 4  # staging slots per sender: how far pushes may run ahead of the owner's sums
+CHUNK_BYTES = 64 << 20  # pipeline step of the reductions; the last chunk's sum is the only unhidden step
+SLOTS = 2  # staging slots per sender: how far pushes may run ahead of the owner's sums
+# Each chunk costs ~10 queued operations per GPU; with smaller chunks a long run of queued calls (as
+# pkit.bench queues behind a held stream) can fill the driver's queue.
 THREADS = 512
-REDUCE_BLOCKS = 32  # the local sums are HBM-bound and small; leave the other SMs to the caller
+REDUCE_BLOCKS = 64  # the local sums are HBM-bound: half the SMs keep up with the link and leave the rest free
 
 
 class CopyEngines:
@@ -107,9 +110,10 @@ class CopyEngines:
                 self._copy(out[q].data.ptr + dst_off, q, inp[r].data.ptr + src_off, r, nbytes, r, "push")
         self._finish(("push",))
 
-    def reduce(self, out, inp, share: int, kernel: Callable, out_offset: Callable[[int], int], gather: bool) -> None:
-        """Sum share r (bytes [r·share, (r+1)·share) of every inp[q]) into out[r] + out_offset(r); with `gather`,
-        also copy it to every peer's out[q] + out_offset(r). `kernel` is reduce_staged for the dtype."""
+    def reduce(self, out, inp, share: int, kernel: Callable, src_offset: Callable[[int], int],
+               out_offset: Callable[[int], int], gather: bool) -> None:
+        """Sum rank r's part (`share` bytes at src_offset(r) of every inp[q]) into out[r] + out_offset(r); with
+        `gather`, also copy it to every peer's out[q] + out_offset(r). `kernel` is reduce_staged for the dtype."""
         import cupy as cp
 
         team, n = self.team, self.team.size
@@ -127,7 +131,7 @@ class CopyEngines:
                     if c >= self.slots:
                         stream.wait_event(reduced[r, c - self.slots])
                     self._copy(self._stage(r) + (slot * n + q) * chunk, r,
-                               inp[q].data.ptr + r * share + start, q, size, q, "push")
+                               inp[q].data.ptr + src_offset(r) + start, q, size, q, "push")
                 pushed.append(self._record(q, stream))
             for r in range(n):
                 dst = out[r].data.ptr + out_offset(r) + start
@@ -136,7 +140,7 @@ class CopyEngines:
                         if q != r:
                             cp.cuda.get_current_stream().wait_event(pushed[q])
                     grid = max(1, min(REDUCE_BLOCKS, -(-size // (16 * THREADS))))
-                    kernel((grid,), (THREADS,), (np.uint64(inp[r].data.ptr + r * share + start),
+                    kernel((grid,), (THREADS,), (np.uint64(inp[r].data.ptr + src_offset(r) + start),
                                                  np.uint64(self._stage(r) + slot * n * chunk),
                                                  np.uint64(chunk // 16), np.uint64(dst), np.uint64(size // 16),
                                                  np.int32(r), np.int32(n)), device=team.devices[r])
