@@ -41,8 +41,9 @@ STYLE = {
     "svg.fonttype": "path",
     "path.simplify": False,
 }
-# Okabe–Ito palette: distinguishable with the common colour-vision deficiencies.
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+# Okabe–Ito palette (distinguishable with the common colour-vision deficiencies), then grey and Tol's wine.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#999999",
+           "#882255"]
 
 
 def apply_style() -> None:

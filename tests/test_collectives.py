@@ -40,6 +40,22 @@ def test_mechanism_choice():
         C.choose("all_gather", 1, "tma")
 
 
+def test_copy_engine_pipeline_steps_cover_the_buffer_and_end_small():
+    from pkit.ops.copy_engine import steps
+
+    rng = np.random.default_rng()
+    for _ in range(500):
+        nbytes = int(rng.integers(1, 1 << 14)) * 16
+        largest = int(rng.choice([16, 1 << 10, 1 << 16]))
+        smallest = min(largest, int(rng.choice([16, 256, 1 << 12])))
+        plan = steps(nbytes, largest, smallest)
+        assert plan[0][0] == 0 and sum(size for _, size in plan) == nbytes
+        assert all(a + n == b for (a, n), (b, _) in zip(plan, plan[1:]))
+        assert all(0 < size <= largest and size % 16 == 0 for _, size in plan)
+        assert plan[-1][1] <= max(smallest, 16)
+    assert [size >> 20 for _, size in steps(256 << 20, 64 << 20, 2 << 20)] == [64, 64, 64, 32, 16, 8, 4, 2, 2]
+
+
 def test_bf16_rounding_matches_round_to_nearest_even():
     x = np.array([1.0, 1.00390625, 1.01171875, -2.5, 65504.0, np.inf], dtype=np.float32)
     assert from_bf16_bits(to_bf16_bits(x)).tolist() == [1.0, 1.0, 1.015625, -2.5, 65536.0, np.inf]

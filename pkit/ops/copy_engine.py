@@ -25,7 +25,8 @@ import numpy as np
 
 from ..errors import PkitError
 
-CHUNK_BYTES = 64 << 20  # pipeline step of the reductions; the last chunk's sum is the only unhidden step
+CHUNK_BYTES = 64 << 20  # largest pipeline step of the reductions
+TAIL_BYTES = 2 << 20  # the steps halve towards the end down to this, so the last (unhidden) sum is short
 SLOTS = 2  # staging slots per sender: how far pushes may run ahead of the owner's sums
 # Each chunk costs ~10 queued operations per GPU; with smaller chunks a long run of queued calls (as
 # pkit.bench queues behind a held stream) can fill the driver's queue.
@@ -117,12 +118,12 @@ class CopyEngines:
         import cupy as cp
 
         team, n = self.team, self.team.size
-        chunk = min(self.chunk_bytes, share)
+        chunk = min(self.chunk_bytes, share)  # staging stride
         roles = ("push", "gather") if gather else ("push",)
         self._start(roles)
         reduced: dict[tuple[int, int], object] = {}
-        for c, start in enumerate(range(0, share, chunk)):
-            size, slot = min(chunk, share - start), c % self.slots
+        for c, (start, size) in enumerate(steps(share, self.chunk_bytes, min(TAIL_BYTES, self.chunk_bytes))):
+            slot = c % self.slots
             pushed = []
             for q in range(n):  # q pushes its part of every other owner's chunk c into the owner's staging
                 stream = self._stream(q, "push")
@@ -152,3 +153,19 @@ class CopyEngines:
                         q = (r + step) % n
                         self._copy(out[q].data.ptr + out_offset(r) + start, q, dst, r, size, r, "gather")
         self._finish(roles)
+
+
+def steps(nbytes: int, largest: int, smallest: int) -> list[tuple[int, int]]:
+    """(offset, size) pipeline steps covering `nbytes`: `largest` while at least two of them remain, then
+    halving (in 16-byte units) down to `smallest`, so the step left unhidden at the end is small.
+
+    >>> [size >> 20 for _, size in steps(256 << 20, 64 << 20, 2 << 20)]
+    [64, 64, 64, 32, 16, 8, 4, 2, 2]
+    """
+    out, start = [], 0
+    while start < nbytes:
+        left = nbytes - start
+        size = left if left <= smallest else min(largest, max(smallest, left // 2 // 16 * 16))
+        out.append((start, size))
+        start += size
+    return out
