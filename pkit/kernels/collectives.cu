@@ -85,14 +85,17 @@ __device__ void all_reduce_two_shot(const u64* in_bases, const u64* out_bases, u
   team.barrier(PKIT_SITE);
 }
 
-// Local step of the copy-engine all-reduce: out[i] = sum over ranks q (in rank order) of q's pack i, where
-// this rank's own pack is mine[i] and peer q's was copied to stage[q * stage16 + i]. No peer access.
+// Local step of the copy-engine reductions: out[i] = sum over ranks q (in rank order) of q's pack i, where
+// this rank's own pack is mine[i] and peer q's was copied to stage[((q - rank) mod size - 1) * stage16 + i].
 template <typename T>
 __device__ void reduce_staged(const vec16* mine, const vec16* stage, u64 stage16, vec16* out, u64 n16, int rank,
                               int size) {
   for (u64 i = thread_index(); i < n16; i += thread_count()) {
     float acc[pkit::Lanes<T>::kCount] = {};
-    for (int q = 0; q < size; ++q) pkit::Lanes<T>::add(acc, pkit::load16(q == rank ? mine + i : stage + q * stage16 + i));
+    for (int q = 0; q < size; ++q) {
+      const vec16* part = q == rank ? mine + i : stage + ((q - rank + size) % size - 1) * stage16 + i;
+      pkit::Lanes<T>::add(acc, pkit::load16(part));
+    }
     pkit::store16(out + i, pkit::Lanes<T>::pack(acc));
   }
 }

@@ -57,12 +57,12 @@ class CopyEngines:
         return self._streams[rank, role]
 
     def _stage(self, rank: int) -> int:
-        """Address of rank's staging: [slots][team size][chunk_bytes]."""
+        """Address of rank's staging: [slots][team size - 1 peers, nearest first][chunk_bytes]."""
         import cupy as cp
 
         if rank not in self._staging:
             with cp.cuda.Device(self.team.devices[rank]):
-                self._staging[rank] = cp.empty(self.slots * self.team.size * self.chunk_bytes, dtype=np.uint8)
+                self._staging[rank] = cp.empty(self.slots * (self.team.size - 1) * self.chunk_bytes, dtype=np.uint8)
         return self._staging[rank].data.ptr
 
     def _record(self, rank: int, stream=None):
@@ -131,7 +131,7 @@ class CopyEngines:
                     r = (q + step) % n
                     if c >= self.slots:
                         stream.wait_event(reduced[r, c - self.slots])
-                    self._copy(self._stage(r) + (slot * n + q) * chunk, r,
+                    self._copy(self._stage(r) + (slot * (n - 1) + (q - r) % n - 1) * chunk, r,
                                inp[q].data.ptr + src_offset(r) + start, q, size, q, "push")
                 pushed.append(self._record(q, stream))
             for r in range(n):
@@ -142,7 +142,7 @@ class CopyEngines:
                             cp.cuda.get_current_stream().wait_event(pushed[q])
                     grid = max(1, min(REDUCE_BLOCKS, -(-size // (16 * THREADS))))
                     kernel((grid,), (THREADS,), (np.uint64(inp[r].data.ptr + src_offset(r) + start),
-                                                 np.uint64(self._stage(r) + slot * n * chunk),
+                                                 np.uint64(self._stage(r) + slot * (n - 1) * chunk),
                                                  np.uint64(chunk // 16), np.uint64(dst), np.uint64(size // 16),
                                                  np.int32(r), np.int32(n)), device=team.devices[r])
                 reduced[r, c] = self._record(r)
