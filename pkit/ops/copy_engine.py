@@ -8,7 +8,9 @@ One process drives every GPU of the team (events cannot be waited on across proc
   every peer's copy engine pushes its part into the owner's staging slot c mod SLOTS; the owner's SMs add the
   parts to its own (`reduce_staged`, a local HBM-bound kernel); for all-reduce a second copy-engine stream
   then pushes the summed chunk into every peer's output. Pushes of later chunks overlap the sum of chunk c
-  and the gather of earlier ones, so both directions of every link stay busy; only the sums use SMs.
+  and the gather of earlier ones, so both directions of every link stay busy. The sums get every SM: they
+  are short HBM-bound bursts, and with half the SMs the pushes stalled on staging slots (1 GiB all-reduce on
+  2×H200 about 6% slower, scripts/probe_ce_chunks.py).
 
 Example:
     >>> import pkit
@@ -27,11 +29,10 @@ from ..errors import PkitError
 
 CHUNK_BYTES = 64 << 20  # largest pipeline step of the reductions
 TAIL_BYTES = 2 << 20  # the steps halve towards the end down to this, so the last (unhidden) sum is short
-SLOTS = 2  # staging slots per sender: how far pushes may run ahead of the owner's sums
+SLOTS = 4  # staging slots per peer: how far pushes may run ahead of the owner's sums
 # Each chunk costs ~10 queued operations per GPU; with smaller chunks a long run of queued calls (as
 # pkit.bench queues behind a held stream) can fill the driver's queue.
 THREADS = 512
-REDUCE_BLOCKS = 64  # the local sums are HBM-bound: half the SMs keep up with the link and leave the rest free
 
 
 class CopyEngines:
@@ -117,6 +118,8 @@ class CopyEngines:
         `gather`, also copy it to every peer's out[q] + out_offset(r). `kernel` is reduce_staged for the dtype."""
         import cupy as cp
 
+        import pkit
+
         team, n = self.team, self.team.size
         chunk = min(self.chunk_bytes, share)  # staging stride
         roles = ("push", "gather") if gather else ("push",)
@@ -140,7 +143,7 @@ class CopyEngines:
                     for q in range(n):
                         if q != r:
                             cp.cuda.get_current_stream().wait_event(pushed[q])
-                    grid = max(1, min(REDUCE_BLOCKS, -(-size // (16 * THREADS))))
+                    grid = max(1, min(pkit.devices()[team.devices[r]].sms, -(-size // (16 * THREADS))))
                     kernel((grid,), (THREADS,), (np.uint64(inp[r].data.ptr + src_offset(r) + start),
                                                  np.uint64(self._stage(r) + slot * (n - 1) * chunk),
                                                  np.uint64(chunk // 16), np.uint64(dst), np.uint64(size // 16),
