@@ -33,11 +33,11 @@ MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
 MECHANISMS = ("auto", "sm", "ll", "ce")
 LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the staging buffer)
-ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here (and always on 2 GPUs), else two shot
+ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here, else two shot (when shares split)
 # "auto" thresholds, in bytes one rank sends one peer in the one-shot form (whole buffer for all-reduce,
 # one share otherwise); from results/h200x2-nv18/collectives_pkit_nccl.csv (see `choose`)
 LL_AUTO_MAX_BYTES = {"all_reduce": 256 << 10, "reduce_scatter": 1 << 20}
-CE_ALL_REDUCE_MIN_BYTES = 256 << 20
+CE_MIN_BYTES = {"all_reduce": 256 << 20, "reduce_scatter": 256 << 20}  # one process driving every GPU only
 
 
 class Collectives:
@@ -202,7 +202,7 @@ class Collectives:
                                    lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
         if algorithm == "auto":
             splits = total % self.team.size == 0 and (total // self.team.size * item) % 16 == 0
-            algorithm = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or self.team.size == 2 or not splits else "two_shot"
+            algorithm = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or not splits else "two_shot"
         if algorithm == "one_shot":
             self._launch(f"all_reduce_one_shot_{suffix}", nbytes // 16,
                          lambda r: (inp.table(r), self._local(out, r), np.uint64(nbytes // 16)))
@@ -236,15 +236,16 @@ def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) ->
     """The mechanism for a collective: the override if given, else what measured fastest on 2×H200
     (results/h200x2-nv18/collectives_pkit_nccl.csv). `nbytes`: what one rank sends one peer in the one-shot
     form (the whole buffer for all-reduce, one share otherwise). LL packets up to LL_AUTO_MAX_BYTES[op] for
-    the reductions, the copy engine for all-reduce from CE_ALL_REDUCE_MIN_BYTES (one process only), SM kernels
-    for the rest."""
+    the reductions, the copy-engine pipeline for them from CE_MIN_BYTES[op] (one process only; the
+    reduce-scatter threshold lies between the measured tie at 128 MiB shares and the win at 512 MiB), SM
+    kernels for the rest."""
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism: expected one of {list(MECHANISMS)}, got {mechanism!r}")
     if mechanism != "auto":
         return mechanism
     if nbytes <= LL_AUTO_MAX_BYTES.get(op, -1):
         return "ll"
-    if op == "all_reduce" and single_process and nbytes >= CE_ALL_REDUCE_MIN_BYTES:
+    if single_process and nbytes >= CE_MIN_BYTES.get(op, 1 << 62):
         return "ce"
     return "sm"
 
