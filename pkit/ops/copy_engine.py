@@ -9,8 +9,8 @@ One process drives every GPU of the team (events cannot be waited on across proc
   parts to its own (`reduce_staged`, a local HBM-bound kernel); for all-reduce a second copy-engine stream
   then pushes the summed chunk into every peer's output. Pushes of later chunks overlap the sum of chunk c
   and the gather of earlier ones, so both directions of every link stay busy. The sums get every SM: they
-  are short HBM-bound bursts, and with half the SMs the pushes stalled on staging slots (1 GiB all-reduce on
-  2×H200 about 6% slower in a probe at commit 281de38).
+  are short HBM-bound bursts, and with half the SMs the pushes stalled on staging slots (a probe at commit
+  281de38 timed the 1 GiB all-reduce slower that way).
 
 Example:
     >>> import pkit
