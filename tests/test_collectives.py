@@ -103,7 +103,8 @@ def team():
 CASES = [("all_gather", "sm"), ("all_gather", "ce"), ("all_to_all", "sm"), ("all_to_all", "ce"),
          ("reduce_scatter", "sm"), ("reduce_scatter", "ll"), ("reduce_scatter", "ce"),
          ("all_reduce:one_shot", "sm"), ("all_reduce:two_shot", "sm"), ("all_reduce:auto", "ll"),
-         ("all_reduce:one_shot", "ce"), ("all_reduce:two_shot", "ce")]
+         ("all_reduce:one_shot", "ce"), ("all_reduce:two_shot", "ce"), ("all_reduce:auto", "auto"),
+         ("reduce_scatter", "auto"), ("all_to_all", "auto"), ("all_gather", "auto")]
 
 
 @pytest.mark.multigpu
