@@ -1,7 +1,8 @@
 """Collectives over a `pkit.Team`: all-gather, reduce-scatter, all-reduce (one-shot, two-shot), all-to-all.
 
 Inputs and outputs are SymmetricArrays (float32 or bfloat16 for reductions; any dtype to move). Each call
-enqueues one kernel per local GPU on its current stream; `team.synchronize()` waits. Sizes count elements
+enqueues its work on the current stream of every local GPU (kernels, or for "ce" copies on side streams
+that those streams wait for) and returns; `team.synchronize()` waits. docs/collectives.md is the guide. Sizes count elements
 of the whole collective as nccl-tests does: all-gather's output and reduce-scatter's input hold
 `size × share` elements; all-reduce and all-to-all buffers are equal on every rank.
 
