@@ -50,19 +50,22 @@ def main() -> None:
 
 
 def check_collectives(team, seed: int) -> None:
-    """All-reduce (sm, ll) and reduce-scatter (ll) of fresh float32 data against a float64 sum, several calls
-    queued back to back; the copy engine path refuses one process per GPU with a clear error."""
+    """All-reduce (sm, ll), reduce-scatter (sm, ll) and all-gather (ll) of fresh float32 data against float64,
+    several calls queued back to back; the copy engine path refuses one process per GPU with a clear error."""
     coll, count = Collectives(team), 1 << 16
     calls = []
     for k, (op, mechanism) in enumerate([("all_reduce", "sm"), ("all_reduce", "ll"), ("reduce_scatter", "ll"),
-                                         ("all_reduce", "ll"), ("reduce_scatter", "sm")]):
-        x = [np.random.default_rng([seed, r, k]).standard_normal(count).astype(np.float32) for r in range(team.size)]
-        inp = team.empty((count,), "float32")
-        inp.local.set(x[team.rank])
+                                         ("all_reduce", "ll"), ("reduce_scatter", "sm"), ("all_gather", "ll")]):
         share = count // team.size
-        out = team.empty((count if op == "all_reduce" else share,), "float32").fill(np.float32(np.nan))
+        length = share if op == "all_gather" else count
+        x = [np.random.default_rng([seed, r, k]).standard_normal(length).astype(np.float32) for r in range(team.size)]
+        inp = team.empty((length,), "float32")
+        inp.local.set(x[team.rank])
+        out = team.empty((share if op == "reduce_scatter" else count,), "float32").fill(np.float32(np.nan))
         total = np.sum(np.array(x, dtype=np.float64), axis=0)
-        calls.append((op, mechanism, inp, out, total if op == "all_reduce" else total[team.rank * share:][:share]))
+        want = {"all_reduce": total, "reduce_scatter": total[team.rank * share:][:share],
+                "all_gather": np.concatenate(x).astype(np.float64)}[op]
+        calls.append((op, mechanism, inp, out, want))
     team.synchronize()
     for op, mechanism, inp, out, _ in calls:
         getattr(coll, op)(out, inp, mechanism=mechanism)

@@ -31,7 +31,8 @@ def test_mechanism_choice():
     limit = C.LL_AUTO_MAX_BYTES["reduce_scatter"]
     assert C.choose("reduce_scatter", limit, "auto") == "ll"
     assert C.choose("reduce_scatter", limit + 16, "auto") == "sm"
-    assert C.choose("all_to_all", 1 << 10, "auto") == "sm"
+    assert C.choose("all_to_all", 1 << 10, "auto") == "ll"
+    assert C.choose("all_gather", 4 << 20, "auto") == "sm"
     assert C.choose("reduce_scatter", 512 << 20, "auto") == "ce"
     assert C.choose("reduce_scatter", 512 << 20, "auto", single_process=False) == "sm"
     assert C.choose("all_gather", 1 << 30, "auto") == "sm"
@@ -95,12 +96,26 @@ def _assert_close(got, want, dtype, what):
     assert err <= TOLERANCE[dtype], f"{what}: max error {err:.2e} × {scale:.2f}"
 
 
+def _expected(op, x, n):
+    """Every rank's expected output (float64) of `op` over the ranks' inputs `x`."""
+    share = len(x[0]) // n
+    total = np.sum(x, axis=0)
+    if op == "all_gather":
+        return [np.concatenate(x)] * n
+    if op == "all_to_all":
+        return [np.concatenate([x[q][r * share:(r + 1) * share] for q in range(n)]) for r in range(n)]
+    if op == "reduce_scatter":
+        return [total[r * share:(r + 1) * share] for r in range(n)]
+    return [total] * n
+
+
 @pytest.fixture(scope="module")
 def team():
     return pkit.Team([0, 1])
 
 
-CASES = [("all_gather", "sm"), ("all_gather", "ce"), ("all_to_all", "sm"), ("all_to_all", "ce"),
+CASES = [("all_gather", "sm"), ("all_gather", "ll"), ("all_gather", "ce"), ("all_to_all", "sm"),
+         ("all_to_all", "ll"), ("all_to_all", "ce"),
          ("reduce_scatter", "sm"), ("reduce_scatter", "ll"), ("reduce_scatter", "ce"),
          ("all_reduce:one_shot", "sm"), ("all_reduce:two_shot", "sm"), ("all_reduce:auto", "ll"),
          ("all_reduce:one_shot", "ce"), ("all_reduce:two_shot", "ce"), ("all_reduce:auto", "auto"),
@@ -119,24 +134,16 @@ def test_collective_against_float64(team, case, mechanism, dtype, count):
     inp, x = _inputs(team, dtype, count if op != "all_gather" else share)
     poison = np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan)
     out = team.empty((count if op != "reduce_scatter" else share,), dtype).fill(poison)
-    sent = (share if op == "reduce_scatter" else count) * inp.storage_dtype.itemsize
+    sent = (count if op == "all_reduce" else share) * inp.storage_dtype.itemsize
     if mechanism == "ll" and sent > C.LL_MAX_BYTES:
         with pytest.raises(ValueError, match="'ll' sends at most"):
             getattr(coll, op)(out, inp, mechanism="ll")
         return
-    total = np.sum(x, axis=0)
-    if op == "all_gather":
-        coll.all_gather(out, inp, mechanism=mechanism)
-        want = [np.concatenate(x)] * n
-    elif op == "all_to_all":
-        coll.all_to_all(out, inp, mechanism=mechanism)
-        want = [np.concatenate([x[q][r * share:(r + 1) * share] for q in range(n)]) for r in range(n)]
-    elif op == "reduce_scatter":
-        coll.reduce_scatter(out, inp, mechanism=mechanism)
-        want = [total[r * share:(r + 1) * share] for r in range(n)]
-    else:
+    if op == "all_reduce":
         coll.all_reduce(out, inp, algorithm=algorithm, mechanism=mechanism)
-        want = [total] * n
+    else:
+        getattr(coll, op)(out, inp, mechanism=mechanism)
+    want = _expected(op, x, n)
     team.synchronize()
     for r in range(n):
         _assert_close(_read(out, r), want[r], dtype, f"{case}/{mechanism} {dtype} n={count} rank {r}")
@@ -162,31 +169,30 @@ def test_mechanism_and_algorithm_conflicts_are_named(team):
     x, y = team.empty((1 << 12,), "float32"), team.empty((1 << 12,), "float32")
     with pytest.raises(ValueError, match="mechanism 'll' runs 'one_shot'"):
         coll.all_reduce(y, x, algorithm="two_shot", mechanism="ll")
-    with pytest.raises(ValueError, match="all_gather supports"):
-        coll.all_gather(team.empty((1 << 13,), "float32"), x, mechanism="ll")
+    with pytest.raises(ValueError, match="mechanism: expected one of"):
+        coll.all_gather(team.empty((1 << 13,), "float32"), x, mechanism="tma")
     with pytest.raises(ValueError, match="algorithm: expected"):
         coll.all_reduce(y, x, algorithm="ring")
 
 
 @pytest.mark.multigpu
-@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter"])
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
 def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op):
     """Eight LL calls enqueued without a sync in between: a packet read from the wrong epoch shows up."""
     coll = C.Collectives(team)
-    count = 1 << 15
+    count, n = 1 << 15, team.size
     calls = []
     for _ in range(8):
-        inp, x = _inputs(team, "float32", count)
-        out = team.empty((count if op == "all_reduce" else count // 2,), "float32").fill(np.float32(np.nan))
-        calls.append((out, inp, np.sum(x, axis=0)))
+        inp, x = _inputs(team, "float32", count // n if op == "all_gather" else count)
+        out = team.empty((count // n if op == "reduce_scatter" else count,), "float32").fill(np.float32(np.nan))
+        calls.append((out, inp, _expected(op, x, n)))
     team.synchronize()
     for out, inp, _ in calls:
         getattr(coll, op)(out, inp, mechanism="ll")
     team.synchronize()
-    for k, (out, _, total) in enumerate(calls):
-        for r in range(team.size):
-            want = total if op == "all_reduce" else total[r * count // 2:(r + 1) * count // 2]
-            _assert_close(_read(out, r), want, "float32", f"call {k} rank {r}")
+    for k, (out, _, want) in enumerate(calls):
+        for r in range(n):
+            _assert_close(_read(out, r), want[r], "float32", f"call {k} rank {r}")
 
 
 @pytest.mark.multigpu

@@ -35,7 +35,7 @@ def _variants(op: str, nbytes: int, ranks: int):
                     ("pkit_two_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="two_shot"))]
     else:
         variants = [("pkit_sm", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="sm"))]
-    if op in ("all_reduce", "reduce_scatter") and per_peer <= LL_MAX_BYTES:
+    if per_peer <= LL_MAX_BYTES:
         variants.append(("pkit_ll", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ll")))
     variants.append(("pkit_ce", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ce")))
     return variants + [("nccl", lambda c, n, o, i: getattr(n, op)(o, i))]

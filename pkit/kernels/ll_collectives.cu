@@ -64,6 +64,34 @@ __device__ void reduce_scatter_ll(const vec16* in, vec16* out, u64 chunk16, cons
     pkit::store16(out + i, st.sum<T>(i, pkit::load16(in + st.rank * chunk16 + i), PKIT_SITE));
 }
 
+// Moves without a sum (all-gather: in_stride16 = 0; all-to-all: in_stride16 = chunk16): peer q gets pack i of
+// in + q * in_stride16; the pack from sender s lands at out + s * chunk16 + i.
+__device__ void exchange_ll(const vec16* in, u64 in_stride16, vec16* out, u64 chunk16, const Staging& st) {
+  for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
+    for (int d = 1; d < st.size; ++d) {
+      const int q = (st.rank + d) % st.size;
+      st.send(q, i, pkit::load16(in + q * in_stride16 + i));
+    }
+  }
+  for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
+    pkit::store16(out + st.rank * chunk16 + i, pkit::load16(in + st.rank * in_stride16 + i));
+    for (int d = 1; d < st.size; ++d) {
+      const int s = (st.rank + d) % st.size;
+      pkit::store16(out + s * chunk16 + i, st.receive(s, i, PKIT_SITE));
+    }
+  }
+}
+
+extern "C" __global__ void all_gather_ll(const vec16* in, vec16* out, u64 chunk16, const u64* stage, u64 cap_lines,
+                                         u32 epoch, int rank, int size) {
+  exchange_ll(in, 0, out, chunk16, Staging{stage, cap_lines, epoch, rank, size});
+}
+
+extern "C" __global__ void all_to_all_ll(const vec16* in, vec16* out, u64 chunk16, const u64* stage, u64 cap_lines,
+                                         u32 epoch, int rank, int size) {
+  exchange_ll(in, chunk16, out, chunk16, Staging{stage, cap_lines, epoch, rank, size});
+}
+
 #define PKIT_LL(T, suffix)                                                                                      \
   extern "C" __global__ void all_reduce_ll_##suffix(const vec16* in, vec16* out, u64 n16, const u64* stage,    \
                                                     u64 cap_lines, u32 epoch, int rank, int size) {           \

@@ -10,7 +10,7 @@ Mechanisms (the `mechanism` argument; "auto" picks by op and size, see `choose`)
   * "sm": register-level 16-byte loads/stores between two in-kernel team barriers; every op, any team
     size, one process for all GPUs or one per GPU.
   * "ll": low-latency packets (include/pkit/ll.cuh): each value travels with its flag, so there is no barrier
-    and no round trip, at twice the bytes on the link; all-reduce and reduce-scatter up to LL_MAX_BYTES
+    and no round trip, at twice the bytes on the link; every op (all-reduce one-shot) up to LL_MAX_BYTES
     sent per peer.
   * "ce": the copy engine (`cudaMemcpyPeerAsync`, ordered by events; see pkit/ops/copy_engine.py); every op,
     one process driving every GPU.
@@ -37,7 +37,8 @@ LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the 
 ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here, else two shot (when shares split)
 # "auto" thresholds, in bytes one rank sends one peer in the one-shot form (whole buffer for all-reduce,
 # one share otherwise); from results/h200x2-nv18/collectives_pkit_nccl.csv (see `choose`)
-LL_AUTO_MAX_BYTES = {"all_reduce": 256 << 10, "reduce_scatter": 1 << 20}
+LL_AUTO_MAX_BYTES = {"all_reduce": 256 << 10, "reduce_scatter": 1 << 20, "all_gather": 128 << 10,
+                     "all_to_all": 128 << 10}
 CE_MIN_BYTES = {"all_reduce": 256 << 20, "reduce_scatter": 256 << 20}  # one process driving every GPU only
 
 
@@ -93,11 +94,9 @@ class Collectives:
                     lambda r: (*args(r), staging.table(r), np.uint64(_ll_lines_per_sender()),
                                np.uint32(self._epoch), np.int32(r), np.int32(team.size)))
 
-    def _mechanism(self, op: str, nbytes: int, mechanism: str, supported: tuple[str, ...]) -> str:
-        """The mechanism to use, checked against what `op` supports and the LL size limit."""
+    def _mechanism(self, op: str, nbytes: int, mechanism: str) -> str:
+        """The mechanism to use, checked against the LL size limit."""
         chosen = choose(op, nbytes, mechanism, single_process=self.team.rank is None)
-        if chosen not in supported:
-            raise ValueError(f"mechanism: {op} supports {list(supported)} (or 'auto'), got {mechanism!r}")
         if chosen == "ll" and nbytes > LL_MAX_BYTES:
             raise ValueError(f"mechanism: 'll' sends at most {LL_MAX_BYTES} bytes per peer; {op} of this size "
                              f"sends {nbytes}; use 'sm' or 'auto'")
@@ -143,8 +142,12 @@ class Collectives:
         share = int(np.prod(inp.shape))
         self._check("out", out, share * self.team.size, inp.dtype)
         nbytes = self._share("out", out, share * self.team.size)
-        if self._mechanism("all_gather", nbytes, mechanism, ("sm", "ce")) == "ce":
+        chosen = self._mechanism("all_gather", nbytes, mechanism)
+        if chosen == "ce":
             return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, 0, r * nbytes))
+        if chosen == "ll":
+            return self._launch_ll("all_gather_ll", nbytes // 16,
+                                   lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
         self._launch("all_gather", nbytes // 16,
                      lambda r: (self._local(inp, r), out.table(r), np.uint64(nbytes // 16)))
 
@@ -153,8 +156,12 @@ class Collectives:
         total = int(np.prod(inp.shape))
         self._check("out", out, total, inp.dtype)
         nbytes = self._share("inp", inp, total)
-        if self._mechanism("all_to_all", nbytes, mechanism, ("sm", "ce")) == "ce":
+        chosen = self._mechanism("all_to_all", nbytes, mechanism)
+        if chosen == "ce":
             return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, q * nbytes, r * nbytes))
+        if chosen == "ll":
+            return self._launch_ll("all_to_all_ll", nbytes // 16,
+                                   lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
         self._launch("all_to_all", nbytes // 16,
                      lambda r: (self._local(inp, r), out.table(r), np.uint64(nbytes // 16)))
 
@@ -164,7 +171,7 @@ class Collectives:
         self._check("inp", inp, share * self.team.size, out.dtype)
         suffix = self._suffix(inp)
         nbytes = self._share("inp", inp, share * self.team.size)
-        chosen = self._mechanism("reduce_scatter", nbytes, mechanism, ("sm", "ll", "ce"))
+        chosen = self._mechanism("reduce_scatter", nbytes, mechanism)
         if chosen == "ce":
             return self._copy_engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged_{suffix}"),
                                              src_offset=lambda r: r * nbytes, out_offset=lambda r: 0, gather=False)
@@ -190,7 +197,7 @@ class Collectives:
             raise ValueError(f"algorithm: expected 'one_shot', 'two_shot' or 'auto', got {algorithm!r}")
         if mechanism == "auto" and algorithm != "auto":
             mechanism = "sm"  # an explicit algorithm asks for the register-level kernels
-        chosen = self._mechanism("all_reduce", nbytes, mechanism, ("sm", "ll", "ce"))
+        chosen = self._mechanism("all_reduce", nbytes, mechanism)
         fixed = {"ll": "one_shot"}.get(chosen)
         if fixed and algorithm not in ("auto", fixed):
             raise ValueError(f"algorithm: mechanism {chosen!r} runs {fixed!r}, got {algorithm!r}")
@@ -236,8 +243,8 @@ def _ll_lines_per_sender() -> int:
 def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) -> str:
     """The mechanism for a collective: the override if given, else what measured fastest on 2×H200
     (results/h200x2-nv18/collectives_pkit_nccl.csv). `nbytes`: what one rank sends one peer in the one-shot
-    form (the whole buffer for all-reduce, one share otherwise). LL packets up to LL_AUTO_MAX_BYTES[op] for
-    the reductions, the copy-engine pipeline for them from CE_MIN_BYTES[op] (one process only; the
+    form (the whole buffer for all-reduce, one share otherwise). LL packets up to LL_AUTO_MAX_BYTES[op],
+    the copy-engine pipeline for the reductions from CE_MIN_BYTES[op] (one process only; the
     reduce-scatter threshold lies between the measured tie at 128 MiB shares and the win at 512 MiB), SM
     kernels for the rest."""
     if mechanism not in MECHANISMS:
