@@ -1,4 +1,6 @@
 """Collectives: busbw formulas and argument checks on CPU; every op against float64 on 2 GPUs."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,54 @@ def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "ce") == "ce"
     with pytest.raises(ValueError, match="mechanism: expected"):
         C.choose("all_gather", 1, "tma")
+
+
+class _Team:
+    """Stands in for pkit.Team on the CPU: argument checks run before anything touches a GPU."""
+
+    def __init__(self, rank=None):
+        self.size, self.rank, self.devices = 2, rank, (0, 1)
+
+
+def _array(team, count, dtype="float32"):
+    storage = np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
+    return SimpleNamespace(team=team, shape=(count,), dtype=dtype, storage_dtype=storage, nbytes=count * storage.itemsize)
+
+
+def test_collective_arguments_are_checked_before_any_launch():
+    team = _Team()
+    coll = C.Collectives(team)
+    x, y = _array(team, 1024), _array(team, 1024)
+    cases = [
+        (lambda: coll.all_reduce(x, x), "out: expected a buffer other than inp"),
+        (lambda: coll.all_reduce(y, _array(_Team(), 1024)), "inp: expected a SymmetricArray of this team"),
+        (lambda: coll.all_reduce(_array(team, 1000), x), "out: expected 1024 elements"),
+        (lambda: coll.all_reduce(_array(team, 1024, "bfloat16"), x), "out: expected dtype float32"),
+        (lambda: coll.all_reduce(_array(team, 1024, "int32"), _array(team, 1024, "int32")), "reductions support"),
+        (lambda: coll.all_reduce(y, x, mechanism="tma"), "mechanism: expected one of"),
+        (lambda: coll.all_reduce(y, x, algorithm="ring"), "algorithm: expected"),
+        (lambda: coll.all_reduce(y, x, algorithm="two_shot", mechanism="ll"), "mechanism 'll' runs 'one_shot'"),
+        (lambda: coll.all_reduce(_array(team, 1 << 19), _array(team, 1 << 19), mechanism="ll"), "'ll' sends at most"),
+        (lambda: coll.all_to_all(_array(team, 1001), _array(team, 1001)), "do not split into 2 shares"),
+        (lambda: coll.all_gather(_array(team, 2000), _array(team, 1001)), "expected 2002 elements"),
+        (lambda: coll.reduce_scatter(_array(team, 512), _array(team, 1000)), "expected 1024 elements"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    one_per_gpu = _Team(rank=0)
+    with pytest.raises(pkit.PkitError, match="one process driving every GPU"):
+        C.Collectives(one_per_gpu).all_reduce(_array(one_per_gpu, 1024), _array(one_per_gpu, 1024), mechanism="ce")
+
+
+def test_ll_epochs_alternate_parity_and_skip_zero_across_the_wrap():
+    epoch, seen = 0xFFFFFFFE - 3, []
+    for _ in range(8):
+        epoch = C.next_epoch(epoch)
+        seen.append(epoch)
+    assert 0 not in seen and seen[3] == 1
+    assert all((a ^ b) & 1 for a, b in zip(seen, seen[1:]))
+    assert C.next_epoch(0) == 1
 
 
 def test_copy_engine_pipeline_steps_cover_the_buffer_and_end_small():
@@ -161,18 +211,6 @@ def test_sizes_that_do_not_split_get_a_clear_error(team):
         coll.all_gather(team.empty((2000,), "float32"), odd)
     with pytest.raises(ValueError, match="reductions support"):
         coll.all_reduce(team.empty((1024,), "int32"), team.empty((1024,), "int32"))
-
-
-@pytest.mark.multigpu
-def test_mechanism_and_algorithm_conflicts_are_named(team):
-    coll = C.Collectives(team)
-    x, y = team.empty((1 << 12,), "float32"), team.empty((1 << 12,), "float32")
-    with pytest.raises(ValueError, match="mechanism 'll' runs 'one_shot'"):
-        coll.all_reduce(y, x, algorithm="two_shot", mechanism="ll")
-    with pytest.raises(ValueError, match="mechanism: expected one of"):
-        coll.all_gather(team.empty((1 << 13,), "float32"), x, mechanism="tma")
-    with pytest.raises(ValueError, match="algorithm: expected"):
-        coll.all_reduce(y, x, algorithm="ring")
 
 
 @pytest.mark.multigpu

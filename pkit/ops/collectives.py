@@ -87,7 +87,7 @@ class Collectives:
         import pkit
 
         team, staging = self.team, self._ll_staging
-        self._epoch = self._epoch % 0xFFFFFFFF + 1  # flags are never 0, the staging's initial value
+        self._epoch = next_epoch(self._epoch)
         sms = min(pkit.devices()[team.devices[r]].sms for r in team.local_ranks)
         grid = max(1, min(sms, -(-n16 // LL_THREADS)))  # all blocks resident: no block waits on an unlaunched one
         team.launch(self._kernel(name, self._ll_module), (grid,), (LL_THREADS,),
@@ -114,7 +114,14 @@ class Collectives:
         team.launch(self._kernel(name), (grid,), (THREADS,),
                     lambda r: (*args(r), flags.table(r), np.int32(r), np.int32(team.size)))
 
-    def _check(self, arg: str, array, count: int, dtype: str | None = None) -> None:
+    def _check(self, arg: str, array, count: int, dtype: str | None = None, inp=None) -> None:
+        """`array` (argument `arg`) belongs to this team and holds `count` elements of `dtype`; with `inp`,
+        also that the input belongs to this team and is a different buffer (no collective runs in place)."""
+        if inp is not None:
+            if inp.team is not self.team:
+                raise ValueError("inp: expected a SymmetricArray of this team")
+            if array is inp:
+                raise ValueError(f"{arg}: expected a buffer other than inp (collectives do not run in place)")
         if array.team is not self.team:
             raise ValueError(f"{arg}: expected a SymmetricArray of this team")
         if int(np.prod(array.shape)) != count:
@@ -140,7 +147,7 @@ class Collectives:
     def all_gather(self, out, inp, mechanism: str = "auto") -> None:
         """out[r] = concatenation over ranks q of inp[q] (inp: one share, out: size × share elements)."""
         share = int(np.prod(inp.shape))
-        self._check("out", out, share * self.team.size, inp.dtype)
+        self._check("out", out, share * self.team.size, inp.dtype, inp=inp)
         nbytes = self._share("out", out, share * self.team.size)
         chosen = self._mechanism("all_gather", nbytes, mechanism)
         if chosen == "ce":
@@ -154,7 +161,7 @@ class Collectives:
     def all_to_all(self, out, inp, mechanism: str = "auto") -> None:
         """out[r][q-th share] = inp[q][r-th share], equal shares."""
         total = int(np.prod(inp.shape))
-        self._check("out", out, total, inp.dtype)
+        self._check("out", out, total, inp.dtype, inp=inp)
         nbytes = self._share("inp", inp, total)
         chosen = self._mechanism("all_to_all", nbytes, mechanism)
         if chosen == "ce":
@@ -168,6 +175,7 @@ class Collectives:
     def reduce_scatter(self, out, inp, mechanism: str = "auto") -> None:
         """out[r] = sum over ranks q of the r-th share of inp[q] (inp: size × share, out: share)."""
         share = int(np.prod(out.shape))
+        self._check("out", out, share, inp=inp)
         self._check("inp", inp, share * self.team.size, out.dtype)
         suffix = self._suffix(inp)
         nbytes = self._share("inp", inp, share * self.team.size)
@@ -189,7 +197,7 @@ class Collectives:
         two GPUs, where both move the same bytes over the link and one-shot needs no gather step).
         """
         total = int(np.prod(inp.shape))
-        self._check("out", out, total, inp.dtype)
+        self._check("out", out, total, inp.dtype, inp=inp)
         suffix = self._suffix(inp)
         item = inp.storage_dtype.itemsize
         nbytes = total * item
@@ -221,18 +229,25 @@ class Collectives:
 
     def _all_reduce_ce(self, out, inp, algorithm: str, suffix: str) -> None:
         total = int(np.prod(inp.shape))
+        engines = self._copy_engines  # first: it refuses one process per GPU
         kernel = self._kernel(f"reduce_staged_{suffix}")
         if algorithm == "one_shot" or (algorithm == "auto" and self.team.size == 2):
             if inp.nbytes % 16:
                 raise ValueError(f"inp: {inp.nbytes} bytes is not a multiple of 16; pad the buffer")
-            return self._copy_engines.reduce(out, inp, inp.nbytes, kernel, src_offset=lambda r: 0,
+            return engines.reduce(out, inp, inp.nbytes, kernel, src_offset=lambda r: 0,
                                              out_offset=lambda r: 0, gather=False)
         share = self._share("inp", inp, total)
-        self._copy_engines.reduce(out, inp, share, kernel, src_offset=lambda r: r * share,
+        engines.reduce(out, inp, share, kernel, src_offset=lambda r: r * share,
                                   out_offset=lambda r: r * share, gather=True)
 
     def _local(self, array, rank: int):
         return array[rank] if self.team.rank is None else array.local
+
+
+def next_epoch(epoch: int) -> int:
+    """The LL epoch after `epoch`: 1, 2, ..., 2³² − 2, then 1 again. Never 0 (the staging's initial flag), and
+    its parity alternates even across the wrap, so consecutive calls never share a staging half."""
+    return epoch % 0xFFFFFFFE + 1
 
 
 def _ll_lines_per_sender() -> int:
