@@ -6,8 +6,8 @@ One process drives every GPU of the team (events cannot be waited on across proc
 * Reductions (reduce-scatter; all-reduce one-shot, where every rank owns the whole buffer, or two-shot, where
   rank r owns share r): the part each rank owns is cut into chunks. For chunk c,
   every peer's copy engine pushes its part into the owner's staging slot c mod SLOTS; the owner's SMs add the
-  parts to its own (`reduce_staged`, a local HBM-bound kernel); for all-reduce a second copy-engine stream
-  then pushes the summed chunk into every peer's output. Pushes of later chunks overlap the sum of chunk c
+  parts to its own (`reduce_staged`, a local HBM-bound kernel); for two-shot all-reduce a second copy-engine
+  stream then pushes the summed chunk into every peer's output. Pushes of later chunks overlap the sum of chunk c
   and the gather of earlier ones, so both directions of every link stay busy. The sums get every SM: they
   are short HBM-bound bursts, and with half the SMs the pushes stalled on staging slots (a probe at commit
   281de38 timed the 1 GiB all-reduce slower that way).
@@ -30,8 +30,8 @@ from ..errors import PkitError
 CHUNK_BYTES = 64 << 20  # largest pipeline step of the reductions
 TAIL_BYTES = 2 << 20  # the steps halve towards the end down to this, so the last (unhidden) sum is short
 SLOTS = 4  # staging slots per peer: how far pushes may run ahead of the owner's sums
-# Each chunk costs ~10 queued operations per GPU; with smaller chunks a long run of queued calls (as
-# pkit.bench queues behind a held stream) can fill the driver's queue.
+# Each step queues ~10 operations per GPU. With 16 MiB steps, twenty 1 GiB calls queued behind a held stream
+# (pkit.bench with hide_launch) outlasted the hold's timeout: the host most likely blocked on a full queue.
 THREADS = 512
 
 
