@@ -184,7 +184,7 @@ def test_collective_against_float64(team, case, mechanism, dtype, count):
     inp, x = _inputs(team, dtype, count if op != "all_gather" else share)
     poison = np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan)
     out = team.empty((count if op != "reduce_scatter" else share,), dtype).fill(poison)
-    sent = (count if op == "all_reduce" else share) * inp.storage_dtype.itemsize
+    sent = C.per_peer_bytes(op, count * inp.storage_dtype.itemsize, n)
     if mechanism == "ll" and sent > C.LL_MAX_BYTES:
         with pytest.raises(ValueError, match="'ll' sends at most"):
             getattr(coll, op)(out, inp, mechanism="ll")

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..ops.collectives import LL_MAX_BYTES, Collectives, bandwidths, choose
+from ..ops.collectives import LL_MAX_BYTES, Collectives, bandwidths, choose, per_peer_bytes
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
@@ -29,13 +29,12 @@ DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
 
 def _variants(op: str, nbytes: int, ranks: int):
     """(implementation name, call(coll, nccl, out, inp)) pairs for one op at total size `nbytes`."""
-    per_peer = nbytes if op == "all_reduce" else nbytes // ranks  # what one rank sends one peer, one-shot
     if op == "all_reduce":
         variants = [("pkit_one_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="one_shot")),
                     ("pkit_two_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="two_shot"))]
     else:
         variants = [("pkit_sm", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="sm"))]
-    if per_peer <= LL_MAX_BYTES:
+    if per_peer_bytes(op, nbytes, ranks) <= LL_MAX_BYTES:
         variants.append(("pkit_ll", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ll")))
     variants.append(("pkit_ce", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ce")))
     return variants + [("nccl", lambda c, n, o, i: getattr(n, op)(o, i))]
@@ -144,8 +143,8 @@ def auto_choices(frame: pd.DataFrame, ranks: int = 2) -> pd.DataFrame:
     """Per (op, dtype, bytes): the fastest pkit variant measured and the mechanism "auto" picks for that size."""
     ours = frame[frame["implementation"].str.startswith("pkit")]
     best = ours.loc[ours.groupby(["op", "dtype", "bytes"])["time_median_us"].idxmin()]
-    per_peer = [b if op == "all_reduce" else b // ranks for op, b in zip(best["op"], best["bytes"])]
-    return best.assign(auto=[choose(op, p, "auto") for op, p in zip(best["op"], per_peer)])[
+    auto = [choose(op, per_peer_bytes(op, b, ranks), "auto") for op, b in zip(best["op"], best["bytes"])]
+    return best.assign(auto=auto)[
         ["op", "dtype", "bytes", "implementation", "time_median_us", "auto"]].reset_index(drop=True)
 
 

@@ -82,17 +82,22 @@ class Collectives:
 
         return Kernel(module or self._module, name)
 
-    def _launch_ll(self, name: str, n16: int, args) -> None:
-        """Launch an LL kernel on every local rank with a fresh epoch; `args(rank)` leads its arguments."""
+    def _grid(self, n16: int, threads: int) -> int:
+        """Blocks for `n16` packs at `threads` per block: at most one per SM of the smallest local GPU, so every
+        block is resident (an LL or barrier block never waits on one that has not launched)."""
         import pkit
 
+        sms = min(pkit.devices()[self.team.devices[r]].sms for r in self.team.local_ranks)
+        return max(1, min(sms, -(-n16 // threads)))
+
+    def _launch_ll(self, name: str, inp, out, n16: int) -> None:
+        """Launch LL kernel `name` (in, out, n16, staging...) on every local rank with a fresh epoch."""
         team, staging = self.team, self._ll_staging
         self._epoch = next_epoch(self._epoch)
-        sms = min(pkit.devices()[team.devices[r]].sms for r in team.local_ranks)
-        grid = max(1, min(sms, -(-n16 // LL_THREADS)))  # all blocks resident: no block waits on an unlaunched one
-        team.launch(self._kernel(name, self._ll_module), (grid,), (LL_THREADS,),
-                    lambda r: (*args(r), staging.table(r), np.uint64(_ll_lines_per_sender()),
-                               np.uint32(self._epoch), np.int32(r), np.int32(team.size)))
+        team.launch(self._kernel(name, self._ll_module), (self._grid(n16, LL_THREADS),), (LL_THREADS,),
+                    lambda r: (self._local(inp, r), self._local(out, r), np.uint64(n16), staging.table(r),
+                               np.uint64(_ll_lines_per_sender()), np.uint32(self._epoch), np.int32(r),
+                               np.int32(team.size)))
 
     def _mechanism(self, op: str, nbytes: int, mechanism: str) -> str:
         """The mechanism to use, checked against the LL size limit."""
@@ -104,26 +109,24 @@ class Collectives:
 
     def _launch(self, name: str, n16: int, args) -> None:
         """Launch on every local rank; `args(rank)` gives the kernel's leading arguments."""
-        import pkit
         from ..team import _BARRIER_BLOCKS
 
-        team = self.team
-        sms = min(pkit.devices()[team.devices[r]].sms for r in team.local_ranks)
-        grid = max(1, min(sms, _BARRIER_BLOCKS, -(-n16 // THREADS)))
-        flags = team.barrier_flags
+        team, flags = self.team, self.team.barrier_flags
+        grid = min(_BARRIER_BLOCKS, self._grid(n16, THREADS))  # one barrier flag row per block
         team.launch(self._kernel(name), (grid,), (THREADS,),
                     lambda r: (*args(r), flags.table(r), np.int32(r), np.int32(team.size)))
 
-    def _check(self, arg: str, array, count: int, dtype: str | None = None, inp=None) -> None:
-        """`array` (argument `arg`) belongs to this team and holds `count` elements of `dtype`; with `inp`,
-        also that the input belongs to this team and is a different buffer (no collective runs in place)."""
-        if inp is not None:
-            if inp.team is not self.team:
-                raise ValueError("inp: expected a SymmetricArray of this team")
-            if array is inp:
-                raise ValueError(f"{arg}: expected a buffer other than inp (collectives do not run in place)")
-        if array.team is not self.team:
-            raise ValueError(f"{arg}: expected a SymmetricArray of this team")
+    def _check_pair(self, out, inp) -> None:
+        """Both buffers belong to this team and differ (no collective runs in place)."""
+        if inp.team is not self.team:
+            raise ValueError("inp: expected a SymmetricArray of this team")
+        if out is inp:
+            raise ValueError("out: expected a buffer other than inp (collectives do not run in place)")
+        if out.team is not self.team:
+            raise ValueError("out: expected a SymmetricArray of this team")
+
+    def _check(self, arg: str, array, count: int, dtype: str | None = None) -> None:
+        """`array` (argument `arg`, of this team: see `_check_pair`) holds `count` elements of `dtype`."""
         if int(np.prod(array.shape)) != count:
             raise ValueError(f"{arg}: expected {count} elements, got shape {array.shape}")
         if dtype is not None and array.dtype != dtype:
@@ -146,36 +149,36 @@ class Collectives:
 
     def all_gather(self, out, inp, mechanism: str = "auto") -> None:
         """out[r] = concatenation over ranks q of inp[q] (inp: one share, out: size × share elements)."""
+        self._check_pair(out, inp)
         share = int(np.prod(inp.shape))
-        self._check("out", out, share * self.team.size, inp.dtype, inp=inp)
+        self._check("out", out, share * self.team.size, inp.dtype)
         nbytes = self._share("out", out, share * self.team.size)
         chosen = self._mechanism("all_gather", nbytes, mechanism)
         if chosen == "ce":
             return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, 0, r * nbytes))
         if chosen == "ll":
-            return self._launch_ll("all_gather_ll", nbytes // 16,
-                                   lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
+            return self._launch_ll("all_gather_ll", inp, out, nbytes // 16)
         self._launch("all_gather", nbytes // 16,
                      lambda r: (self._local(inp, r), out.table(r), np.uint64(nbytes // 16)))
 
     def all_to_all(self, out, inp, mechanism: str = "auto") -> None:
         """out[r][q-th share] = inp[q][r-th share], equal shares."""
+        self._check_pair(out, inp)
         total = int(np.prod(inp.shape))
-        self._check("out", out, total, inp.dtype, inp=inp)
+        self._check("out", out, total, inp.dtype)
         nbytes = self._share("inp", inp, total)
         chosen = self._mechanism("all_to_all", nbytes, mechanism)
         if chosen == "ce":
             return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, q * nbytes, r * nbytes))
         if chosen == "ll":
-            return self._launch_ll("all_to_all_ll", nbytes // 16,
-                                   lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
+            return self._launch_ll("all_to_all_ll", inp, out, nbytes // 16)
         self._launch("all_to_all", nbytes // 16,
                      lambda r: (self._local(inp, r), out.table(r), np.uint64(nbytes // 16)))
 
     def reduce_scatter(self, out, inp, mechanism: str = "auto") -> None:
         """out[r] = sum over ranks q of the r-th share of inp[q] (inp: size × share, out: share)."""
+        self._check_pair(out, inp)
         share = int(np.prod(out.shape))
-        self._check("out", out, share, inp=inp)
         self._check("inp", inp, share * self.team.size, out.dtype)
         suffix = self._suffix(inp)
         nbytes = self._share("inp", inp, share * self.team.size)
@@ -184,8 +187,7 @@ class Collectives:
             return self._copy_engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged_{suffix}"),
                                              src_offset=lambda r: r * nbytes, out_offset=lambda r: 0, gather=False)
         if chosen == "ll":
-            return self._launch_ll(f"reduce_scatter_ll_{suffix}", nbytes // 16,
-                                   lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
+            return self._launch_ll(f"reduce_scatter_ll_{suffix}", inp, out, nbytes // 16)
         self._launch(f"reduce_scatter_{suffix}", nbytes // 16,
                      lambda r: (inp.table(r), self._local(out, r), np.uint64(nbytes // 16)))
 
@@ -196,8 +198,9 @@ class Collectives:
         then all-gather) or 'auto'. Mechanism 'll' is one-shot; 'sm' and 'ce' run either (auto: one-shot on
         two GPUs, where both move the same bytes over the link and one-shot needs no gather step).
         """
+        self._check_pair(out, inp)
         total = int(np.prod(inp.shape))
-        self._check("out", out, total, inp.dtype, inp=inp)
+        self._check("out", out, total, inp.dtype)
         suffix = self._suffix(inp)
         item = inp.storage_dtype.itemsize
         nbytes = total * item
@@ -210,12 +213,10 @@ class Collectives:
         if fixed and algorithm not in ("auto", fixed):
             raise ValueError(f"algorithm: mechanism {chosen!r} runs {fixed!r}, got {algorithm!r}")
         if chosen == "ce":
-            return self._all_reduce_ce(out, inp, algorithm, suffix)
-        if nbytes % 16:
-            raise ValueError(f"inp: {nbytes} bytes is not a multiple of 16; pad the buffer")
+            return self._all_reduce_ce(out, inp, total, algorithm, suffix)
+        self._whole_packs(nbytes)
         if chosen == "ll":
-            return self._launch_ll(f"all_reduce_ll_{suffix}", nbytes // 16,
-                                   lambda r: (self._local(inp, r), self._local(out, r), np.uint64(nbytes // 16)))
+            return self._launch_ll(f"all_reduce_ll_{suffix}", inp, out, nbytes // 16)
         if algorithm == "auto":
             splits = total % self.team.size == 0 and (total // self.team.size * item) % 16 == 0
             algorithm = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or not splits else "two_shot"
@@ -227,18 +228,23 @@ class Collectives:
             self._launch(f"all_reduce_two_shot_{suffix}", share // 16,
                          lambda r: (inp.table(r), out.table(r), np.uint64(share // 16)))
 
-    def _all_reduce_ce(self, out, inp, algorithm: str, suffix: str) -> None:
-        total = int(np.prod(inp.shape))
+    def _all_reduce_ce(self, out, inp, total: int, algorithm: str, suffix: str) -> None:
         engines = self._copy_engines  # first: it refuses one process per GPU
         kernel = self._kernel(f"reduce_staged_{suffix}")
         if algorithm == "one_shot" or (algorithm == "auto" and self.team.size == 2):
-            if inp.nbytes % 16:
-                raise ValueError(f"inp: {inp.nbytes} bytes is not a multiple of 16; pad the buffer")
-            return engines.reduce(out, inp, inp.nbytes, kernel, src_offset=lambda r: 0,
-                                             out_offset=lambda r: 0, gather=False)
+            nbytes = self._whole_packs(total * inp.storage_dtype.itemsize)
+            return engines.reduce(out, inp, nbytes, kernel, src_offset=lambda r: 0, out_offset=lambda r: 0,
+                                  gather=False)
         share = self._share("inp", inp, total)
-        engines.reduce(out, inp, share, kernel, src_offset=lambda r: r * share,
-                                  out_offset=lambda r: r * share, gather=True)
+        engines.reduce(out, inp, share, kernel, src_offset=lambda r: r * share, out_offset=lambda r: r * share,
+                       gather=True)
+
+    @staticmethod
+    def _whole_packs(nbytes: int) -> int:
+        """`nbytes` of the input, checked to be whole 16-byte packs (what the one-shot paths move)."""
+        if nbytes % 16:
+            raise ValueError(f"inp: {nbytes} bytes is not a multiple of 16; pad the buffer")
+        return nbytes
 
     def _local(self, array, rank: int):
         return array[rank] if self.team.rank is None else array.local
@@ -255,10 +261,16 @@ def _ll_lines_per_sender() -> int:
     return 2 * LL_MAX_BYTES // 16
 
 
+def per_peer_bytes(op: str, total_bytes: int, ranks: int) -> int:
+    """What one rank sends one peer in the one-shot form of `op` over nccl-tests' size S = `total_bytes`: the
+    whole buffer for all-reduce, one share otherwise (the `nbytes` of `choose`)."""
+    return total_bytes if op == "all_reduce" else total_bytes // ranks
+
+
 def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) -> str:
     """The mechanism for a collective: the override if given, else what measured fastest on 2×H200
     (results/h200x2-nv18/collectives_pkit_nccl.csv). `nbytes`: what one rank sends one peer in the one-shot
-    form (the whole buffer for all-reduce, one share otherwise). LL packets up to LL_AUTO_MAX_BYTES[op],
+    form (`per_peer_bytes`). LL packets up to LL_AUTO_MAX_BYTES[op],
     the copy-engine pipeline for the reductions from CE_MIN_BYTES[op] (one process only; the
     reduce-scatter threshold lies between the measured tie at 128 MiB shares and the win at 512 MiB), SM
     kernels for the rest."""

@@ -121,6 +121,7 @@ class CopyEngines:
         import pkit
 
         team, n = self.team, self.team.size
+        sms = [pkit.devices()[d].sms for d in team.devices]
         chunk = min(self.chunk_bytes, share)  # staging stride
         roles = ("push", "gather") if gather else ("push",)
         self._start(roles)
@@ -143,7 +144,7 @@ class CopyEngines:
                     for q in range(n):
                         if q != r:
                             cp.cuda.get_current_stream().wait_event(pushed[q])
-                    grid = max(1, min(pkit.devices()[team.devices[r]].sms, -(-size // (16 * THREADS))))
+                    grid = max(1, min(sms[r], -(-size // (16 * THREADS))))
                     kernel((grid,), (THREADS,), (np.uint64(inp[r].data.ptr + src_offset(r) + start),
                                                  np.uint64(self._stage(r) + slot * (n - 1) * chunk),
                                                  np.uint64(chunk // 16), np.uint64(dst), np.uint64(size // 16),
