@@ -81,7 +81,7 @@ def rotations_past_l2(nbytes_per_call: int, l2_bytes: int, factor: float = 3.0, 
 
 def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 10, reps: int = 100,
           graph: bool = False, rotate: Sequence[tuple] | None = None, hide_launch: bool = False,
-          label: str = "", **meta) -> BenchResult:
+          calls_per_sample: int = 1, label: str = "", **meta) -> BenchResult:
     """Time `fn` with CUDA events on every GPU in `devices`; a sample is the slowest GPU's time.
 
     `fn` enqueues work on the current CuPy stream of each device it uses (pkit installs a fresh stream on
@@ -90,6 +90,9 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
     `graph=True` captures one call per input set into a CUDA graph (single GPU) and times its replays.
     `hide_launch=True` holds each stream with a spin kernel while all launches queue, as nvbandwidth does,
     so host launch overhead stays out of the samples.
+    `calls_per_sample=k` times k back-to-back calls between one pair of events and reports a sample as their
+    mean, as nccl-tests averages its iterations: the per-call events' own cost and a multi-GPU call's start
+    skew are paid once per k calls, so short calls read closer to their steady-state cost.
     """
     import cupy as cp
 
@@ -98,6 +101,8 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
 
     if warmup < 0 or reps < 1:
         raise ValueError(f"warmup/reps: expected warmup >= 0 and reps >= 1, got {warmup}, {reps}")
+    if not (isinstance(calls_per_sample, (int, np.integer)) and calls_per_sample >= 1):
+        raise ValueError(f"calls_per_sample: expected an integer >= 1, got {calls_per_sample!r}")
     devs = tuple(devices) if devices is not None else (cp.cuda.runtime.getDevice(),)
     _devices.require_gpus(devs)
     if graph and len(devs) != 1:
@@ -132,17 +137,19 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
             for d in devs:
                 _on(d, lambda: events[d][0].record(streams[d]))
             for i in range(reps):
-                call(i)
+                for k in range(calls_per_sample):
+                    call(i * calls_per_sample + k)
                 for d in devs:
                     _on(d, lambda: events[d][i + 1].record(streams[d]))
         check(devs)
         per_device = np.array([[cp.cuda.get_elapsed_time(events[d][i], events[d][i + 1]) for i in range(reps)]
-                               for d in devs])
+                               for d in devs]) / calls_per_sample
     finally:
         for d in devs:
             _on(d, cp.cuda.Stream.null.use)
     return BenchResult(per_device.max(axis=0), label, devs,
-                       dict(meta, warmup=warmup, graph=graph, hide_launch=hide_launch, rotations=len(argsets)))
+                       dict(meta, warmup=warmup, graph=graph, hide_launch=hide_launch, rotations=len(argsets),
+                            calls_per_sample=calls_per_sample))
 
 
 def _on(device: int, thunk: Callable):

@@ -25,6 +25,7 @@ from ..ops.collectives import LL_MAX_BYTES, Collectives, bandwidths, choose, per
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
+IMPLEMENTATIONS = ("pkit_one_shot", "pkit_two_shot", "pkit_sm", "pkit_ll", "pkit_ce", "nccl")
 
 
 def _variants(op: str, nbytes: int, ranks: int):
@@ -69,8 +70,14 @@ def _matches(a, b, dtype: str) -> bool:
 
 
 def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16",
-          devices: Sequence[int] = (0, 1), reps: int = 20) -> pd.DataFrame:
-    """pkit's collectives and single-process NCCL on the same buffers; each result checked against NCCL's."""
+          devices: Sequence[int] = (0, 1), reps: int = 20, calls_per_sample: int = 1,
+          implementations: Sequence[str] | None = None) -> pd.DataFrame:
+    """pkit's collectives and single-process NCCL on the same buffers; each result checked against NCCL's.
+
+    `calls_per_sample` > 1 times that many back-to-back calls per sample (nccl-tests' averaging; see
+    pkit.bench). `implementations` keeps only those names (pkit_one_shot, pkit_two_shot, pkit_sm, pkit_ll,
+    pkit_ce, nccl); by default all that apply to the size.
+    """
     import cupy as cp
 
     import pkit
@@ -79,6 +86,8 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     unknown = [op for op in ops if op not in OPS]
     if unknown:
         raise ValueError(f"ops: unknown {unknown}; expected names from {OPS}")
+    if implementations is not None and not set(implementations) <= set(IMPLEMENTATIONS):
+        raise ValueError(f"implementations: expected names from {IMPLEMENTATIONS}, got {list(implementations)}")
     if dtype not in ("bfloat16", "float32"):
         raise ValueError(f"dtype: expected 'bfloat16' or 'float32', got {dtype!r}")
     team = pkit.Team(list(devices))
@@ -94,6 +103,8 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
             getattr(nccl, op)(expected, inp)
             team.synchronize()
             for name, call in _variants(op, nbytes, team.size):
+                if implementations is not None and name not in implementations:
+                    continue
                 out.fill(np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan))
                 team.synchronize()
                 call(coll, nccl, out, inp)
@@ -102,9 +113,10 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
                 if not ok:
                     raise AssertionError(f"{name} {op} of {nbytes} bytes ({dtype}) disagrees with NCCL")
                 r = pkit.bench(lambda: call(coll, nccl, out, inp), devices=list(devices), reps=reps, warmup=5,
-                               hide_launch=True)
+                               hide_launch=True, calls_per_sample=calls_per_sample)
                 algbw, busbw = bandwidths(op, nbytes, team.size, r.median_ms * 1e-3)
                 rows.append({"implementation": name, "op": op, "dtype": dtype, "bytes": nbytes,
+                             "calls_per_sample": calls_per_sample,
                              "time_median_us": r.median_us, "time_min_us": r.min_ms * 1e3,
                              "time_max_us": r.max_ms * 1e3, "cv": r.cv, "algbw_GBps": algbw, "busbw_GBps": busbw,
                              "verified": True})
@@ -120,13 +132,14 @@ def _on(device: int, thunk):
 
 
 def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16", nproc: int = 2,
-                    reps: int = 20, timeout_s: float = 600) -> pd.DataFrame:
+                    reps: int = 20, timeout_s: float = 600, calls_per_sample: int = 1,
+                    ops: Sequence[str] = OPS) -> pd.DataFrame:
     """torch.distributed and torch symmetric memory under torchrun (one process per GPU), same columns."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "torch.csv")
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m",
                "pkit.experiments.torch_collectives", "--out", out, "--dtype", dtype, "--reps", str(reps),
-               "--sizes", *map(str, sizes)]
+               "--calls-per-sample", str(calls_per_sample), "--ops", *ops, "--sizes", *map(str, sizes)]
         env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                "NVSHMEM_DISABLE_NVLS": "1"}
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)

@@ -13,7 +13,8 @@ import os
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
-def _time(fn, reps: int, warmup: int):
+def _time(fn, reps: int, warmup: int, calls_per_sample: int = 1):
+    """Samples in ms per call; each is the mean of `calls_per_sample` back-to-back calls (see pkit.bench)."""
     import torch
 
     for _ in range(warmup):
@@ -21,14 +22,15 @@ def _time(fn, reps: int, warmup: int):
     torch.cuda.synchronize()
     events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
     # Hold the stream while every launch queues (as pkit.bench's hide_launch does), so the samples are
-    # device time back to back, not host launch overhead: ~5 ms of spinning at ~2 GHz.
-    torch.cuda._sleep(10_000_000)
+    # device time back to back, not host launch overhead: at ~2 GHz, at least 5 ms and 50 µs per launch.
+    torch.cuda._sleep(max(10_000_000, 100_000 * reps * calls_per_sample))
     events[0].record()
     for i in range(reps):
-        fn()
+        for _ in range(calls_per_sample):
+            fn()
         events[i + 1].record()
     torch.cuda.synchronize()
-    return [events[i].elapsed_time(events[i + 1]) for i in range(reps)]
+    return [events[i].elapsed_time(events[i + 1]) / calls_per_sample for i in range(reps)]
 
 
 def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
@@ -67,6 +69,8 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--calls-per-sample", type=int, default=1, help="back-to-back calls timed per sample")
+    parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     parser.add_argument("--symm-max-bytes", type=int, default=64 << 20, help="largest size for symmetric memory")
     args = parser.parse_args(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -78,9 +82,12 @@ def main(argv=None) -> None:
     for nbytes in args.sizes:
         symm = group_name if nbytes <= args.symm_max_bytes else None
         for impl, op, fn in _cases(nbytes, dtype, world, rank, symm):
-            samples = torch.tensor(_time(fn, args.reps, args.warmup), device="cuda")
+            if op not in args.ops:
+                continue
+            samples = torch.tensor(_time(fn, args.reps, args.warmup, args.calls_per_sample), device="cuda")
             dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # each repetition's slowest rank
             rows.append({"implementation": impl, "op": op, "dtype": args.dtype, "bytes": nbytes,
+                         "calls_per_sample": args.calls_per_sample,
                          "time_median_us": float(samples.median()) * 1e3, "time_min_us": float(samples.min()) * 1e3,
                          "time_max_us": float(samples.max()) * 1e3,
                          "cv": float(samples.std(unbiased=False) / samples.mean())})

@@ -1,0 +1,79 @@
+"""Session 3 probe (exploratory, not recorded): (1) SM copy variants and split copies against the copy engine
+at 1 GiB; (2) all-reduce latency per call vs averaged over back-to-back calls, pkit vs NCCL vs torch.
+Writes CSVs under $OUT. Run on the 2-GPU machine from the repo root."""
+import os
+import sys
+
+import cupy as cp
+import numpy as np
+import pandas as pd
+
+import pkit
+from pkit.experiments import collectives
+from pkit.experiments.peer_copies import time_copy
+from pkit.ops.transfers import peer_copy
+
+OUT = os.environ.get("OUT", "out")
+SIZE = 1 << 30
+part = sys.argv[1] if len(sys.argv) > 1 else "all"
+
+
+def variants():
+    team = pkit.Team([0, 1])
+    rows = []
+    base = [("copy_engine", None, 0), ("register_pull", 132, 1), ("register_push", 132, 0)]
+    for mech, blocks, on in base:
+        rows.append({"variant": mech, "blocks": blocks, **time_copy(team, SIZE, lambda d, s: peer_copy(d, s, mech, blocks),
+                                                                      on, reps=10, warmup=3)})
+        print(rows[-1], flush=True)
+    for kernel in ["copy_u8", "copy_u4_l2", "copy_u4_cs", "copy_spans_u4", "copy_spans_u8"]:
+        fn = pkit.compile("scripts/probes/copy_variants.cu", kernel)
+        for on, how in [(0, "push"), (1, "pull")]:
+            for blocks in (132, 264):
+                def copy(d, s, fn=fn, on=on, blocks=blocks):
+                    fn((blocks,), (512,), (np.uint64(d.data.ptr), np.uint64(s.data.ptr), np.uint64(d.nbytes // 16)),
+                       device=on)
+                rows.append({"variant": f"{kernel}_{how}", "blocks": blocks, **time_copy(team, SIZE, copy, on, 10, 3)})
+                print(rows[-1], flush=True)
+    # split copies: a prefix by the first way, the rest by the second, run concurrently
+    src = team.empty((SIZE,), "uint8")
+    dst = team.empty((SIZE,), "uint8")
+    data = cp.random.randint(0, 256, SIZE, dtype=cp.uint8)
+    with cp.cuda.Device(0):
+        src[0][...] = cp.asarray(data)
+    for first, second in [("copy_engine", "register_pull"), ("register_push", "register_pull"),
+                          ("copy_engine", "tma_pull")]:
+        for frac in (0.5, 0.8, 0.9, 0.95):
+            cut = int(SIZE * frac) // 4096 * 4096
+
+            def split(first=first, second=second, cut=cut):
+                peer_copy(dst[1][:cut], src[0][:cut], first, 132 if first != "copy_engine" else None)
+                peer_copy(dst[1][cut:], src[0][cut:], second, 132 if second.startswith("register") else 16)
+            dst.fill(0)
+            team.synchronize()
+            split()
+            team.synchronize()
+            ok = bool(cp.asnumpy(dst[1]).tobytes() == cp.asnumpy(src[0]).tobytes())
+            r = pkit.bench(split, devices=[0, 1], reps=10, warmup=3, hide_launch=True)
+            rows.append({"variant": f"split_{first}+{second}", "blocks": frac, "bytes": SIZE,
+                         "time_median_us": r.median_us, "cv": r.cv, "bandwidth_GBps": r.gbps(SIZE), "verified": ok})
+            print(rows[-1], flush=True)
+    pd.DataFrame(rows).to_csv(f"{OUT}/variants.csv", index=False)
+
+
+def latency():
+    sizes = [1 << 14, 1 << 16, 1 << 18]
+    frames = []
+    for k in (1, 20):
+        frames.append(collectives.sweep(ops=["all_reduce"], sizes=sizes, reps=20, calls_per_sample=k,
+                                        implementations=["pkit_one_shot", "pkit_two_shot", "pkit_ll", "nccl"]))
+        frames.append(collectives.torch_baselines(sizes=sizes, reps=20, calls_per_sample=k, ops=["all_reduce"]))
+    df = pd.concat(frames)
+    df.to_csv(f"{OUT}/latency.csv", index=False)
+    print(df[["implementation", "bytes", "calls_per_sample", "time_median_us", "time_min_us", "cv"]].to_string())
+
+
+if part in ("all", "latency"):
+    latency()
+if part in ("all", "variants"):
+    variants()
