@@ -1,5 +1,5 @@
 """Session 3 probe (exploratory, not recorded): (1) SM copy variants and split copies against the copy engine
-at 1 GiB; (2) all-reduce latency per call vs averaged over back-to-back calls, pkit vs NCCL vs torch.
+at 256 MiB; (2) all-reduce latency per call vs averaged over back-to-back calls, pkit vs NCCL vs torch.
 Writes CSVs under $OUT. Run on the 2-GPU machine from the repo root."""
 import os
 import sys
@@ -14,7 +14,7 @@ from pkit.experiments.peer_copies import time_copy
 from pkit.ops.transfers import peer_copy
 
 OUT = os.environ.get("OUT", "out")
-SIZE = 1 << 30
+SIZE = 256 << 20
 part = sys.argv[1] if len(sys.argv) > 1 else "all"
 
 
