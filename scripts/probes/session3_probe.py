@@ -77,3 +77,66 @@ if part in ("all", "latency"):
     latency()
 if part in ("all", "variants"):
     variants()
+
+
+def joined(first, second, cut, src, dst):
+    """One copy split at `cut`: GPU 0 starts, both parts run, GPU 0 waits for GPU 1 (each call a full join)."""
+    def call():
+        with cp.cuda.Device(0):
+            start = cp.cuda.Event(disable_timing=True)
+            start.record()
+        with cp.cuda.Device(1):
+            cp.cuda.get_current_stream().wait_event(start)
+        peer_copy(dst[1][:cut], src[0][:cut], first, 132 if first != "copy_engine" else None)
+        peer_copy(dst[1][cut:], src[0][cut:], second, 132 if second.startswith("register") else 16)
+        with cp.cuda.Device(1):
+            done = cp.cuda.Event(disable_timing=True)
+            done.record()
+        with cp.cuda.Device(0):
+            cp.cuda.get_current_stream().wait_event(done)
+    return call
+
+
+def splits():
+    team = pkit.Team([0, 1])
+    src, dst = team.empty((SIZE,), "uint8"), team.empty((SIZE,), "uint8")
+    with cp.cuda.Device(0):
+        src[0][...] = cp.random.randint(0, 256, SIZE, dtype=cp.uint8)
+    rows = []
+    for first, second, fracs in [("register_push", "register_pull", (0.0, 0.3, 0.4, 0.5, 0.6, 1.0)),
+                                 ("copy_engine", "register_pull", (1.0, 0.8, 0.9))]:
+        for frac in fracs:
+            cut = int(SIZE * frac) // 4096 * 4096
+            call = joined(first, second, cut, src, dst)
+            dst.fill(0)
+            team.synchronize()
+            call()
+            team.synchronize()
+            ok = bool(cp.asnumpy(dst[1]).tobytes() == cp.asnumpy(src[0]).tobytes())
+            r = pkit.bench(call, devices=[0, 1], reps=10, warmup=3, hide_launch=True)
+            rows.append({"variant": f"joined_{first}+{second}", "fraction_first": frac, "bytes": SIZE,
+                         "time_median_us": r.median_us, "cv": r.cv, "bandwidth_GBps": r.gbps(SIZE), "verified": ok})
+            print(rows[-1], flush=True)
+    pd.DataFrame(rows).to_csv(f"{OUT}/splits.csv", index=False)
+
+
+def floor():
+    """Latency ladder: an empty kernel on both GPUs, then all-reduces of one 16-byte pack and of 64 KiB."""
+    spin = pkit.compile("spin.cu", "spin_ns")
+    rows = []
+    for k in (1, 20):
+        r = pkit.bench(lambda: [spin((1,), (1,), (np.uint64(0),), device=d) for d in (0, 1)], devices=[0, 1],
+                       reps=20, warmup=5, hide_launch=True, calls_per_sample=k)
+        rows.append({"implementation": "empty_kernel", "bytes": 0, "calls_per_sample": k,
+                     "time_median_us": r.median_us, "cv": r.cv})
+    df = pd.concat([pd.DataFrame(rows)] + [
+        collectives.sweep(ops=["all_reduce"], sizes=[32, 1 << 16], reps=20, calls_per_sample=k,
+                          implementations=["pkit_ll", "nccl"]) for k in (1, 20)])
+    df.to_csv(f"{OUT}/floor.csv", index=False)
+    print(df[["implementation", "bytes", "calls_per_sample", "time_median_us", "cv"]].to_string(), flush=True)
+
+
+if part == "floor":
+    floor()
+if part == "splits":
+    splits()
