@@ -140,3 +140,22 @@ if part == "floor":
     floor()
 if part == "splits":
     splits()
+
+
+def ll_threads():
+    """LL all-reduce time by threads per block (blocks = packs / threads, at most one per SM)."""
+    import pkit.ops.collectives as C
+
+    frames = []
+    for threads in (32, 64, 128, 256, 512):
+        C.LL_THREADS = threads
+        df = collectives.sweep(ops=["all_reduce"], sizes=[32, 1 << 14, 1 << 16, 1 << 18], reps=20,
+                               calls_per_sample=20, implementations=["pkit_ll"])
+        frames.append(df.assign(ll_threads=threads))
+    df = pd.concat(frames)
+    df.to_csv(f"{OUT}/ll_threads.csv", index=False)
+    print(df.pivot(index="bytes", columns="ll_threads", values="time_median_us").to_string(), flush=True)
+
+
+if part == "ll_threads":
+    ll_threads()
