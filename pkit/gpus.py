@@ -184,3 +184,11 @@ def _nvlinks_between(nvml, handle, peer_bus_id: str) -> int:
         else:
             switched += 1
     return direct or switched
+
+
+def on_device(device: int, thunk):
+    """`thunk()` run with GPU `device` current (CuPy), its result returned."""
+    import cupy as cp
+
+    with cp.cuda.Device(device):
+        return thunk()

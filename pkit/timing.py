@@ -97,6 +97,7 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
     import cupy as cp
 
     from . import gpus as _devices
+    from .gpus import on_device as _on
     from .launch import check, hold_streams
 
     if warmup < 0 or reps < 1:
@@ -151,9 +152,3 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
                        dict(meta, warmup=warmup, graph=graph, hide_launch=hide_launch, rotations=len(argsets),
                             calls_per_sample=calls_per_sample))
 
-
-def _on(device: int, thunk: Callable):
-    import cupy as cp
-
-    with cp.cuda.Device(device):
-        return thunk()

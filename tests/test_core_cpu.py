@@ -99,6 +99,13 @@ def test_bench_without_gpu_names_the_problem():
         pkit.bench(lambda: None, devices=[0])
 
 
+def test_bench_checks_calls_per_sample_first():
+    pytest.importorskip("cupy")
+    for bad in (0, 2.5, "4"):
+        with pytest.raises(ValueError, match="calls_per_sample: expected an integer >= 1"):
+            pkit.bench(lambda: None, devices=[0], calls_per_sample=bad)
+
+
 def test_team_without_gpu_names_the_problem():
     with pytest.raises(pkit.PkitError, match=r"devices: expected GPU ids in \[0, 0\), got \[0, 1\]"):
         pkit.Team([0, 1])

@@ -165,6 +165,21 @@ def test_bench_graph_and_rotation():
     assert cp.cuda.get_current_stream() == cp.cuda.Stream.null
 
 
+def test_bench_averages_calls_per_sample_in_order():
+    spin = pkit.compile("spin.cu", "spin_ns")
+    seen = []
+    args = [(np.uint64(200_000),), (np.uint64(600_000),)]
+
+    def fn(ns):
+        seen.append(int(ns))
+        spin((1,), (1,), (ns,))
+
+    result = pkit.bench(fn, rotate=args, warmup=0, reps=6, calls_per_sample=4, hide_launch=True)
+    assert seen == [200_000, 600_000] * 12  # call i of sample j uses input set (4j + i) mod 2
+    assert len(result.samples_ms) == 6 and result.median_ms == pytest.approx(0.4, rel=0.05)
+    assert result.meta["calls_per_sample"] == 4
+
+
 @pytest.mark.multigpu
 def test_bench_multi_gpu_takes_the_slowest():
     spin = pkit.compile("spin.cu", "spin_ns")

@@ -40,6 +40,19 @@ def test_collective_sweep_validates_arguments():
         collectives.sweep(ops=["broadcast"])
     with pytest.raises(ValueError, match="dtype"):
         collectives.sweep(dtype="int8")
+    with pytest.raises(ValueError, match="implementations: expected names from"):
+        collectives.sweep(implementations=["pkit_magic"])
+
+
+@pytest.mark.multigpu
+def test_latency_sweep_and_launch_floor():
+    df = collectives.sweep(ops=["all_reduce"], sizes=[1 << 16], reps=3, calls_per_sample=5,
+                           implementations=["pkit_ll", "nccl"])
+    assert sorted(df["implementation"]) == ["nccl", "pkit_ll"] and (df["calls_per_sample"] == 5).all()
+    assert df["verified"].all() and (df["time_median_us"] > 0).all()
+    floor = collectives.launch_floor(calls_per_sample=5, reps=3)
+    assert floor["implementation"].tolist() == ["empty_kernel"]
+    assert 0 < floor["time_median_us"].iloc[0] < df["time_median_us"].max()
 
 
 def test_speedups_against_baseline():
@@ -71,3 +84,67 @@ def test_every_mechanism_copies_every_byte(mechanism, nbytes, blocks):
     transfers.peer_copy(dst[1], src[0], mechanism, blocks=blocks)
     team.synchronize()
     assert np.array_equal(cp.asnumpy(dst[1]), data)
+
+
+def _stand_in(device: int, nbytes: int = 64):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(device=SimpleNamespace(id=device), nbytes=nbytes)
+
+
+@pytest.mark.parametrize("first, second, fraction, text", [
+    ("warp_drive", "register_pull", 0.5, "first: expected"),
+    ("register_push", "carrier_pigeon", 0.5, "second: expected"),
+    ("register_push", "register_pull", 1.5, r"fraction: expected a share of the bytes in \[0, 1\]"),
+    ("copy_engine", "register_push", 0.5, "different GPUs, both run on GPU 0"),
+    ("register_pull", "tma_pull", 0.5, "different GPUs, both run on GPU 1"),
+])
+def test_split_copy_checks_arguments_before_any_work(first, second, fraction, text):
+    pytest.importorskip("cupy")
+    with pytest.raises(ValueError, match=text):
+        transfers.split_copy(_stand_in(1), _stand_in(0), first, second, fraction)
+
+
+def test_split_sweep_validates_arguments():
+    with pytest.raises(ValueError, match="fractions"):
+        mechanisms.split_sweep(fractions=[0.5, 2.0])
+    with pytest.raises(ValueError, match="mechanisms: unknown"):
+        mechanisms.split_sweep(pairs=[("register_push", "telepathy")])
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("first, second", mechanisms.SPLITS + (("tma_push", "tma_pull"),))
+@pytest.mark.parametrize("nbytes, fraction", [(16, 0.5), (4096 + 48, 0.3), ((64 << 20) + 32, 0.75), (1 << 20, 0.0),
+                                              (1 << 20, 1.0)])
+def test_split_copy_copies_every_byte(first, second, nbytes, fraction):
+    import cupy as cp
+
+    team = pkit.Team([0, 1])
+    src, dst = team.empty((nbytes,), "uint8"), team.empty((nbytes,), "uint8")
+    data = np.random.default_rng().integers(0, 256, nbytes, dtype=np.uint8)
+    src[0].set(data)
+    dst.fill(0xA5)
+    team.synchronize()
+    transfers.split_copy(dst[1], src[0], first, second, fraction)
+    team.synchronize()
+    assert np.array_equal(cp.asnumpy(dst[1]), data)
+
+
+@pytest.mark.multigpu
+def test_split_copy_is_joined_on_the_first_gpu():
+    """A timer on the first GPU's stream must cover the second GPU's part: a pull that waits behind a 2 ms
+    spin on GPU 1 makes the call on GPU 0 last at least that long."""
+    import cupy as cp
+
+    team = pkit.Team([0, 1])
+    nbytes = 1 << 20
+    src, dst = team.empty((nbytes,), "uint8"), team.empty((nbytes,), "uint8")
+    spin = pkit.compile("spin.cu", "spin_ns")
+
+    def call():
+        spin((1,), (1,), (np.uint64(2_000_000),), device=1)
+        transfers.split_copy(dst[1], src[0], "register_push", "register_pull", 0.5)
+
+    result = pkit.bench(call, devices=[0], warmup=1, reps=5)
+    assert result.median_ms >= 2.0
+    assert cp.cuda.get_current_stream() == cp.cuda.Stream.null

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ..gpus import on_device as _on
 from ..ops.collectives import LL_MAX_BYTES, Collectives, bandwidths, choose, per_peer_bytes
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -124,11 +125,19 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     return pd.DataFrame(rows)
 
 
-def _on(device: int, thunk):
-    import cupy as cp
 
-    with cp.cuda.Device(device):
-        return thunk()
+def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, reps: int = 20) -> pd.DataFrame:
+    """The time of an empty kernel launched on every GPU of `devices`, timed as `sweep` times collectives: the
+    floor under any collective that is one kernel per GPU. One row, implementation 'empty_kernel', bytes 0."""
+    import pkit
+
+    spin = pkit.compile("spin.cu", "spin_ns")
+    r = pkit.bench(lambda: [spin((1,), (1,), (np.uint64(0),), device=d) for d in devices], devices=list(devices),
+                   reps=reps, warmup=5, hide_launch=True, calls_per_sample=calls_per_sample)
+    return pd.DataFrame([{"implementation": "empty_kernel", "op": "all_reduce", "dtype": "none", "bytes": 0,
+                          "calls_per_sample": calls_per_sample, "time_median_us": r.median_us,
+                          "time_min_us": r.min_ms * 1e3, "time_max_us": r.max_ms * 1e3, "cv": r.cv,
+                          "verified": False}])
 
 
 def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16", nproc: int = 2,

@@ -12,7 +12,7 @@ from typing import Sequence
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..ops.transfers import MECHANISMS, peer_copy, worker
+from ..ops.transfers import MECHANISMS, peer_copy, split_copy, worker
 from .peer_copies import check_sizes_and_pair, time_copy
 
 SM_MECHANISMS = tuple(m for m in MECHANISMS if m != "copy_engine")
@@ -63,6 +63,32 @@ def size_sweep(sizes: Sequence[int] = tuple(4096 << i for i in range(19)), mecha
     blocks = blocks or {}
     rows = [_measure(team, size, m, blocks.get(m), src, dst, reps)
             for m in tqdm(mechanisms, desc="mechanisms", leave=False) for size in sizes]
+    return pd.DataFrame(rows)
+
+
+SPLITS = (("register_push", "register_pull"), ("copy_engine", "register_pull"))
+
+
+def split_sweep(nbytes: int = 256 << 20, pairs: Sequence[tuple[str, str]] = SPLITS,
+                fractions: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0), src: int = 0, dst: int = 1,
+                reps: int = 10) -> pd.DataFrame:
+    """Bandwidth of one copy shared by two mechanisms running at once on the two GPUs (`split_copy`), by the
+    share the first one moves: can both GPUs' SMs together, or SMs beside the copy engine, beat either alone?
+
+    Rows: first, second, fraction_first, bytes, time_*_us, cv, bandwidth_GBps, verified, rotations.
+    """
+    import pkit
+
+    _check([nbytes], [m for pair in pairs for m in pair], src, dst)
+    if not fractions or any(not 0 <= f <= 1 for f in fractions):
+        raise ValueError(f"fractions: expected shares in [0, 1], got {list(fractions)}")
+    team = pkit.Team([src, dst])
+    rows = []
+    for first, second in tqdm(pairs, desc="splits", leave=False):
+        for f in fractions:
+            row = time_copy(team, nbytes, lambda d, s: split_copy(d, s, first, second, f), worker(first, src, dst),
+                            reps, warmup=3)
+            rows.append({"first": first, "second": second, "fraction_first": float(f), **row})
     return pd.DataFrame(rows)
 
 

@@ -29,7 +29,8 @@ from functools import cached_property
 import numpy as np
 
 THREADS = 512
-LL_THREADS = 256  # smaller LL blocks spread the remote stores and the polling over more SMs
+LL_THREADS = 64  # small LL blocks spread sends and polling over more SMs: 64 beat 32-512 from 16 to 256 KiB
+                 # (scripts/probes/session3_probe.py ll_threads, 2x H200)
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
 MECHANISMS = ("auto", "sm", "ll", "ce")

@@ -13,6 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..gpus import on_device as _on
+
 MECHANISMS = ("copy_engine", "register_push", "register_pull", "tma_push", "tma_pull")
 THREADS = 512  # per block, register-level copies
 TMA_CHUNK = 32 << 10  # bytes per pipeline stage; the kernel keeps 4 stages in flight per block
@@ -62,6 +64,40 @@ def peer_copy(dst_array, src_array, mechanism: str, blocks: int | None = None) -
         grid = blocks or 32
         _kernel(mechanism)((grid,), (32,), (d, s, np.uint64(nbytes), np.uint32(TMA_CHUNK)),
                            shared_mem=TMA_STAGES * (TMA_CHUNK + 8), device=on)
+
+
+def split_copy(dst_array, src_array, first: str, second: str, fraction: float) -> None:
+    """One copy by two mechanisms at once: the leading `fraction` of the bytes by `first` (a copy engine or
+    an SM mechanism with every SM), the rest by `second`; the two must run on different GPUs (e.g. the source
+    pushes while the destination pulls). The call is joined: the second GPU's stream waits for the first's
+    position at the call, and the first waits for the second's part, so a timer on the first GPU's stream
+    reads the whole copy.
+
+    Example:
+        >>> split_copy(y[1], x[0], "register_push", "register_pull", 0.5)     # doctest: +SKIP
+    """
+    import cupy as cp
+
+    for arg, mechanism in (("first", first), ("second", second)):
+        if mechanism not in MECHANISMS:
+            raise ValueError(f"{arg}: expected one of {MECHANISMS}, got {mechanism!r}")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"fraction: expected a share of the bytes in [0, 1], got {fraction!r}")
+    src, dst = src_array.device.id, dst_array.device.id
+    a, b = worker(first, src, dst), worker(second, src, dst)
+    if a == b:
+        raise ValueError(f"first, second: expected mechanisms that run on different GPUs, both run on GPU {a}")
+    cut = int(src_array.nbytes * fraction) // 16 * 16
+    start, done = (_on(d, lambda: cp.cuda.Event(disable_timing=True)) for d in (a, b))
+    _on(a, lambda: start.record())
+    _on(b, lambda: cp.cuda.get_current_stream().wait_event(start))
+    if cut:
+        peer_copy(dst_array[:cut], src_array[:cut], first)
+    if cut < src_array.nbytes:
+        peer_copy(dst_array[cut:], src_array[cut:], second)
+    _on(b, lambda: done.record())
+    _on(a, lambda: cp.cuda.get_current_stream().wait_event(done))
+
 
 
 def _sms(device: int) -> int:
