@@ -102,6 +102,9 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
 
     if warmup < 0 or reps < 1:
         raise ValueError(f"warmup/reps: expected warmup >= 0 and reps >= 1, got {warmup}, {reps}")
+    if hide_launch and warmup < 1:
+        raise ValueError("warmup: hide_launch needs at least one warm-up call; a first call may load a module, "
+                         "which waits for the held stream and would hang until the hold times out")
     if not (isinstance(calls_per_sample, (int, np.integer)) and calls_per_sample >= 1):
         raise ValueError(f"calls_per_sample: expected an integer >= 1, got {calls_per_sample!r}")
     devs = tuple(devices) if devices is not None else (cp.cuda.runtime.getDevice(),)

@@ -104,6 +104,8 @@ def test_bench_checks_calls_per_sample_first():
     for bad in (0, 2.5, "4"):
         with pytest.raises(ValueError, match="calls_per_sample: expected an integer >= 1"):
             pkit.bench(lambda: None, devices=[0], calls_per_sample=bad)
+    with pytest.raises(ValueError, match="hide_launch needs at least one warm-up call"):
+        pkit.bench(lambda: None, devices=[0], warmup=0, hide_launch=True)
 
 
 def test_team_without_gpu_names_the_problem():

@@ -174,8 +174,8 @@ def test_bench_averages_calls_per_sample_in_order():
         seen.append(int(ns))
         spin((1,), (1,), (ns,))
 
-    result = pkit.bench(fn, rotate=args, warmup=0, reps=6, calls_per_sample=4, hide_launch=True)
-    assert seen == [200_000, 600_000] * 12  # call i of sample j uses input set (4j + i) mod 2
+    result = pkit.bench(fn, rotate=args, warmup=2, reps=6, calls_per_sample=4, hide_launch=True)
+    assert seen == [200_000, 600_000] * (1 + 12)  # warm-up, then call i of sample j uses set (4j + i) mod 2
     assert len(result.samples_ms) == 6 and result.median_ms == pytest.approx(0.4, rel=0.05)
     assert result.meta["calls_per_sample"] == 4
 
