@@ -26,6 +26,13 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
         C.bandwidths("all_gather", 1, 2, 0)
 
 
+def test_ll_block_size_widens_past_two_packs_per_thread():
+    small = C.LL_PACKS_PER_THREAD * C.LL_THREADS * 132  # packs that 132 blocks of LL_THREADS carry, two each
+    assert C.ll_threads(1, 132) == C.ll_threads(small, 132) == C.LL_THREADS
+    assert C.ll_threads(small + 1, 132) == C.LL_THREADS_WIDE
+    assert C.ll_threads(small, 66) == C.LL_THREADS_WIDE
+
+
 def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "auto") == "sm"
     assert C.choose("all_to_all", 512 << 20, "auto") == "sm"

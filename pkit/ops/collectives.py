@@ -29,8 +29,12 @@ from functools import cached_property
 import numpy as np
 
 THREADS = 512
-LL_THREADS = 64  # small LL blocks spread sends and polling over more SMs: 64 beat 32-512 from 16 to 256 KiB
-                 # (scripts/probes/session3_probe.py ll_threads, 2x H200)
+# LL block size: small blocks spread sends and polling over more SMs and won from 16 to 256 KiB (the
+# ll_threads probe in scripts/probes/session3_probe.py); once each of those threads would carry more than two
+# packs, wide blocks (one pack per thread) won in the recorded sweeps (notebook 04, 1 MiB).
+LL_THREADS = 64
+LL_THREADS_WIDE = 256
+LL_PACKS_PER_THREAD = 2
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
 MECHANISMS = ("auto", "sm", "ll", "ce")
@@ -83,19 +87,24 @@ class Collectives:
 
         return Kernel(module or self._module, name)
 
+    @cached_property
+    def _sms(self) -> int:
+        """SMs of the smallest local GPU."""
+        import pkit
+
+        return min(pkit.devices()[self.team.devices[r]].sms for r in self.team.local_ranks)
+
     def _grid(self, n16: int, threads: int) -> int:
         """Blocks for `n16` packs at `threads` per block: at most one per SM of the smallest local GPU, so every
         block is resident (an LL or barrier block never waits on one that has not launched)."""
-        import pkit
-
-        sms = min(pkit.devices()[self.team.devices[r]].sms for r in self.team.local_ranks)
-        return max(1, min(sms, -(-n16 // threads)))
+        return max(1, min(self._sms, -(-n16 // threads)))
 
     def _launch_ll(self, name: str, inp, out, n16: int) -> None:
         """Launch LL kernel `name` (in, out, n16, staging...) on every local rank with a fresh epoch."""
         team, staging = self.team, self._ll_staging
         self._epoch = next_epoch(self._epoch)
-        team.launch(self._kernel(name, self._ll_module), (self._grid(n16, LL_THREADS),), (LL_THREADS,),
+        threads = ll_threads(n16, self._sms)
+        team.launch(self._kernel(name, self._ll_module), (self._grid(n16, threads),), (threads,),
                     lambda r: (self._local(inp, r), self._local(out, r), np.uint64(n16), staging.table(r),
                                np.uint64(_ll_lines_per_sender()), np.uint32(self._epoch), np.int32(r),
                                np.int32(team.size)))
@@ -255,6 +264,12 @@ def next_epoch(epoch: int) -> int:
     """The LL epoch after `epoch`: 1, 2, ..., 2³² − 2, then 1 again. Never 0 (the staging's initial flag), and
     its parity alternates even across the wrap, so consecutive calls never share a staging half."""
     return epoch % 0xFFFFFFFE + 1
+
+
+def ll_threads(n16: int, sms: int) -> int:
+    """Threads per LL block for `n16` 16-byte packs on GPUs of `sms` SMs: LL_THREADS while every thread of one
+    block per SM carries at most LL_PACKS_PER_THREAD packs, else LL_THREADS_WIDE."""
+    return LL_THREADS if n16 <= LL_PACKS_PER_THREAD * LL_THREADS * sms else LL_THREADS_WIDE
 
 
 def _ll_lines_per_sender() -> int:
