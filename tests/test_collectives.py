@@ -33,10 +33,6 @@ def test_ll_block_size_widens_past_two_packs_per_thread():
     assert C.ll_threads(small, 66) == C.LL_THREADS_WIDE
 
 
-def test_ll_staging_holds_whole_groups_of_32_packs():
-    assert C._ll_lines_per_sender() % 64 == 0 and C._ll_lines_per_sender() == 2 * C.LL_MAX_BYTES // 16
-
-
 def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "auto") == "sm"
     assert C.choose("all_to_all", 512 << 20, "auto") == "sm"

@@ -17,19 +17,13 @@ struct Staging {
   u32 epoch;
   int rank;
   int size;
-  // Line `half` (0, 1) of pack i that `sender` writes into `receiver`'s staging this epoch. Packs go in groups
-  // of 32 whose first halves fill 32 consecutive lines and second halves the next 32, so the lanes of a warp
-  // handling packs i..i+31 store (and poll) 512 contiguous bytes per instruction: whole 128-byte lines on
-  // the link instead of every other 16 bytes. cap_lines is a multiple of 64.
-  __device__ ll_line* line(int receiver, int sender, u64 i, int half) const {
-    return reinterpret_cast<ll_line*>(bases[receiver]) + ((epoch & 1) * size + sender) * cap_lines +
-           (i / 32) * 64 + half * 32 + i % 32;
+  // The two lines of pack i that `sender` writes into `receiver`'s staging this epoch.
+  __device__ ll_line* lines(int receiver, int sender, u64 i) const {
+    return reinterpret_cast<ll_line*>(bases[receiver]) + ((epoch & 1) * size + sender) * cap_lines + 2 * i;
   }
-  __device__ void send(int receiver, u64 i, const vec16& v) const {
-    pkit::ll_send(line(receiver, rank, i, 0), line(receiver, rank, i, 1), v, epoch);
-  }
+  __device__ void send(int receiver, u64 i, const vec16& v) const { pkit::ll_send(lines(receiver, rank, i), v, epoch); }
   __device__ vec16 receive(int sender, u64 i, pkit::Site site) const {
-    return pkit::ll_receive(line(rank, sender, i, 0), line(rank, sender, i, 1), epoch, site);
+    return pkit::ll_receive(lines(rank, sender, i), epoch, site);
   }
   // Sum over ranks q (in rank order, so every rank gets the same bits) of q's pack i; own pack is `mine`.
   template <typename T>

@@ -273,8 +273,7 @@ def ll_threads(n16: int, sms: int) -> int:
 
 
 def _ll_lines_per_sender() -> int:
-    """16-byte LL lines per (parity, sender): two per 16-byte pack of the largest payload (a multiple of 64, as
-    the kernels' line layout needs: packs go in groups of 32, each group's halves on 64 lines)."""
+    """16-byte LL lines per (parity, sender): two per 16-byte pack of the largest payload."""
     return 2 * LL_MAX_BYTES // 16
 
 
