@@ -33,6 +33,13 @@ def test_ll_block_size_widens_past_two_packs_per_thread():
     assert C.ll_threads(small, 66) == C.LL_THREADS_WIDE
 
 
+def test_ll_staging_holds_whole_groups_of_packs():
+    lines = C._ll_lines_per_sender()
+    assert lines == 2 * C.LL_MAX_BYTES // 16
+    assert all(lines % (2 << g) == 0 for g in C.LL_GROUP_SHIFT.values())
+    assert set(C.LL_GROUP_SHIFT) == {C.LL_THREADS, C.LL_THREADS_WIDE}
+
+
 def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "auto") == "sm"
     assert C.choose("all_to_all", 512 << 20, "auto") == "sm"

@@ -2,7 +2,10 @@
 // thread waits only for the packets it sums. No barrier, no round trip: the latency floor is one write.
 // Launch with every block resident (grid <= SMs): a thread waits for packets its peer's twin sends.
 // Staging on every rank: [2 epoch parities][size senders][cap_lines 16-byte lines], zeroed once; the host
-// passes a per-call epoch (1, 2, ...) that is the packets' flag and picks the parity.
+// passes a per-call epoch (1, 2, ...) that is the packets' flag and picks the parity, and a group shift g:
+// packs go in groups of 2^g whose first halves fill 2^g consecutive lines and second halves the next 2^g.
+// g = 0 interleaves each pack's two lines; g = 5 lets a warp's 32 lanes store and poll 512 contiguous bytes
+// per instruction. cap_lines is a multiple of 2^(g+1).
 #include <pkit/ll.cuh>
 #include <pkit/reduce.cuh>
 
@@ -15,15 +18,19 @@ struct Staging {
   const u64* bases;  // every rank's staging buffer, as seen from this GPU
   u64 cap_lines;     // lines per (parity, sender)
   u32 epoch;
+  u32 shift;         // group shift g
   int rank;
   int size;
-  // The two lines of pack i that `sender` writes into `receiver`'s staging this epoch.
-  __device__ ll_line* lines(int receiver, int sender, u64 i) const {
-    return reinterpret_cast<ll_line*>(bases[receiver]) + ((epoch & 1) * size + sender) * cap_lines + 2 * i;
+  // Line `half` (0, 1) of pack i that `sender` writes into `receiver`'s staging this epoch.
+  __device__ ll_line* line(int receiver, int sender, u64 i, u32 half) const {
+    const u64 slot = ((i >> shift) << (shift + 1)) + (u64(half) << shift) + (i & ((1ull << shift) - 1));
+    return reinterpret_cast<ll_line*>(bases[receiver]) + ((epoch & 1) * size + sender) * cap_lines + slot;
   }
-  __device__ void send(int receiver, u64 i, const vec16& v) const { pkit::ll_send(lines(receiver, rank, i), v, epoch); }
+  __device__ void send(int receiver, u64 i, const vec16& v) const {
+    pkit::ll_send(line(receiver, rank, i, 0), line(receiver, rank, i, 1), v, epoch);
+  }
   __device__ vec16 receive(int sender, u64 i, pkit::Site site) const {
-    return pkit::ll_receive(lines(rank, sender, i), epoch, site);
+    return pkit::ll_receive(line(rank, sender, i, 0), line(rank, sender, i, 1), epoch, site);
   }
   // Sum over ranks q (in rank order, so every rank gets the same bits) of q's pack i; own pack is `mine`.
   template <typename T>
@@ -83,24 +90,24 @@ __device__ void exchange_ll(const vec16* in, u64 in_stride16, vec16* out, u64 ch
 }
 
 extern "C" __global__ void all_gather_ll(const vec16* in, vec16* out, u64 chunk16, const u64* stage, u64 cap_lines,
-                                         u32 epoch, int rank, int size) {
-  exchange_ll(in, 0, out, chunk16, Staging{stage, cap_lines, epoch, rank, size});
+                                         u32 epoch, u32 shift, int rank, int size) {
+  exchange_ll(in, 0, out, chunk16, Staging{stage, cap_lines, epoch, shift, rank, size});
 }
 
 extern "C" __global__ void all_to_all_ll(const vec16* in, vec16* out, u64 chunk16, const u64* stage, u64 cap_lines,
-                                         u32 epoch, int rank, int size) {
-  exchange_ll(in, chunk16, out, chunk16, Staging{stage, cap_lines, epoch, rank, size});
+                                         u32 epoch, u32 shift, int rank, int size) {
+  exchange_ll(in, chunk16, out, chunk16, Staging{stage, cap_lines, epoch, shift, rank, size});
 }
 
 #define PKIT_LL(T, suffix)                                                                                      \
   extern "C" __global__ void all_reduce_ll_##suffix(const vec16* in, vec16* out, u64 n16, const u64* stage,    \
-                                                    u64 cap_lines, u32 epoch, int rank, int size) {           \
-    all_reduce_ll<T>(in, out, n16, Staging{stage, cap_lines, epoch, rank, size});                             \
+                                                    u64 cap_lines, u32 epoch, u32 shift, int rank, int size) { \
+    all_reduce_ll<T>(in, out, n16, Staging{stage, cap_lines, epoch, shift, rank, size});                      \
   }                                                                                                           \
   extern "C" __global__ void reduce_scatter_ll_##suffix(const vec16* in, vec16* out, u64 chunk16,              \
-                                                        const u64* stage, u64 cap_lines, u32 epoch, int rank, \
-                                                        int size) {                                           \
-    reduce_scatter_ll<T>(in, out, chunk16, Staging{stage, cap_lines, epoch, rank, size});                     \
+                                                        const u64* stage, u64 cap_lines, u32 epoch, u32 shift, \
+                                                        int rank, int size) {                                 \
+    reduce_scatter_ll<T>(in, out, chunk16, Staging{stage, cap_lines, epoch, shift, rank, size});              \
   }
 
 PKIT_LL(float, f32)

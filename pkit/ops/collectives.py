@@ -35,6 +35,10 @@ THREADS = 512
 LL_THREADS = 64
 LL_THREADS_WIDE = 256
 LL_PACKS_PER_THREAD = 2
+# LL line layout (group shift g, see ll_collectives.cu): with wide blocks, warp-contiguous groups of 32 packs
+# (g = 5) were faster at 1 MiB; with small blocks, interleaved lines (g = 0) were faster up to 256 KiB
+# (scripts/probes/ll_layout_check.py).
+LL_GROUP_SHIFT = {LL_THREADS: 0, LL_THREADS_WIDE: 5}
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
 MECHANISMS = ("auto", "sm", "ll", "ce")
@@ -106,8 +110,8 @@ class Collectives:
         threads = ll_threads(n16, self._sms)
         team.launch(self._kernel(name, self._ll_module), (self._grid(n16, threads),), (threads,),
                     lambda r: (self._local(inp, r), self._local(out, r), np.uint64(n16), staging.table(r),
-                               np.uint64(_ll_lines_per_sender()), np.uint32(self._epoch), np.int32(r),
-                               np.int32(team.size)))
+                               np.uint64(_ll_lines_per_sender()), np.uint32(self._epoch),
+                               np.uint32(LL_GROUP_SHIFT[threads]), np.int32(r), np.int32(team.size)))
 
     def _mechanism(self, op: str, nbytes: int, mechanism: str) -> str:
         """The mechanism to use, checked against the LL size limit."""
@@ -273,7 +277,8 @@ def ll_threads(n16: int, sms: int) -> int:
 
 
 def _ll_lines_per_sender() -> int:
-    """16-byte LL lines per (parity, sender): two per 16-byte pack of the largest payload."""
+    """16-byte LL lines per (parity, sender): two per 16-byte pack of the largest payload, a multiple of
+    2^(g+1) for every group shift g in LL_GROUP_SHIFT (whole groups fit)."""
     return 2 * LL_MAX_BYTES // 16
 
 

@@ -17,10 +17,10 @@ __device__ __forceinline__ void ll_store(ll_line* line, u32 word0, u32 word1, u3
                : "memory");
 }
 
-// Send one 16-byte pack as two lines (`lines` points at the pack's first line).
-__device__ __forceinline__ void ll_send(ll_line* lines, const vec16& v, u32 flag) {
-  ll_store(lines, v.x, v.y, flag);
-  ll_store(lines + 1, v.z, v.w, flag);
+// Send one 16-byte pack as two lines, its first half to `lo` and its second to `hi`.
+__device__ __forceinline__ void ll_send(ll_line* lo, ll_line* hi, const vec16& v, u32 flag) {
+  ll_store(lo, v.x, v.y, flag);
+  ll_store(hi, v.z, v.w, flag);
 }
 
 // Spin until both halves of `line` carry `flag`, then return its two data words; trap after the timeout.
@@ -38,10 +38,10 @@ __device__ __forceinline__ uint2 ll_wait(const ll_line* line, u32 flag, Site sit
   }
 }
 
-// Receive one 16-byte pack sent by ll_send.
-__device__ __forceinline__ vec16 ll_receive(const ll_line* lines, u32 flag, Site site) {
-  const uint2 lo = ll_wait(lines, flag, site), hi = ll_wait(lines + 1, flag, site);
-  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+// Receive one 16-byte pack sent by ll_send to the same two lines.
+__device__ __forceinline__ vec16 ll_receive(const ll_line* lo, const ll_line* hi, u32 flag, Site site) {
+  const uint2 a = ll_wait(lo, flag, site), b = ll_wait(hi, flag, site);
+  return make_uint4(a.x, a.y, b.x, b.y);
 }
 
 }  // namespace pkit
