@@ -188,7 +188,7 @@ CASES = [("all_gather", "sm"), ("all_gather", "ll"), ("all_gather", "ce"), ("all
 
 @pytest.mark.multigpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("count", [64, 8 * 1000 + 16, 3 << 20])
+@pytest.mark.parametrize("count", [64, 8 * 1000 + 16, 200_000 + 16, 3 << 20])  # 200,016: wide LL blocks
 @pytest.mark.parametrize("case, mechanism", CASES)
 def test_collective_against_float64(team, case, mechanism, dtype, count):
     op, _, algorithm = case.partition(":")
@@ -229,10 +229,11 @@ def test_sizes_that_do_not_split_get_a_clear_error(team):
 
 @pytest.mark.multigpu
 @pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
-def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op):
+@pytest.mark.parametrize("count", [1 << 15, 1 << 18])  # small and wide LL blocks (each line layout)
+def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op, count):
     """Eight LL calls enqueued without a sync in between: a packet read from the wrong epoch shows up."""
     coll = C.Collectives(team)
-    count, n = 1 << 15, team.size
+    n = team.size
     calls = []
     for _ in range(8):
         inp, x = _inputs(team, "float32", count // n if op == "all_gather" else count)
