@@ -73,6 +73,11 @@ def test_peer_copy_rejects_unknown_mechanism():
 @pytest.mark.parametrize("mechanism", transfers.MECHANISMS)
 @pytest.mark.parametrize("nbytes, blocks", [(16, None), (4096 + 48, 1), ((96 << 20) + 32, 7), (1 << 30, None)])
 def test_every_mechanism_copies_every_byte(mechanism, nbytes, blocks):
+    _assert_copies_every_byte(nbytes, lambda dst, src: transfers.peer_copy(dst, src, mechanism, blocks=blocks))
+
+
+def _assert_copies_every_byte(nbytes: int, copy) -> None:
+    """`copy(dst, src)` from GPU 0 to GPU 1 moves `nbytes` fresh random bytes into a poisoned buffer."""
     import cupy as cp
 
     team = pkit.Team([0, 1])
@@ -81,7 +86,7 @@ def test_every_mechanism_copies_every_byte(mechanism, nbytes, blocks):
     src[0].set(data)
     dst.fill(0xA5)
     team.synchronize()
-    transfers.peer_copy(dst[1], src[0], mechanism, blocks=blocks)
+    copy(dst[1], src[0])
     team.synchronize()
     assert np.array_equal(cp.asnumpy(dst[1]), data)
 
@@ -117,17 +122,7 @@ def test_split_sweep_validates_arguments():
 @pytest.mark.parametrize("nbytes, fraction", [(16, 0.5), (4096 + 48, 0.3), ((64 << 20) + 32, 0.75), (1 << 20, 0.0),
                                               (1 << 20, 1.0)])
 def test_split_copy_copies_every_byte(first, second, nbytes, fraction):
-    import cupy as cp
-
-    team = pkit.Team([0, 1])
-    src, dst = team.empty((nbytes,), "uint8"), team.empty((nbytes,), "uint8")
-    data = np.random.default_rng().integers(0, 256, nbytes, dtype=np.uint8)
-    src[0].set(data)
-    dst.fill(0xA5)
-    team.synchronize()
-    transfers.split_copy(dst[1], src[0], first, second, fraction)
-    team.synchronize()
-    assert np.array_equal(cp.asnumpy(dst[1]), data)
+    _assert_copies_every_byte(nbytes, lambda dst, src: transfers.split_copy(dst, src, first, second, fraction))
 
 
 @pytest.mark.multigpu

@@ -35,29 +35,9 @@ def variants():
                        device=on)
                 rows.append({"variant": f"{kernel}_{how}", "blocks": blocks, **time_copy(team, SIZE, copy, on, 10, 3)})
                 print(rows[-1], flush=True)
-    # split copies: a prefix by the first way, the rest by the second, run concurrently
-    src = team.empty((SIZE,), "uint8")
-    dst = team.empty((SIZE,), "uint8")
-    data = cp.random.randint(0, 256, SIZE, dtype=cp.uint8)
-    with cp.cuda.Device(0):
-        src[0][...] = cp.asarray(data)
-    for first, second in [("copy_engine", "register_pull"), ("register_push", "register_pull"),
-                          ("copy_engine", "tma_pull")]:
-        for frac in (0.5, 0.8, 0.9, 0.95):
-            cut = int(SIZE * frac) // 4096 * 4096
-
-            def split(first=first, second=second, cut=cut):
-                peer_copy(dst[1][:cut], src[0][:cut], first, 132 if first != "copy_engine" else None)
-                peer_copy(dst[1][cut:], src[0][cut:], second, 132 if second.startswith("register") else 16)
-            dst.fill(0)
-            team.synchronize()
-            split()
-            team.synchronize()
-            ok = bool(cp.asnumpy(dst[1]).tobytes() == cp.asnumpy(src[0]).tobytes())
-            r = pkit.bench(split, devices=[0, 1], reps=10, warmup=3, hide_launch=True)
-            rows.append({"variant": f"split_{first}+{second}", "blocks": frac, "bytes": SIZE,
-                         "time_median_us": r.median_us, "cv": r.cv, "bandwidth_GBps": r.gbps(SIZE), "verified": ok})
-            print(rows[-1], flush=True)
+    # Split copies were first timed here without joining the two GPUs' streams: each side then ran ahead on
+    # its own and some samples read faster than the copy engine. Joined, they gain nothing; that
+    # measurement is now pkit.ops.transfers.split_copy / pkit.experiments.mechanisms.split_sweep (notebook 03).
     pd.DataFrame(rows).to_csv(f"{OUT}/variants.csv", index=False)
 
 
@@ -71,53 +51,6 @@ def latency():
     df = pd.concat(frames)
     df.to_csv(f"{OUT}/latency.csv", index=False)
     print(df[["implementation", "bytes", "calls_per_sample", "time_median_us", "time_min_us", "cv"]].to_string())
-
-
-if part in ("all", "latency"):
-    latency()
-if part in ("all", "variants"):
-    variants()
-
-
-def joined(first, second, cut, src, dst):
-    """One copy split at `cut`: GPU 0 starts, both parts run, GPU 0 waits for GPU 1 (each call a full join)."""
-    def call():
-        with cp.cuda.Device(0):
-            start = cp.cuda.Event(disable_timing=True)
-            start.record()
-        with cp.cuda.Device(1):
-            cp.cuda.get_current_stream().wait_event(start)
-        peer_copy(dst[1][:cut], src[0][:cut], first, 132 if first != "copy_engine" else None)
-        peer_copy(dst[1][cut:], src[0][cut:], second, 132 if second.startswith("register") else 16)
-        with cp.cuda.Device(1):
-            done = cp.cuda.Event(disable_timing=True)
-            done.record()
-        with cp.cuda.Device(0):
-            cp.cuda.get_current_stream().wait_event(done)
-    return call
-
-
-def splits():
-    team = pkit.Team([0, 1])
-    src, dst = team.empty((SIZE,), "uint8"), team.empty((SIZE,), "uint8")
-    with cp.cuda.Device(0):
-        src[0][...] = cp.random.randint(0, 256, SIZE, dtype=cp.uint8)
-    rows = []
-    for first, second, fracs in [("register_push", "register_pull", (0.0, 0.3, 0.4, 0.5, 0.6, 1.0)),
-                                 ("copy_engine", "register_pull", (1.0, 0.8, 0.9))]:
-        for frac in fracs:
-            cut = int(SIZE * frac) // 4096 * 4096
-            call = joined(first, second, cut, src, dst)
-            dst.fill(0)
-            team.synchronize()
-            call()
-            team.synchronize()
-            ok = bool(cp.asnumpy(dst[1]).tobytes() == cp.asnumpy(src[0]).tobytes())
-            r = pkit.bench(call, devices=[0, 1], reps=10, warmup=3, hide_launch=True)
-            rows.append({"variant": f"joined_{first}+{second}", "fraction_first": frac, "bytes": SIZE,
-                         "time_median_us": r.median_us, "cv": r.cv, "bandwidth_GBps": r.gbps(SIZE), "verified": ok})
-            print(rows[-1], flush=True)
-    pd.DataFrame(rows).to_csv(f"{OUT}/splits.csv", index=False)
 
 
 def floor():
@@ -136,12 +69,6 @@ def floor():
     print(df[["implementation", "bytes", "calls_per_sample", "time_median_us", "cv"]].to_string(), flush=True)
 
 
-if part == "floor":
-    floor()
-if part == "splits":
-    splits()
-
-
 def ll_threads():
     """LL all-reduce time by threads per block (blocks = packs / threads, at most one per SM)."""
     import pkit.ops.collectives as C
@@ -157,5 +84,6 @@ def ll_threads():
     print(df.pivot(index="bytes", columns="ll_threads", values="time_median_us").to_string(), flush=True)
 
 
-if part == "ll_threads":
-    ll_threads()
+PARTS = {"latency": latency, "variants": variants, "floor": floor, "ll_threads": ll_threads}
+for name in PARTS if part == "all" else [part]:
+    PARTS[name]()
