@@ -46,7 +46,7 @@ LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the 
 ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here, else two shot (when shares split)
 # "auto" thresholds, in bytes one rank sends one peer in the one-shot form (whole buffer for all-reduce,
 # one share otherwise); from results/h200x2-nv18/collectives_pkit_nccl.csv (see `choose`)
-LL_AUTO_MAX_BYTES = {"all_reduce": 256 << 10, "reduce_scatter": 512 << 10, "all_gather": 512 << 10,
+LL_AUTO_MAX_BYTES = {"all_reduce": 1 << 20, "reduce_scatter": 512 << 10, "all_gather": 512 << 10,
                      "all_to_all": 512 << 10}
 CE_MIN_BYTES = {"all_reduce": 256 << 20, "reduce_scatter": 256 << 20}  # one process driving every GPU only
 
