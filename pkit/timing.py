@@ -52,6 +52,11 @@ class BenchResult:
         mean = float(np.mean(self.samples_ms))
         return float(np.std(self.samples_ms) / mean) if mean > 0 else math.nan
 
+    def times_us(self) -> dict:
+        """time_median_us, time_min_us, time_max_us and cv: the columns pkit's studies report per row."""
+        return {"time_median_us": self.median_us, "time_min_us": self.min_ms * 1e3, "time_max_us": self.max_ms * 1e3,
+                "cv": self.cv}
+
     def gbps(self, nbytes: float) -> float:
         """`nbytes` moved per call over the median time, in GB/s (10⁹ bytes per second)."""
         return nbytes / (self.median_ms * 1e-3) / 1e9
@@ -96,8 +101,7 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
     """
     import cupy as cp
 
-    from . import gpus as _devices
-    from .gpus import on_device as _on
+    from .gpus import on_device as _on, require_gpus
     from .launch import check, hold_streams
 
     if warmup < 0 or reps < 1:
@@ -108,7 +112,7 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
     if not (isinstance(calls_per_sample, (int, np.integer)) and calls_per_sample >= 1):
         raise ValueError(f"calls_per_sample: expected an integer >= 1, got {calls_per_sample!r}")
     devs = tuple(devices) if devices is not None else (cp.cuda.runtime.getDevice(),)
-    _devices.require_gpus(devs)
+    require_gpus(devs)
     if graph and len(devs) != 1:
         raise ValueError(f"graph: CUDA-graph timing supports one device, got devices={devs}")
     argsets = list(rotate) if rotate is not None else [()]

@@ -78,6 +78,8 @@ def test_summarize_statistics():
     frame = r.to_frame()
     assert list(frame["devices"]) == ["0,1"] and frame["median_us"][0] == pytest.approx(r.median_ms * 1e3)
     assert frame["bytes"][0] == 10
+    assert r.times_us() == pytest.approx({"time_median_us": np.median(samples) * 1e3, "time_min_us": samples.min() * 1e3,
+                                          "time_max_us": samples.max() * 1e3, "cv": samples.std() / samples.mean()})
     with pytest.raises(ValueError, match="samples_ms"):
         timing.summarize([])
     with pytest.raises(ValueError, match="samples_ms"):

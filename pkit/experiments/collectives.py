@@ -117,13 +117,10 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
                                hide_launch=True, calls_per_sample=calls_per_sample)
                 algbw, busbw = bandwidths(op, nbytes, team.size, r.median_ms * 1e-3)
                 rows.append({"implementation": name, "op": op, "dtype": dtype, "bytes": nbytes,
-                             "calls_per_sample": calls_per_sample,
-                             "time_median_us": r.median_us, "time_min_us": r.min_ms * 1e3,
-                             "time_max_us": r.max_ms * 1e3, "cv": r.cv, "algbw_GBps": algbw, "busbw_GBps": busbw,
-                             "verified": True})
+                             "calls_per_sample": calls_per_sample, **r.times_us(), "algbw_GBps": algbw,
+                             "busbw_GBps": busbw, "verified": True})
             del out, inp, expected
     return pd.DataFrame(rows)
-
 
 
 def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, reps: int = 20) -> pd.DataFrame:
@@ -135,9 +132,7 @@ def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, re
     r = pkit.bench(lambda: [spin((1,), (1,), (np.uint64(0),), device=d) for d in devices], devices=list(devices),
                    reps=reps, warmup=5, hide_launch=True, calls_per_sample=calls_per_sample)
     return pd.DataFrame([{"implementation": "empty_kernel", "op": "all_reduce", "dtype": "none", "bytes": 0,
-                          "calls_per_sample": calls_per_sample, "time_median_us": r.median_us,
-                          "time_min_us": r.min_ms * 1e3, "time_max_us": r.max_ms * 1e3, "cv": r.cv,
-                          "verified": False}])
+                          "calls_per_sample": calls_per_sample, **r.times_us(), "verified": False}])
 
 
 def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16", nproc: int = 2,

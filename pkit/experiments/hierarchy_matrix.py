@@ -225,9 +225,7 @@ def bandwidth_matrix(gpus: Sequence[int] = (0, 1), nbytes: int = 512 * MiB, test
                     raise AssertionError(f"{name}: the copy {bad[0].src} -> {bad[0].dst} is wrong after timing")
                 rows.append({"testcase": name, "engine": t.engine, "src": copies[0].src, "dst": copies[0].dst,
                              "bytes": int(nbytes), "copies": len(copies), "counted": what,
-                             "bandwidth_GBps": r.gbps(factor * nbytes), "time_median_us": r.median_us,
-                             "time_min_us": r.min_ms * 1e3, "time_max_us": r.max_ms * 1e3, "cv": r.cv,
-                             "verified": True})
+                             "bandwidth_GBps": r.gbps(factor * nbytes), **r.times_us(), "verified": True})
     return pd.DataFrame(rows)
 
 

@@ -44,6 +44,5 @@ def time_copy(team, size: int, copy: Callable, worker: int, reps: int, warmup: i
         raise AssertionError(f"copy of {size} bytes from GPU {team.devices[0]} to GPU {team.devices[1]} is wrong")
     r = pkit.bench(lambda d, s: copy(d[1], s[0]), devices=[worker], rotate=list(zip(dsts, srcs)), reps=reps,
                    warmup=warmup, hide_launch=True)
-    return {"bytes": size, "time_median_us": r.median_us, "time_min_us": r.min_ms * 1e3,
-            "time_max_us": r.max_ms * 1e3, "time_iqr_us": r.iqr_ms * 1e3, "cv": r.cv,
-            "bandwidth_GBps": r.gbps(size), "verified": True, "rotations": copies}
+    return {"bytes": size, **r.times_us(), "time_iqr_us": r.iqr_ms * 1e3, "bandwidth_GBps": r.gbps(size),
+            "verified": True, "rotations": copies}

@@ -99,7 +99,6 @@ def split_copy(dst_array, src_array, first: str, second: str, fraction: float) -
     _on(a, lambda: cp.cuda.get_current_stream().wait_event(done))
 
 
-
 def _sms(device: int) -> int:
     import pkit
 
