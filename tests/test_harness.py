@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+import time
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -129,9 +130,9 @@ def test_records_validate_fields_and_status():
 
 
 def _rank(rank, order, error=None, peer=False, t=0.0, code=1):
-    result = None if error is None else {"error": {"kind": error, "phase": "candidate", "type": "E", "message": "m",
-                                                   "traceback": "", "peer_failure": peer, "time": t}}
-    return launch.RankOutcome(rank, 100 + rank, code, result, "", "candidate, trial 0", order)
+    report = None if error is None else {"kind": error, "phase": "candidate", "type": "E", "message": "m",
+                                         "traceback": "", "peer_failure": peer, "time": t}
+    return launch.RankState(rank, 100 + rank, "candidate, trial 0", report, code, order)
 
 
 def test_root_cause_prefers_own_errors_then_crashes_over_echoes():
@@ -155,7 +156,7 @@ def test_fixture_references_and_samples_pass(tmp_path):
     for r in recs.values():
         assert r["status"] in ("correct_slower", "correct_faster"), r
         assert r["world_size"] == 2 and r["device"] == "cpu" and r["size"] == "tiny" and r["trials"] == 2
-        assert r["timing"] == "full" and r["rotations"] == 1 and r["ref_time_min_ms"] <= r["ref_time_ms"]
+        assert r["timing"] == "full" and r["rotations"] == 5 and r["ref_time_min_ms"] <= r["ref_time_ms"]
         assert r["speedup"] > 0 and r["sol_time_ms"] > 0 and r["roofline_time_ms"] > 0
         assert r["roofline_fraction"] == pytest.approx(r["roofline_time_ms"] / r["sol_time_ms"])
         assert len(r["per_rank"]) == 2 and all(p["ok"] for p in r["per_rank"]) and r["flags"] == []
@@ -203,17 +204,22 @@ def test_broken_candidates_get_their_status_and_the_run_goes_on(tmp_path):
     assert recs["wrong_values.py"]["max_abs_err"] == pytest.approx(1.0)
 
 
-def test_a_hang_is_killed_with_every_process_it_started():
+def test_a_hang_is_killed_with_every_process_it_started(tmp_path):
     problem = problems.discover(FIXTURE_PROBLEMS)[0]
     spec = {"source": problem.source, "world_size": 2, "device": "cpu", "size": "tiny", "dtype": "float32",
-            "candidate": {"path": str(FIXTURES / "candidates" / "01_sum" / "hang.py"), "function": "solution"},
-            "trials": 1, "seed": 0, "atol": None, "rtol": None, "timing": dict(runner.QUICK_TIMING),
-            "pg_timeout_s": 60}
-    outcome = launch.run_workers(spec, timeout_s=8)
-    assert outcome.timed_out and outcome.wall_s < 20
-    assert [r.phase for r in outcome.ranks] == ["candidate, trial 0", "candidate, trial 0"]
-    for r in outcome.ranks:
-        assert r.returncode == -9 and r.result is None
+            "pg_timeout_s": 60, "role": "candidate",
+            "candidate": {"path": str(FIXTURES / "candidates" / "01_sum" / "hang.py"), "function": "solution"}}
+    workers = launch.WorkerSet(spec, tmp_path)
+    start = time.monotonic()
+    workers.gather("ready", start + 60)
+    workers.send({"op": "trials", "seeds": [0]})
+    with pytest.raises(launch.RunTimeout):
+        workers.gather("trial", time.monotonic() + 5)
+    ranks = workers.close()
+    assert time.monotonic() - start < 60
+    assert [r.phase for r in ranks] == ["candidate, trial 0", "candidate, trial 0"]
+    for r in ranks:
+        assert r.returncode == -9 and r.error is None
         with pytest.raises(ProcessLookupError):
             os.kill(r.pid, 0)
 

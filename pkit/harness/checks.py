@@ -1,16 +1,20 @@
 """Is one rank's candidate output right? Compare it with the reference output and look for tricks.
 
-Outputs are a tensor or nested tuples/lists/dicts of tensors and plain values. Tensors must match the
-reference in structure, device, dtype and shape, and element-wise within dtype-based tolerances
-(`|got - expected| <= atol + rtol * |expected|`, NaN equal to NaN); integer and bool tensors must match
-exactly. Flags name what else went wrong (see `pkit.harness.records.FLAGS`); `mutated_input` fails the
-check, since the contract forbids modifying inputs.
+Runs in the evaluating process on what the workers saved (pkit.harness.snapshot), never inside a
+candidate's process. Outputs are a tensor or nested tuples/lists/dicts of tensors and plain values. Tensors
+must be plain `torch.Tensor`s (a subclass fails with `tensor_subclass`) and match the reference in
+structure, device, dtype and shape, and element-wise within dtype-based tolerances
+(`|got - expected| <= atol + rtol * |expected|`, NaN equal to NaN; fp8 compared in float32, complex as
+(real, imag) pairs, sparse tensors densified); integer and bool tensors must match exactly. Inputs the
+reference updates in place (its contract) must match the reference's updated inputs (`inplace_result`);
+every other input, tensor or not, must come back unchanged (`mutated_input`). Flags name what else went
+wrong (see `pkit.harness.records.FLAGS`).
 
 Example:
     >>> import torch
     >>> from pkit.harness.checks import compare
     >>> x = torch.ones(4)
-    >>> c = compare(x * 2, torch.zeros(4), ref_inputs=(x,), sol_inputs=(x,), pristine=(x,))
+    >>> c = compare(x * 2, torch.zeros(4), pristine=(x,), sol_inputs=(x,))
     >>> c.ok, c.flags, c.mismatch_fraction
     (False, ['all_zero'], 1.0)
 """
@@ -20,6 +24,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import torch
+
+from .snapshot import Snapshot, decode, encode
 
 TOLERANCES = {
     torch.float64: (1e-7, 1e-7),
@@ -105,79 +111,115 @@ class _Tally:
         self.total += elements
 
 
-def compare(ref_out, sol_out, *, ref_inputs, sol_inputs, pristine, atol: float | None = None,
-            rtol: float | None = None) -> RankCheck:
-    """Check `sol_out` against `ref_out`; inputs let it spot aliasing, copied inputs and mutation.
+def aliased_paths(out, inputs) -> list[str]:
+    """Paths of output tensors that share storage with an input tensor (in the process that made them)."""
+    def storage(t):
+        try:
+            return t.untyped_storage().data_ptr() if t.numel() else None
+        except (RuntimeError, NotImplementedError):
+            return None
+    held = {storage(t) for _, t in leaves(inputs, "input") if isinstance(t, torch.Tensor)} - {None}
+    return [p for p, t in leaves(out) if isinstance(t, torch.Tensor) and storage(t) in held]
 
-    `ref_inputs`/`sol_inputs` are the copies the reference and the candidate were called with (after the
-    call); `pristine` is an untouched copy of the same inputs.
+
+def _snap(value, root: str) -> Snapshot:
+    """A Snapshot of a value: decoded from a worker's file already, or made from live objects (tests)."""
+    if value is None or isinstance(value, Snapshot):
+        return value
+    return decode(encode(value), root)
+
+
+def compare(ref_out, sol_out, *, pristine=None, ref_inputs=None, sol_inputs=None, inplace=(),
+            ref_aliases=None, sol_aliases=None, atol: float | None = None, rtol: float | None = None) -> RankCheck:
+    """Check `sol_out` against `ref_out` (Snapshots, or live values); inputs let it spot mutation and tricks.
+
+    `pristine` holds the inputs before any call; `ref_inputs`/`sol_inputs` the reference's and the
+    candidate's inputs after their calls; `inplace` the input paths ('input[0]') the reference updates in
+    place. `ref_aliases`/`sol_aliases` list output paths that shared storage with an input (as the worker
+    saw them; computed here for live values).
     """
+    if sol_aliases is None and sol_inputs is not None and not isinstance(sol_out, Snapshot):
+        sol_aliases = aliased_paths(sol_out, sol_inputs)
+    if ref_aliases is None and ref_inputs is not None and not isinstance(ref_out, Snapshot):
+        ref_aliases = aliased_paths(ref_out, ref_inputs)
+    ref, sol = _snap(ref_out, "out"), _snap(sol_out, "out")
+    clean, ref_in, sol_in = _snap(pristine, "input"), _snap(ref_inputs, "input"), _snap(sol_inputs, "input")
     tally = _Tally()
-    ref_leaves, sol_leaves = leaves(ref_out), leaves(sol_out)
+    for path, kind in sol.subclasses.items():
+        tally.fail("tensor_subclass", f"{path}: a {kind}, expected a plain torch.Tensor")
+    ref_leaves, sol_leaves = leaves(ref.value), leaves(sol.value)
     same_layout = [p for p, _ in ref_leaves] == [p for p, _ in sol_leaves] and all(
         isinstance(r, torch.Tensor) == isinstance(s, torch.Tensor) for (_, r), (_, s) in zip(ref_leaves, sol_leaves))
     if not same_layout:
-        tally.fail("wrong_structure", f"output structure: expected {describe(ref_out)}, got {describe(sol_out)}")
+        tally.fail("wrong_structure", f"output structure: expected {describe(ref.value)}, got {describe(sol.value)}")
     else:
-        ref_in = _tensors(ref_inputs)
-        sol_in, clean = _tensors(sol_inputs), _tensors(pristine)
+        clean_tensors = [t for _, t in leaves(clean.value)] if clean is not None else []
         for (path, r), (_, s) in zip(ref_leaves, sol_leaves):
             if isinstance(r, torch.Tensor):
-                _compare_tensor(path, r, s, tally, atol, rtol)
-                _trick_flags(r, s, ref_in, sol_in, clean, tally)
+                devices = (sol.devices.get(path), ref.devices.get(path))
+                if _compare_tensor(path, r, s, devices, tally, atol, rtol):
+                    _trick_flags(path, r, s, clean_tensors, set(ref_aliases or ()), set(sol_aliases or ()), tally)
             else:
                 _compare_value(path, r, s, tally, atol, rtol)
-    _check_mutation(sol_inputs, pristine, tally)
+    if clean is not None and sol_in is not None:
+        _check_inputs(clean, ref_in, sol_in, set(inplace), tally, atol, rtol)
     return RankCheck(
         ok=not tally.notes, max_abs_err=tally.max_abs, max_rel_err=tally.max_rel,
         mismatch_fraction=(tally.bad / tally.total) if tally.total else 0.0, first_bad_index=tally.first,
         note="; ".join(tally.notes)[:1000] or None, flags=sorted(tally.flags))
 
 
-def _tensors(obj) -> list[torch.Tensor]:
-    return [leaf for _, leaf in leaves(obj) if isinstance(leaf, torch.Tensor)]
+def comparable(t: torch.Tensor) -> torch.Tensor:
+    """`t` in a form arithmetic works on: dense, fp8 widened to float32, complex as (real, imag) pairs."""
+    t = t.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) or str(t.dtype).startswith("torch.float8"):
+        t = t.to(torch.float32)
+    if t.dtype.is_complex:
+        t = torch.view_as_real(t.resolve_conj())
+    return t
 
 
-def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, tally: _Tally, atol, rtol) -> None:
-    for flag, got, want in (("wrong_device", s.device, r.device), ("wrong_dtype", s.dtype, r.dtype),
-                            ("wrong_shape", tuple(s.shape), tuple(r.shape))):
+def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, devices, tally: _Tally, atol, rtol) -> bool:
+    """Compare values into `tally`; False when kind (device, dtype, shape, layout) already differs."""
+    for flag, got, want in (("wrong_device", devices[0], devices[1]), ("wrong_dtype", s.dtype, r.dtype),
+                            ("wrong_shape", tuple(s.shape), tuple(r.shape)), ("wrong_layout", s.layout, r.layout)):
         if got != want:
             tally.fail(flag, f"{path}: {flag.removeprefix('wrong_')} {got}, expected {want}", max(r.numel(), 1))
-            return
+            return False
     if r.numel() == 0:
-        return
+        return True
     a_tol, r_tol = tolerance(r.dtype, atol, rtol)
-    if r.dtype.is_complex:
-        r, s = torch.view_as_real(r.resolve_conj()), torch.view_as_real(s.resolve_conj())
-    if r.dtype.is_floating_point:
-        got, want = s.detach().to(torch.float64), r.detach().to(torch.float64)
+    want, got = comparable(r), comparable(s)
+    if want.dtype.is_floating_point:
+        got, want = got.to(torch.float64), want.to(torch.float64)
         close = torch.isclose(got, want, rtol=r_tol, atol=a_tol, equal_nan=True)
         finite = torch.isfinite(got) & torch.isfinite(want)
-        diff = torch.where(finite, (got - want).abs(), torch.zeros((), dtype=got.dtype, device=got.device))
+        diff = torch.where(finite, (got - want).abs(), torch.zeros((), dtype=got.dtype))
         if bool((~torch.isfinite(got) & torch.isfinite(want)).any()):
             tally.flags.add("non_finite")
     else:
-        got, want = s.detach(), r.detach()
         close = got == want
         diff = (got.to(torch.float64) - want.to(torch.float64)).abs()
-    tally.total += r.numel()
+    tally.total += close.numel()
     tally.max_abs = max(tally.max_abs, float(diff.max()))
     tally.max_rel = max(tally.max_rel, float((diff / want.abs().to(torch.float64).clamp_min(max(a_tol, 1e-30))).max()))
     bad = int((~close).sum())
     if bad:
         tally.bad += bad
-        flat = int(torch.argmax((~close).flatten().to(torch.uint8)))
-        index = _unravel(flat, r.shape)
+        index = _unravel(int(torch.argmax((~close).flatten().to(torch.uint8))), close.shape)
         if tally.first is None:
             tally.first = index
         at = tuple(index)
-        tally.notes.append(f"{path}: {bad} of {r.numel()} elements differ beyond atol={a_tol:g} rtol={r_tol:g}; "
-                           f"first at {list(index)}: got {s[at].item()!r}, expected {r[at].item()!r}")
+        tally.notes.append(f"{path}: {bad} of {close.numel()} elements differ beyond atol={a_tol:g} rtol={r_tol:g}; "
+                           f"first at {list(index)}: got {got[at].item()!r}, expected {want[at].item()!r}")
+    return True
 
 
 def _compare_value(path: str, r, s, tally: _Tally, atol, rtol) -> None:
     tally.total += 1
-    if isinstance(r, float) and isinstance(s, (int, float)):
+    if isinstance(r, float) and isinstance(s, (int, float)) and not isinstance(s, bool):
         a_tol, r_tol = tolerance(torch.float64, atol, rtol)
         same = math.isclose(s, r, rel_tol=r_tol, abs_tol=a_tol) or (math.isnan(r) and math.isnan(s))
     else:
@@ -187,36 +229,55 @@ def _compare_value(path: str, r, s, tally: _Tally, atol, rtol) -> None:
         tally.notes.append(f"{path}: got {s!r}, expected {r!r}")
 
 
-def _trick_flags(r: torch.Tensor, s: torch.Tensor, ref_in, sol_in, clean, tally: _Tally) -> None:
+def _trick_flags(path: str, r: torch.Tensor, s: torch.Tensor, clean, ref_aliases, sol_aliases, tally: _Tally) -> None:
     if s.numel() == 0:
         return
-    storage = s.untyped_storage().data_ptr()
-    if any(t.numel() and t.untyped_storage().data_ptr() == storage for t in sol_in):
-        ref_storage = r.untyped_storage().data_ptr()
-        if not any(t.numel() and t.untyped_storage().data_ptr() == ref_storage for t in ref_in):
-            tally.flags.add("aliases_input")
-    if not bool(s.any()) and bool(r.any()):
+    if path in sol_aliases and path not in ref_aliases:
+        tally.flags.add("aliases_input")
+    if not bool(comparable(s).ne(0).any()) and bool(comparable(r).ne(0).any()):
         tally.flags.add("all_zero")
     for t in clean:
-        if _same(s, t) and not _same(r, t):
+        if isinstance(t, torch.Tensor) and same_values(s, t) and not same_values(r, t):
             tally.flags.add("equals_input")
             break
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same shape, dtype, device and values (NaN equal to NaN)."""
-    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype, layout and values (NaN equal to NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype or a.layout != b.layout:
         return False
+    a, b = comparable(a), comparable(b)
     if torch.equal(a, b):
         return True
     return a.dtype.is_floating_point and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
 
 
-def _check_mutation(sol_inputs, pristine, tally: _Tally) -> None:
-    for (path, now), (_, before) in zip(leaves(sol_inputs, "input"), leaves(pristine, "input")):
-        if isinstance(before, torch.Tensor) and not (isinstance(now, torch.Tensor) and _same(now, before)):
-            tally.flags.add("mutated_input")
-            tally.notes.append(f"{path} was modified by the candidate (inputs are read-only)")
+def _check_inputs(clean: Snapshot, ref_in: Snapshot | None, sol_in: Snapshot, inplace: set, tally: _Tally,
+                  atol, rtol) -> None:
+    """Inputs in `inplace` must match the reference's updated values; all others must be unchanged."""
+    before = dict(leaves(clean.value, "input"))
+    after = dict(leaves(sol_in.value, "input"))
+    expected = dict(leaves(ref_in.value, "input")) if ref_in is not None else {}
+    if list(before) != list(after):
+        tally.fail("mutated_input", f"the inputs' structure changed: {describe(clean.value)} became "
+                                    f"{describe(sol_in.value)} (inputs are read-only)")
+        return
+    for path, was in before.items():
+        now = after[path]
+        if path in inplace and path in expected:
+            want = expected[path]
+            if isinstance(want, torch.Tensor) and isinstance(now, torch.Tensor):
+                sub = _Tally()
+                if not _compare_tensor(path, want, now, ("", ""), sub, atol, rtol) or sub.notes:
+                    tally.fail("inplace_result", f"{path} (updated in place by the reference) differs: "
+                                                 + "; ".join(sub.notes)[:300])
+            elif not (type(now) is type(want) and now == want):
+                tally.fail("inplace_result", f"{path} (updated in place by the reference): got {now!r}, expected {want!r}")
+        elif isinstance(was, torch.Tensor):
+            if not (isinstance(now, torch.Tensor) and same_values(now, was)):
+                tally.fail("mutated_input", f"{path} was modified by the candidate (inputs are read-only)")
+        elif not (type(now) is type(was) and now == was):
+            tally.fail("mutated_input", f"{path} was modified by the candidate: {was!r} became {now!r}")
 
 
 def _unravel(flat: int, shape) -> list[int]:

@@ -5,7 +5,7 @@
 
 Example:
     $ pkit problems --world-size 2
-    $ pkit eval --solutions samples --problems 01_allreduce --trials 5 --perf --out runs/samples.jsonl
+    $ pkit eval --solutions samples --problems 01_all_reduce --trials 5 --perf --out runs/samples.jsonl
     $ pkit eval --pkb-root ~/ParallelKernelBench --solutions ~/ParallelKernelBench/solutions_cuda --out pkb.jsonl
     $ pkit eval --baselines --size large      # on the GPU machine: results/<machine>/baselines.csv
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import PkitError
 from . import pkb, solutions
+from .contain import Interrupted
 from .problems import cost_table, default_root, discover, select
 from .records import status_counts
 from .runner import EvalOptions, evaluate, reference_candidate
@@ -30,8 +31,9 @@ def register(subparsers) -> None:
                                            "writes one JSON line per (problem, solution, sample).")
     _problem_source_args(ev)
     ev.add_argument("--solutions", type=Path, default=None,
-                    help="folder of candidates (layouts in docs/harness.md; default: the problems root, i.e. the "
-                         "shipped problems/*/solutions/*.py; required with --pkb-root)")
+                    help="folder of candidates (layouts in docs/harness.md) or one candidate file (its problem from its "
+                         "path, or the one problem of --problems); default: the problems root, i.e. the "
+                         "shipped problems/*/solutions/*.py; required with --pkb-root")
     ev.add_argument("--reference-as-candidate", action="store_true",
                     help="also evaluate each selected problem's own reference as a candidate")
     ev.add_argument("--model", default=None, help="model name for candidates whose path names none")
@@ -125,6 +127,10 @@ def run_eval(args) -> int:
     except (ValueError, PkitError) as e:
         print(f"pkit eval: error: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:
+        print(f"pkit eval: {e}; workers killed, temp folders removed; records so far are in {args.out}",
+              file=sys.stderr)
+        return 128 + e.signum
     counts = ", ".join(f"{k} {v}" for k, v in status_counts(records).items() if v)
     print(f"{len(records)} records → {args.out}: {counts}")
     return 0
@@ -135,7 +141,10 @@ def _pairs(args, found, chosen) -> list:
         raise ValueError("--solutions: required with --pkb-root (e.g. <checkout>/solutions_cuda)")
     folder = args.solutions if args.solutions is not None else (args.problems_root or default_root())
     aliases = {a: p.name for p in found for a in p.aliases}
-    candidates, unmatched = solutions.discover(folder, aliases)
+    if folder.is_file():
+        candidates, unmatched = [solutions.single_file(folder, aliases, [p.name for p in chosen])], []
+    else:
+        candidates, unmatched = solutions.discover(folder, aliases)
     for rel in unmatched:
         print(f"pkit eval: skipping {rel}: its path names no known problem", file=sys.stderr)
     by_name = {p.name: p for p in chosen}

@@ -1,53 +1,57 @@
-"""Start one worker process per rank for one candidate, wait with a timeout, and never leave orphans.
+"""Start one worker process per rank, talk to them, wait with deadlines, and never leave a process behind.
 
-Each rank runs `python -m pkit.harness.worker` in its own process session, so a kill reaches everything
-it started (compilers, helper processes). Ranks meet over a free TCP port on 127.0.0.1. Every worker
-gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 (NVLink
-multicast is forbidden on the shared GPU hosts) and its own TORCH_EXTENSIONS_DIR (ranks building the
-same extension at once would corrupt a shared cache).
+A `WorkerSet` runs `python -m pkit.harness.worker SPEC RANK FD` for each rank, each in its own process
+session, with one end of a socket pair (pkit.harness.channel) and its output in a log file. Ranks meet over
+a free TCP port on 127.0.0.1. Every worker gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
+NVSHMEM_DISABLE_NVLS=1 (NVLink multicast is forbidden on the shared GPU hosts) and its own
+TORCH_EXTENSIONS_DIR (ranks building the same extension at once would corrupt a shared cache).
 
-When a rank exits with an error, the others get `grace_s` to finish (they are usually stuck in a
-collective) and are then killed; when the whole run passes `timeout_s`, all are killed.
+`gather(op)` waits until every rank has sent a message `op`, answering others on the way through a
+callback. When a rank reports an error or dies, the others get `grace_s` to report theirs (they are
+usually stuck in a collective) and `RunFailed` is raised; past the deadline, `RunTimeout`. `close()` kills
+the workers, everything they started and every orphan this process adopted (pkit.harness.contain), except
+the processes of other sets still open.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
+import selectors
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+from .channel import ParentEnd, ProtocolError, pair
+from .contain import kill_tree, tail
 
 PKIT_PARENT = Path(__file__).resolve().parents[2]
-LOG_TAIL_CHARS = 4000
 
 
 @dataclass
-class RankOutcome:
-    """What one rank left behind: exit code (negative: killed by that signal), result file, log tail, the
-    last phase it entered (e.g. 'candidate, trial 1') and when it exited relative to the others."""
+class RankState:
+    """What the parent knows of one rank: its process, last phase, error report (as the worker sent it),
+    exit code (negative: killed by that signal), order of exit among the ranks and the end of its log."""
 
     rank: int
-    pid: int | None
-    returncode: int | None
-    result: dict | None
-    log_tail: str
-    phase: str | None
-    exit_order: int | None
+    pid: int
+    phase: str = "startup"
+    error: dict | None = None
+    returncode: int | None = None
+    exit_order: int | None = None
+    log_tail: str = ""
+    inbox: list = field(default_factory=list)
 
 
-@dataclass
-class RunOutcome:
-    """All ranks of one run; `timed_out` when the run was killed at its deadline; `wall_s` in seconds."""
+class RunFailed(Exception):
+    """A rank reported an error, broke the protocol or died."""
 
-    ranks: list[RankOutcome]
-    timed_out: bool
-    wall_s: float
+
+class RunTimeout(Exception):
+    """The deadline passed before every rank answered."""
 
 
 def free_port() -> int:
@@ -71,86 +75,135 @@ def worker_env(rank: int, world_size: int, port: int, device: str) -> dict:
     return env
 
 
-def run_workers(spec: dict, *, timeout_s: float, grace_s: float = 5.0, poll_s: float = 0.05) -> RunOutcome:
-    """Run one evaluation described by `spec` (see pkit.harness.worker) on `spec['world_size']` ranks."""
-    folder = Path(tempfile.mkdtemp(prefix="pkit-eval-"))
-    try:
-        return _run_in(folder, spec, timeout_s, grace_s, poll_s)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+class WorkerSet:
+    """The worker processes of one role (reference or candidate) for one problem."""
 
+    open_sets: set = set()
 
-def _run_in(folder: Path, spec: dict, timeout_s: float, grace_s: float, poll_s: float) -> RunOutcome:
-    world_size = spec["world_size"]
-    spec_path = folder / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    procs, logs = [], []
-    start = time.monotonic()
-    timed_out = False
-    order: dict[int, int] = {}
-    try:
+    def __init__(self, spec: dict, folder: Path, *, grace_s: float = 5.0, log: Callable[[str], None] | None = None,
+                 heartbeat_s: float = 30.0):
+        self.folder, self.grace_s, self.log, self.heartbeat_s = Path(folder), grace_s, log, heartbeat_s
+        self.folder.mkdir(parents=True, exist_ok=True)
+        spec = dict(spec, folder=str(self.folder))
+        spec_path = self.folder / f"{spec['role']}_spec.json"
+        spec_path.write_text(json.dumps(spec))
+        self.world_size, self.role = spec["world_size"], spec["role"]
+        self.selector = selectors.DefaultSelector()
+        self.procs, self.channels, self.ranks, self.logs = [], [], [], []
+        self.exits = 0
         port = free_port()
-        for rank in range(world_size):
-            log = open(folder / f"rank_{rank}.log", "wb")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pkit.harness.worker", str(spec_path), str(rank)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=worker_env(rank, world_size, port, spec["device"]), start_new_session=True))
-        settle_by = None
-        while True:
-            for rank, proc in enumerate(procs):
-                if rank not in order and proc.poll() is not None:
-                    order[rank] = len(order)
-            if len(order) == world_size:
-                break
+        WorkerSet.open_sets.add(self)
+        for rank in range(self.world_size):
+            end, fd = pair()
+            log_path = self.folder / f"{self.role}{rank}.log"
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "pkit.harness.worker", str(spec_path), str(rank), str(fd)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, pass_fds=(fd,),
+                    env=worker_env(rank, self.world_size, port, spec["device"]), start_new_session=True)
+            os.close(fd)
+            self.procs.append(proc)
+            self.channels.append(end)
+            self.logs.append(log_path)
+            self.ranks.append(RankState(rank, proc.pid))
+            self.selector.register(end, selectors.EVENT_READ, rank)
+
+    def send(self, message: dict, ranks=None) -> None:
+        """Send `message` to every rank (or those listed)."""
+        for r in ranks if ranks is not None else range(self.world_size):
+            self.channels[r].send(message)
+
+    def gather(self, op: str, deadline: float, on_message: Callable[[int, dict], None] | None = None) -> list[dict]:
+        """The next `op` message of every rank, in rank order; other messages go to `on_message`."""
+        got: dict[int, dict] = {}
+        failed_at = None
+        started = beat = time.monotonic()
+        while len(got) < self.world_size:
             now = time.monotonic()
-            if now - start > timeout_s:
-                timed_out = True
+            if self.log is not None and now - beat > self.heartbeat_s:
+                beat = now
+                where = ", ".join(f"rank {r.rank} in {r.phase}" for r in self.ranks)
+                self.log(f"  … {self.role} still running after {now - started:.0f} s ({where}); "
+                         f"killed in {max(0.0, deadline - now):.0f} s")
+            if failed_at is not None and now > failed_at + self.grace_s:
+                raise RunFailed(self.failure_summary())
+            if now > deadline:
+                raise RunTimeout(f"no {op!r} before the deadline")
+            for rank_state in self.ranks:
+                while rank_state.inbox and rank_state.rank not in got:
+                    message = rank_state.inbox.pop(0)
+                    if message["op"] == op:
+                        got[rank_state.rank] = message
+                    elif on_message is not None:
+                        on_message(rank_state.rank, message)
+            if len(got) == self.world_size:
                 break
-            failed = any(procs[r].returncode != 0 for r in order)
-            results_in = all((folder / f"rank_{r}.json").exists() for r in range(world_size))
-            if settle_by is None and (failed or results_in):
-                settle_by = now + grace_s
-            if settle_by is not None and now > settle_by:
-                break
-            time.sleep(poll_s)
-    finally:
-        for proc in procs:
-            _kill_session(proc)
-        for log in logs:
-            log.close()
-    ranks = [RankOutcome(r, proc.pid, proc.returncode, _read_json(folder / f"rank_{r}.json"),
-                         _tail(folder / f"rank_{r}.log"), _read_text(folder / f"rank_{r}.phase"), order.get(r))
-             for r, proc in enumerate(procs)]
-    return RunOutcome(ranks, timed_out, time.monotonic() - start)
+            self._pump(min(0.05, max(0.0, deadline - now)))
+            if failed_at is None and self.failed():
+                failed_at = time.monotonic()
+        return [got[r] for r in range(self.world_size)]
 
+    def failed(self) -> bool:
+        """True once some rank reported an error or exited."""
+        return any(r.error is not None or r.returncode is not None for r in self.ranks)
 
-def _kill_session(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's whole process session (it leads its own group), then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
+    def failure_summary(self) -> str:
+        return "; ".join(f"rank {r.rank}: {r.error['type'] if r.error else f'exit {r.returncode}'}"
+                         for r in self.ranks if r.error is not None or r.returncode is not None)
 
+    def _pump(self, timeout: float) -> None:
+        for key, _ in self.selector.select(timeout):
+            rank = key.data
+            state, channel = self.ranks[rank], self.channels[rank]
+            try:
+                messages = channel.poll()
+            except ProtocolError as e:
+                messages = [{"op": "error", "kind": "runtime_error", "phase": state.phase, "type": "ProtocolError",
+                             "message": str(e), "traceback": "", "peer_failure": False, "time": time.time()}]
+            for message in messages:
+                message["_at"] = time.monotonic()
+                if message["op"] == "phase":
+                    state.phase = str(message.get("name"))[:200]
+                elif message["op"] == "error":
+                    if state.error is None:
+                        state.error = message
+                else:
+                    state.inbox.append(message)
+            if channel.closed:
+                self.selector.unregister(channel)
+        for state, proc in zip(self.ranks, self.procs):
+            if state.returncode is None and proc.poll() is not None:
+                state.returncode, state.exit_order = proc.returncode, self.exits
+                self.exits += 1
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    def wait_exit(self, timeout_s: float) -> None:
+        """Give the workers up to `timeout_s` to exit on their own (after `quit`)."""
+        end = time.monotonic() + timeout_s
+        while any(p.poll() is None for p in self.procs) and time.monotonic() < end:
+            self._pump(0.02)
 
+    def close(self) -> list[RankState]:
+        """Kill the workers and all they started; returns the final state of each rank."""
+        WorkerSet.open_sets.discard(self)
+        keep = {p.pid for s in WorkerSet.open_sets for p in s.procs}
+        try:
+            self._pump(0.0)
+        except OSError:
+            pass
+        kill_tree([p.pid for p in self.procs], keep=keep)
+        for state, proc in zip(self.ranks, self.procs):
+            proc.wait()
+            if state.returncode is None:
+                state.returncode, state.exit_order = proc.returncode, self.exits
+                self.exits += 1
+            state.log_tail = tail(self.logs[state.rank])
+        for channel in self.channels:
+            channel.close()
+        self.selector.close()
+        return self.ranks
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
+    def __enter__(self):
+        return self
 
-
-def _tail(path: Path) -> str:
-    try:
-        return path.read_bytes()[-LOG_TAIL_CHARS:].decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+    def __exit__(self, *exc):
+        self.close()

@@ -39,7 +39,8 @@ class Problem:
 
     `sizes` lists size names (pkit) or is empty when any size spelled `MxN` works (PKB); `world_sizes` is
     empty when any world size works; `cost` maps (world_size, size, dtype) to a cost dict or None;
-    `tolerance` is an (atol, rtol) pair replacing the dtype-based table, or None.
+    `tolerance` is an (atol, rtol) pair replacing the dtype-based table, or None; `inplace_inputs` lists
+    the indices of inputs the reference updates in place (its contract; more are found by running it).
     """
 
     name: str
@@ -54,6 +55,7 @@ class Problem:
     reference_path: Path | None = None
     reference_function: str = "reference"
     tolerance: tuple[float, float] | None = None
+    inplace_inputs: tuple[int, ...] = ()
 
     @property
     def number(self) -> int | None:
@@ -105,7 +107,7 @@ def load_problem(path: Path) -> Problem:
         world_sizes=tuple(meta.get("world_sizes", ())), sizes=tuple(sizes),
         default_size={"cpu": "tiny", "cuda": large}, source={"kind": "pkit", "path": str(path)},
         aliases=frozenset(names), cost=lambda ws, size, dtype: module.cost(ws, size, dtype),
-        reference_path=path, reference_function="reference")
+        reference_path=path, reference_function="reference", inplace_inputs=tuple(meta.get("mutates_inputs", ())))
 
 
 def discover(root: Path | None = None) -> list[Problem]:

@@ -18,8 +18,9 @@ from typing import IO, Iterable
 STATUSES = ("compile_error", "runtime_error", "timeout", "wrong_result", "correct_slower", "correct_faster")
 """The fixed taxonomy, worst first. A correct candidate is `correct_faster` when speedup > 1."""
 
-FLAGS = ("aliases_input", "equals_input", "all_zero", "mutated_input", "side_stream", "non_finite",
-         "wrong_structure", "wrong_shape", "wrong_dtype", "wrong_device", "reference_error")
+FLAGS = ("aliases_input", "equals_input", "all_zero", "mutated_input", "inplace_result", "side_stream", "non_finite",
+         "wrong_structure", "wrong_shape", "wrong_dtype", "wrong_device", "wrong_layout", "tensor_subclass",
+         "unreadable_output", "timed_output", "timing_mismatch", "reference_error")
 """Diagnostic flags a record may carry; docs/harness.md says which of them make a result wrong."""
 
 FIELDS = ("problem", "category", "solution", "model", "sample", "backend", "world_size", "size", "dtype",
@@ -42,6 +43,12 @@ def excerpt(text: str | None, limit: int = EXCERPT_CHARS, head: int = 0) -> str 
         return text
     head = min(head, limit // 2)
     return (text[:head] + "…" if head else "…") + text[-(limit - head - 1):]
+
+
+def first_line(text: str | None, limit: int = 160) -> str:
+    """The first non-empty line of `text`, cut to `limit` characters ('' for none)."""
+    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def speed_status(speedup: float) -> str:

@@ -1,8 +1,13 @@
-"""Evaluate candidates: one fresh set of worker processes per candidate, one JSONL record each.
+"""Evaluate candidates: reference workers per problem, fresh candidate workers per candidate, one JSONL
+record each.
 
-`evaluate_one` runs a candidate (pkit.harness.launch) and turns what the ranks left behind into a record
-(pkit.harness.records); `evaluate` loops over candidates, writing each record as soon as it is known, so
-a crash, hang or wedged GPU context of one candidate costs only that candidate.
+For each problem `evaluate` starts the reference's workers once (pkit.harness.reference: trial outputs,
+in-place contract, reference timing), then runs every candidate of that problem in fresh worker processes
+(pkit.harness.launch). This process checks each trial's outputs as they arrive and answers go or stop;
+it times nothing itself but measures the timed window from outside; after the candidate's processes are
+gone it asks the reference for the outputs of the input sets the candidate was timed on and checks the
+sampled timed outputs. Records are written as soon as they are known, so a crash, hang or wedged GPU
+context of one candidate costs only that candidate.
 
 Example:
     >>> from pkit.harness import problems, runner, solutions                 # doctest: +SKIP
@@ -15,21 +20,33 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import shutil
 import signal
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .launch import RankOutcome, RunOutcome, run_workers
+from .checks import RankCheck, compare
+from .contain import become_subreaper, interruptible
+from .launch import RankState, RunFailed, RunTimeout, WorkerSet
 from .problems import Problem
-from .records import excerpt, new_record, speed_status, write_line
+from .records import excerpt, first_line, new_record, speed_status, write_line
+from .reference import Reference, ReferenceFailed, Timing, timed_phase
+from .snapshot import SnapshotError, load
 from .solutions import Candidate
 
 QUICK_TIMING = {"warmup": 2, "iters": 10}
 """Timing without --perf: just enough to call a correct candidate faster or slower."""
 
-REFERENCE_PHASES = ("load_problem", "inputs", "reference", "timing_reference")
+REFERENCE_PHASES = ("load_problem", "inputs")
+"""Phases of a candidate worker in which only the problem's own code runs (a failure there is the problem's)."""
+MISMATCH_SLACK_S = 0.05
+"""Wall time (s) a timed window may exceed its explained time by before `timing_mismatch` (plus 25% of the
+reference's overhead and the candidate's own reported time: see `timing_mismatch`)."""
 
 
 @dataclass
@@ -109,116 +126,319 @@ def roofline_ms(problem: Problem, world_size: int, size: str, dtype: str, ceilin
     return f.time_s * 1e3, f.bound
 
 
-def evaluate_one(problem: Problem, candidate: Candidate, options: EvalOptions, *, device: str | None = None,
-                 provenance: dict | None = None) -> dict:
-    """Run one candidate on `options.world_size` fresh worker processes; returns its record."""
-    device = device or pick_device(options.device, options.world_size)
+
+def spec_for(problem: Problem, options: EvalOptions, device: str) -> dict:
+    """The part of a worker's spec shared by reference and candidate workers."""
     size = problem.resolve_size(options.size, device)
     dtype = problem_dtype(problem, options.dtype)
-    atol, rtol = (options.atol, options.rtol)
+    return {"source": problem.source, "world_size": options.world_size, "device": device, "size": size,
+            "dtype": dtype, "pg_timeout_s": options.timeout_s + 60}
+
+
+def timing_counts(options: EvalOptions) -> dict:
+    return {"warmup": options.warmup, "iters": options.iters} if options.perf else dict(QUICK_TIMING)
+
+
+def tolerances(problem: Problem, options: EvalOptions) -> tuple:
+    atol, rtol = options.atol, options.rtol
     if problem.tolerance is not None:
         atol = problem.tolerance[0] if atol is None else atol
         rtol = problem.tolerance[1] if rtol is None else rtol
-    timing = {"warmup": options.warmup, "iters": options.iters} if options.perf else dict(QUICK_TIMING)
-    spec = {"source": problem.source, "candidate": {"path": str(candidate.path), "function": candidate.function},
-            "world_size": options.world_size, "device": device, "size": size, "dtype": dtype,
-            "trials": options.trials, "seed": options.seed, "atol": atol, "rtol": rtol, "timing": timing,
-            "pg_timeout_s": options.timeout_s + 60}
-    outcome = run_workers(spec, timeout_s=options.timeout_s)
-    roof_ms, bound = roofline_ms(problem, options.world_size, size, dtype, options.ceilings)
-    fields = _judge(outcome, options.timeout_s)
+    return atol, rtol
+
+
+def start_reference(problem: Problem, options: EvalOptions, device: str, folder: Path,
+                    log: Callable[[str], None] | None = None) -> Reference:
+    """The problem's reference workers with their trials and timing done (ReferenceFailed otherwise)."""
+    counts = timing_counts(options)
+    ref = Reference(spec_for(problem, options, device), folder, options.timeout_s, log=log)
+    return ref.start([options.seed + t for t in range(options.trials)], problem.inplace_inputs,
+                     counts["warmup"], counts["iters"])
+
+
+def timing_mismatch(ref: Timing, sol: Timing) -> bool:
+    """True when the candidate's reported times explain far less of its timed window than they should.
+
+    Both windows hold the same harness work (building the same number of input sets, barriers, answers,
+    saving the same number of outputs); the reference's overhead is its window minus its own times. The
+    candidate's window minus that overhead is what its calls really took, give or take noise; it must not
+    exceed twice the time it reported plus a slack.
+    """
+    overhead = max(0.0, max(ref.window_s) - sum(ref.slowest_ms) / 1e3)
+    reported = sum(sol.slowest_ms) / 1e3
+    return max(sol.window_s) - overhead > 2 * reported + 0.25 * overhead + MISMATCH_SLACK_S
+
+
+def evaluate_one(problem: Problem, candidate: Candidate, options: EvalOptions, *, device: str | None = None,
+                 provenance: dict | None = None, reference: Reference | None = None,
+                 log: Callable[[str], None] | None = None) -> dict:
+    """Run one candidate in fresh worker processes; returns its record.
+
+    `reference` (from `start_reference`) is reused when given, else started and stopped here.
+    """
+    device = device or pick_device(options.device, options.world_size)
+    own = reference is None
+    folder = Path(tempfile.mkdtemp(prefix="pkit-eval-"))
+    try:
+        if own:
+            try:
+                reference = start_reference(problem, options, device, folder, log)
+            except ReferenceFailed as e:
+                return record_for(problem, candidate, options, device, provenance, reference_failure(e), 0.0)
+        fields, wall = run_candidate(problem, candidate, reference, options, device, folder, log)
+        return record_for(problem, candidate, options, device, provenance, fields, wall)
+    finally:
+        if own and reference is not None:
+            reference.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def record_for(problem, candidate, options, device, provenance, fields: dict, wall_s: float) -> dict:
+    spec = spec_for(problem, options, device)
+    roof_ms, bound = roofline_ms(problem, options.world_size, spec["size"], spec["dtype"], options.ceilings)
     if fields.get("sol_time_ms") and roof_ms is not None:
         fields["roofline_fraction"] = roof_ms / fields["sol_time_ms"]
     prov = dict(provenance or {}, solution_sha256=_sha256(candidate.path), seed=options.seed)
     return new_record(
         problem=problem.name, category=problem.category, solution=candidate.relpath, model=candidate.model,
-        sample=candidate.sample, backend=candidate.backend, world_size=options.world_size, size=size, dtype=dtype,
-        device=device, roofline_time_ms=roof_ms, roofline_bound=bound, seed=options.seed,
-        timing="full" if options.perf else "quick", wall_s=round(outcome.wall_s, 3), provenance=prov, **fields)
+        sample=candidate.sample, backend=candidate.backend, world_size=options.world_size, size=spec["size"],
+        dtype=spec["dtype"], device=device, roofline_time_ms=roof_ms, roofline_bound=bound, seed=options.seed,
+        timing="full" if options.perf else "quick", wall_s=round(wall_s, 3), provenance=prov, **fields)
 
 
-def _judge(outcome: RunOutcome, timeout_s: float) -> dict:
-    """Status, error excerpt, errors, per-rank checks, flags and times from what the ranks left behind."""
-    ranks = outcome.ranks
-    trials = [r.result["trials"] if r.result else [] for r in ranks]
-    checks = [t["check"] for ts in trials for t in ts]
-    last = [ts[-1]["check"] for ts in trials if ts]
-    flags = {f for c in checks for f in c["flags"]}
-    fields = {
-        "per_rank": [{k: c[k] for k in ("rank", "ok", "max_abs_err", "max_rel_err", "mismatch_fraction",
-                                        "first_bad_index", "note")} for c in last],
-        "max_abs_err": max((c["max_abs_err"] for c in checks if c["max_abs_err"] is not None), default=None),
-        "max_rel_err": max((c["max_rel_err"] for c in checks if c["max_rel_err"] is not None), default=None),
-        "trials": min((len(ts) for ts in trials), default=0),
-        "trials_passed": min((sum(t["check"]["ok"] for t in ts) for ts in trials), default=0),
+def reference_failure(e: ReferenceFailed) -> dict:
+    """Record fields for a candidate whose problem's reference failed."""
+    cause = _root_cause(e.ranks)
+    text = _describe_failure(cause) if cause is not None else str(e)
+    return {"status": "runtime_error", "flags": {"reference_error"},
+            "error": excerpt(f"the reference failed: {text}", head=1000), "per_rank": [], "trials": 0,
+            "trials_passed": 0}
+
+
+class CandidateRun:
+    """One candidate's workers, driven through trials and timing, checked here as outputs arrive."""
+
+    def __init__(self, problem: Problem, candidate: Candidate, reference: Reference, options: EvalOptions,
+                 device: str, folder: Path, log):
+        self.reference, self.options = reference, options
+        self.atol, self.rtol = tolerances(problem, options)
+        spec = dict(spec_for(problem, options, device), role="candidate",
+                    candidate={"path": str(candidate.path), "function": candidate.function})
+        self.folder = folder / f"candidate-{os.urandom(4).hex()}"
+        self.workers = WorkerSet(spec, self.folder, log=log)
+        self.checks: list[list[RankCheck]] = []
+        self.timing: Timing | None = None
+        self.out_cap = 4 * max(rec.out_bytes for row in reference.trials for rec in row) + (1 << 20)
+
+    def file(self, rank: int, tag: str) -> str:
+        return str(self.folder / f"candidate{rank}_{tag}.pt")
+
+    def drive(self) -> None:
+        """Trials (stop at the first failing one), then warm-up and timing when all passed."""
+        ws, ref = self.workers, self.reference
+        deadline = time.monotonic() + self.options.timeout_s
+        ws.gather("ready", deadline)
+        ws.send({"op": "trials", "seeds": [self.options.seed + t for t in range(len(ref.trials))]})
+        for t, row in enumerate(ref.trials):
+            messages = ws.gather("trial", deadline)
+            checks = [self.check_trial(t, rank, row[rank], m) for rank, m in enumerate(messages)]
+            self.checks.append(checks)
+            passed = all(c.ok for c in checks)
+            ws.send({"op": "verdict", "go": passed})
+            if not passed:
+                break
+        ws.gather("trials_done", deadline)
+        if self.passed:
+            counts = timing_counts(self.options)
+            ws.send({"op": "warmup", "n": counts["warmup"]})
+            ws.gather("warm", deadline)
+            self.timing = timed_phase(ws, ref.sets, counts["iters"], ref.inplace, deadline)
+        ws.send({"op": "quit"})
+        ws.wait_exit(2.0)
+
+    @property
+    def passed(self) -> bool:
+        return len(self.checks) == len(self.reference.trials) and all(c.ok for row in self.checks for c in row)
+
+    def check_trial(self, t: int, rank: int, ref, message: dict) -> RankCheck:
+        try:
+            out = load(self.file(rank, f"trial{t}_out"), self.out_cap, "out")
+            after = load(self.file(rank, f"trial{t}_after"), self.out_cap + 4 * _size(ref.before), "input")
+        except SnapshotError as e:
+            return RankCheck(ok=False, note=f"unreadable output: {e}", flags=["unreadable_output"])
+        aliases = [a for a in message.get("aliases", []) if isinstance(a, str)]
+        check = compare(ref.out, out, pristine=ref.before, ref_inputs=ref.after, sol_inputs=after,
+                        inplace=self.reference.inplace, ref_aliases=ref.aliases, sol_aliases=aliases,
+                        atol=self.atol, rtol=self.rtol)
+        if message.get("side_stream") is True:
+            check.ok = False
+            check.flags = sorted({*check.flags, "side_stream"})
+            check.note = _join(check.note, "output still changed after the current stream finished: work on a "
+                                           "side stream not joined back")
+        return check
+
+    def check_timed(self) -> list[str]:
+        """Notes on sampled timed outputs that differ from the reference's for the same inputs (empty: all right)."""
+        timing, sets = self.timing, self.reference.sets
+        used = sorted({i % sets for i in timing.kept})
+        expected = self.reference.expected([timing.seeds[k] for k in used])
+        by_set = dict(zip(used, expected))
+        notes = []
+        for i in sorted(timing.kept):
+            for rank in range(self.options.world_size):
+                try:
+                    got = load(self.file(rank, f"timed{i}"), self.out_cap, "out")
+                except SnapshotError as e:
+                    notes.append(f"rank {rank}, timed call {i}: {e}")
+                    continue
+                check = compare(by_set[i % sets][rank], got, atol=self.atol, rtol=self.rtol)
+                if not check.ok:
+                    notes.append(f"rank {rank}, timed call {i}: {check.note}")
+        return notes
+
+
+def run_candidate(problem: Problem, candidate: Candidate, reference: Reference, options: EvalOptions, device: str,
+                  folder: Path, log=None) -> tuple[dict, float]:
+    """(record fields, wall seconds) of one candidate against a started reference."""
+    start = time.monotonic()
+    run = CandidateRun(problem, candidate, reference, options, device, folder, log)
+    failure = None
+    try:
+        run.drive()
+    except (RunFailed, RunTimeout) as e:
+        failure = e
+    finally:
+        ranks = run.workers.close()
+    wall = time.monotonic() - start
+    fields = _trial_fields(run.checks)
+    if failure is not None:
+        return _failed(fields, failure, ranks, options.timeout_s), wall
+    if not run.passed:
+        last = run.checks[-1]
+        return dict(fields, status="wrong_result",
+                    error=excerpt("; ".join(f"rank {r}: {c.note}" for r, c in enumerate(last) if c.note))), wall
+    try:
+        notes = run.check_timed()
+    except ReferenceFailed as e:
+        return dict(fields, **reference_failure(e)), wall
+    if notes:
+        fields["flags"].add("timed_output")
+        return dict(fields, status="wrong_result", error=excerpt(
+            f"{len(notes)} sampled timed call(s) gave wrong outputs (inputs fresh per timed set): "
+            + "; ".join(notes))), wall
+    times = _times(reference.timing, run.timing)
+    if timing_mismatch(reference.timing, run.timing):
+        fields["flags"].add("timing_mismatch")
+        times.update(status="correct_slower", speedup=None)
+        fields["error"] = (f"timing_mismatch: the candidate reported {sum(run.timing.slowest_ms):.3g} ms over its "
+                           f"timed calls, but its timed window took {max(run.timing.window_s) * 1e3:.3g} ms here "
+                           f"(the reference's overhead: {_overhead_ms(reference.timing):.3g} ms); not called faster")
+    return dict(fields, error=fields.get("error"), **times), wall
+
+
+def _overhead_ms(t: Timing) -> float:
+    return max(0.0, max(t.window_s) * 1e3 - sum(t.slowest_ms))
+
+
+def _trial_fields(checks: list[list[RankCheck]]) -> dict:
+    flat = [c for row in checks for c in row]
+    last = checks[-1] if checks else []
+    return {
+        "per_rank": [c.to_dict(rank) for rank, c in enumerate(last)],
+        "max_abs_err": max((c.max_abs_err for c in flat if c.max_abs_err is not None), default=None),
+        "max_rel_err": max((c.max_rel_err for c in flat if c.max_rel_err is not None), default=None),
+        "trials": len(checks), "trials_passed": sum(all(c.ok for c in row) for row in checks),
+        "flags": {f for c in flat for f in c.flags},
     }
+
+
+def _failed(fields: dict, failure: Exception, ranks: list[RankState], timeout_s: float) -> dict:
+    """Status and error of a run that stopped early: a rank's own error or death, a timeout, or a broken protocol."""
     first = _root_cause(ranks)
     if first is not None:
-        status = "compile_error" if first.result and first.result["error"]["kind"] == "compile_error" else "runtime_error"
-        if first.result and first.result["error"]["phase"] in REFERENCE_PHASES:
-            flags.add("reference_error")
-        return dict(fields, status=status, error=excerpt(_describe_failure(first), head=1000), flags=flags)
-    if outcome.timed_out:
-        where = "; ".join(f"rank {r.rank} in phase {r.phase or 'startup'}" for r in ranks)
+        status = "compile_error" if first.error and first.error.get("kind") == "compile_error" else "runtime_error"
+        if first.error and str(first.error.get("phase", "")).startswith(REFERENCE_PHASES):
+            fields["flags"].add("reference_error")
+        return dict(fields, status=status, error=excerpt(_describe_failure(first), head=1000))
+    if isinstance(failure, RunTimeout):
+        where = "; ".join(f"rank {r.rank} in phase {r.phase}" for r in ranks)
         tails = "\n".join(f"--- rank {r.rank} output ---\n{r.log_tail[-600:]}" for r in ranks if r.log_tail.strip())
-        return dict(fields, status="timeout", flags=flags,
+        return dict(fields, status="timeout",
                     error=excerpt(f"no result within {timeout_s:g} s; all ranks killed ({where})\n{tails}", head=400))
-    missing = [r for r in ranks if r.result is None]
-    if missing:
-        return dict(fields, status="runtime_error", flags=flags, error=excerpt(
-            f"rank {missing[0].rank} exited (code {missing[0].returncode}) without a result\n{missing[0].log_tail}"))
-    if not all(r.result["passed"] for r in ranks):
-        return dict(fields, status="wrong_result", flags=flags,
-                    error=excerpt("; ".join(f"rank {c['rank']}: {c['note']}" for c in last if c["note"])))
-    return dict(fields, error=None, flags=flags, **_times(ranks[0].result["timing"]))
+    tails = "\n".join(f"--- rank {r.rank} output ---\n{r.log_tail[-600:]}" for r in ranks if r.log_tail.strip())
+    return dict(fields, status="runtime_error", error=excerpt(f"{failure}\n{tails}", head=400))
 
 
-def _root_cause(ranks: list[RankOutcome]) -> RankOutcome | None:
+def _root_cause(ranks: list[RankState]) -> RankState | None:
     """The rank whose failure explains the run, or None when no rank failed.
 
     In order: a compile error; the earliest error of the rank's own (not the echo of a peer's death, such
-    as gloo's 'Connection closed by peer'); the first rank seen to die without a result; the earliest echo.
+    as gloo's 'Connection closed by peer'); the first rank seen to die on its own (not killed by us); the
+    earliest echo.
     """
-    errored = sorted((r for r in ranks if r.result and r.result["error"]), key=lambda r: r.result["error"]["time"])
-    crashed = sorted((r for r in ranks if r.result is None and r.exit_order is not None and r.returncode != 0),
+    errored = sorted((r for r in ranks if r.error), key=lambda r: r.error.get("time", 0))
+    crashed = sorted((r for r in ranks if not r.error and r.exit_order is not None and r.returncode not in (0, -9)),
                      key=lambda r: r.exit_order)
-    own = [r for r in errored if not r.result["error"]["peer_failure"]]
-    compiled = [r for r in own if r.result["error"]["kind"] == "compile_error"]
+    own = [r for r in errored if not r.error.get("peer_failure")]
+    compiled = [r for r in own if r.error.get("kind") == "compile_error"]
     for group in (compiled, own, crashed, errored):
         if group:
             return group[0]
     return None
 
 
-def _times(timing: dict) -> dict:
+def _times(ref: Timing, sol: Timing) -> dict:
     from ..timing import summarize
 
-    ref, sol = summarize(timing["ref_ms"]), summarize(timing["sol_ms"])
-    speedup = ref.median_ms / sol.median_ms if sol.median_ms > 0 else math.inf
-    return {"status": speed_status(speedup), "ref_time_ms": ref.median_ms, "sol_time_ms": sol.median_ms,
-            "ref_time_cv": ref.cv, "sol_time_cv": sol.cv, "ref_time_min_ms": ref.min_ms, "sol_time_min_ms": sol.min_ms,
-            "ref_time_iqr_ms": ref.iqr_ms, "sol_time_iqr_ms": sol.iqr_ms, "speedup": speedup,
-            "rotations": timing["rotations"]}
+    r, s = summarize(ref.slowest_ms), summarize(sol.slowest_ms)
+    speedup = r.median_ms / s.median_ms if s.median_ms > 0 else math.inf
+    return {"status": speed_status(speedup), "ref_time_ms": r.median_ms, "sol_time_ms": s.median_ms,
+            "ref_time_cv": r.cv, "sol_time_cv": s.cv, "ref_time_min_ms": r.min_ms, "sol_time_min_ms": s.min_ms,
+            "ref_time_iqr_ms": r.iqr_ms, "sol_time_iqr_ms": s.iqr_ms, "speedup": speedup,
+            "rotations": len(sol.seeds)}
 
 
-def _describe_failure(rank: RankOutcome) -> str:
-    if rank.result and rank.result["error"]:
-        e = rank.result["error"]
-        return f"rank {rank.rank}, phase {e['phase']}: {e['type']}: {e['message']}\n{e['traceback']}"
+def _describe_failure(rank: RankState) -> str:
+    if rank.error:
+        e = rank.error
+        return (f"rank {rank.rank}, phase {e.get('phase')}: {e.get('type')}: {e.get('message')}\n"
+                f"{e.get('traceback', '')}")
     code = rank.returncode
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-    return f"rank {rank.rank} died ({how}) in phase {rank.phase or 'startup'} without a result\n{rank.log_tail}"
+    return f"rank {rank.rank} died ({how}) in phase {rank.phase} without a result\n{rank.log_tail}"
+
+
+def _join(a: str | None, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+def _size(snap) -> int:
+    import torch
+
+    from .checks import leaves
+
+    return sum(t.numel() * t.element_size() for _, t in leaves(snap.value) if isinstance(t, torch.Tensor))
 
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def by_problem(pairs: list[tuple[Problem, Candidate]]) -> list[tuple[Problem, list[Candidate]]]:
+    """Pairs grouped by problem, problems in order of first appearance, candidates in their order."""
+    groups: dict[str, tuple[Problem, list[Candidate]]] = {}
+    for problem, candidate in pairs:
+        groups.setdefault(problem.name, (problem, []))[1].append(candidate)
+    return list(groups.values())
+
+
 def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, out_path: str | Path, *,
              provenance: dict | None = None, log: Callable[[str], None] | None = None) -> list[dict]:
-    """Evaluate every (problem, candidate) pair in turn, writing one JSONL line each to `out_path`.
+    """Evaluate every (problem, candidate) pair, writing one JSONL line each to `out_path` as it is known.
 
-    Pairs whose problem cannot run under `options` (see `unsupported`) are skipped with a log line.
+    Pairs whose problem cannot run under `options` (see `unsupported`) are skipped with a log line. SIGINT,
+    SIGTERM and SIGHUP stop the run after killing every worker and removing the temp folders
+    (`pkit.harness.contain.Interrupted` is raised).
     """
     options.validate()
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -228,14 +448,38 @@ def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, o
         reason = unsupported(problem, options)
         if reason:
             log(f"skipping {problem.name}: {reason}")
-    pairs = [(p, c) for p, c in pairs if not unsupported(p, options)]
-    records = []
+    groups = by_problem([(p, c) for p, c in pairs if not unsupported(p, options)])
+    total = sum(len(cands) for _, cands in groups)
+    become_subreaper()
+    records: list[dict] = []
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(out_path, "w", encoding="utf-8") as out:
-        for i, (problem, candidate) in enumerate(pairs, 1):
-            record = evaluate_one(problem, candidate, options, device=device, provenance=provenance)
-            write_line(out, record)
-            records.append(record)
-            speed = f" {record['speedup']:.2f}x" if record["speedup"] is not None else ""
-            log(f"[{i}/{len(pairs)}] {problem.name} {candidate.relpath}: {record['status']}{speed}")
+    with interruptible(), open(out_path, "w", encoding="utf-8") as out:
+        for problem, candidates in groups:
+            folder = Path(tempfile.mkdtemp(prefix="pkit-eval-"))
+            reference = failure = None
+            try:
+                try:
+                    reference = start_reference(problem, options, device, folder, log)
+                except ReferenceFailed as e:
+                    failure = reference_failure(e)
+                for candidate in candidates:
+                    if failure is not None:
+                        record = record_for(problem, candidate, options, device, provenance, dict(failure), 0.0)
+                    else:
+                        record = evaluate_one(problem, candidate, options, device=device, provenance=provenance,
+                                              reference=reference, log=log)
+                    write_line(out, record)
+                    records.append(record)
+                    log(progress_line(len(records), total, record))
+            finally:
+                if reference is not None:
+                    reference.close()
+                shutil.rmtree(folder, ignore_errors=True)
     return records
+
+
+def progress_line(i: int, total: int, record: dict) -> str:
+    """The console line of one record: status, speedup, and the first line of the reason when it failed."""
+    speed = f" {record['speedup']:.2f}x" if record["speedup"] is not None else ""
+    reason = f" — {first_line(record['error'])}" if record["error"] else ""
+    return f"[{i}/{total}] {record['problem']} {record['solution']}: {record['status']}{speed}{reason}"

@@ -85,3 +85,18 @@ def discover(solutions_dir: Path, aliases: dict[str, str]) -> tuple[list[Candida
             unmatched.append(str(rel))
     found.sort(key=lambda c: (c.problem, c.model or "", c.sample if c.sample is not None else -1, c.relpath))
     return found, unmatched
+
+
+def single_file(path: Path, aliases: dict[str, str], chosen: list[str]) -> Candidate:
+    """One candidate file: its problem from its path (any layout above, read from its end), or the only
+    problem in `chosen`; ValueError naming --solutions otherwise."""
+    path = Path(path).resolve()
+    for depth in (1, 2, 3):
+        parts = path.parts[-depth:]
+        cand = parse(PurePosixPath(*parts), aliases)
+        if cand is not None:
+            return Candidate(path, cand.relpath, cand.problem, cand.model, cand.sample, cand.backend)
+    if len(chosen) == 1:
+        return Candidate(path, path.name, chosen[0])
+    raise ValueError(f"--solutions: {path} names no known problem in its path; name the problem with "
+                     f"--problems NAME (one problem) or put the file in a <problem>/ folder")

@@ -1,18 +1,27 @@
-"""One rank of one candidate's evaluation: `python -m pkit.harness.worker SPEC.json RANK`.
+"""One rank of an evaluation: `python -m pkit.harness.worker SPEC.json RANK FD`.
 
-The parent (`pkit.harness.launch`) writes SPEC.json and starts one such process per rank, with
-MASTER_ADDR/MASTER_PORT set. The worker joins the default process group (gloo on the CPU; on GPUs NCCL
-after `torch.cuda.set_device(rank)`), loads the problem and the candidate, and for each trial builds fresh
-seeded inputs, runs the reference and the candidate on their own copies and checks the candidate's output
-(`pkit.harness.checks`). When every rank passed every trial it times both (`pkit.harness.timer`).
-It writes `rank_<RANK>.json` next to SPEC.json: the per-trial checks, the timing samples (ms), or the
-error with the phase it happened in. After an error it exits at once (code 1) without leaving the process
-group, since a peer may be stuck in a collective; the parent kills what is left.
+The evaluating process (pkit.harness.launch) writes SPEC.json and starts one worker per rank, handing it
+one end of a socket pair (descriptor FD) and MASTER_ADDR/MASTER_PORT. A worker joins the default process
+group (gloo on the CPU; on GPUs NCCL after `torch.cuda.set_device(rank)`), loads the problem, and then
+serves commands from the parent until `quit`:
+
+| command | does | answers |
+| --- | --- | --- |
+| `trials` seeds | per seed: fresh inputs, one call, outputs and inputs saved for the parent; waits for its verdict | `trial` per seed, `trials_done` |
+| `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
+| `warmup` n | n calls on copies of the last trial's inputs | `warm` |
+| `time` seeds, iters, inplace | builds one input set per seed, then `iters` timed calls rotating over them; after each call asks whether to keep its output | `called` per call, `timed` with samples (ms) |
+| `expect` seeds | reference only: one call per seed's inputs, outputs saved | `expected` |
+
+Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
+candidate file after the timer has bound its clocks). The worker judges nothing: outputs go to files in the
+run folder that the parent reads (pkit.harness.snapshot) and compares (pkit.harness.checks). Errors are
+sent as an `error` message, then the worker exits at once (a peer may be stuck in a collective); the parent
+kills what is left.
 """
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
 import time
@@ -23,9 +32,17 @@ import torch
 import torch.distributed as dist
 
 from ..errors import CompileError, PkitError
-from .checks import RankCheck, clone_tree, compare, leaves
+from . import snapshot
+from .channel import WorkerEnd
+from .checks import aliased_paths, clone_tree, leaves
+from .contain import make_undumpable
 from .problems import load_module, open_source
-from .timer import synchronize, time_calls
+from .timer import clock, input_bytes, l2_rotations, synchronize, timed_call
+
+FRESH_BYTES = {"cuda": 4 << 30, "cpu": 512 << 20}
+"""Most bytes of distinct timed input sets held at once, by device kind."""
+FRESH_SECONDS = 3.0
+"""Most seconds spent building timed input sets (more sets are built while they fit both budgets)."""
 
 
 class MissingFunction(PkitError):
@@ -56,6 +73,13 @@ def is_peer_failure(exc: BaseException) -> bool:
     return any(marker in text for marker in PEER_FAILURE_MARKERS)
 
 
+def timed_set_count(set_bytes: int, build_s: float, device: torch.device, iters: int) -> int:
+    """How many distinct input sets the timed calls rotate over: one per call while they fit the byte and
+    build-time budgets, never fewer than two (or `iters`) nor than the L2 needs."""
+    fits = min(FRESH_BYTES[device.type] // max(set_bytes, 1), int(FRESH_SECONDS / max(build_s, 1e-6)))
+    return max(1, min(iters, max(2, l2_rotations(set_bytes, device), fits)))
+
+
 def load_candidate(path: str, function: str):
     """The callable `function` of the Python file at `path` (its folder goes on sys.path for helpers)."""
     folder = str(Path(path).parent)
@@ -66,6 +90,20 @@ def load_candidate(path: str, function: str):
     if not callable(fn):
         raise MissingFunction(f"{path} defines no callable {function!r} (the candidate contract)")
     return fn
+
+
+def share_process_groups() -> None:
+    """Make `dist.new_group` return the same group for the same arguments, so input builders that create
+    groups (PKB's) can be called once per timed input set without a new communicator each time."""
+    original, made = dist.new_group, {}
+
+    def new_group(ranks=None, *args, **kwargs):
+        key = (tuple(ranks) if ranks is not None else None, repr(args), repr(sorted(kwargs.items())))
+        if key not in made:
+            made[key] = original(ranks, *args, **kwargs)
+        return made[key]
+
+    dist.new_group = new_group
 
 
 def join_group(rank: int, world_size: int, device_kind: str, timeout_s: float) -> torch.device:
@@ -81,122 +119,159 @@ def join_group(rank: int, world_size: int, device_kind: str, timeout_s: float) -
     return device
 
 
-def all_ranks_ok(ok: bool, device: torch.device) -> bool:
-    """True when `ok` holds on every rank (a collective call)."""
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
-
-
 def side_stream_check(out, device: torch.device) -> bool:
     """True when `out` changed after the current stream was done, i.e. it was written on another stream."""
     if device.type != "cuda":
         return False
     torch.cuda.current_stream(device).synchronize()
-    snapshot = clone_tree(out)
-    torch.cuda.synchronize(device)
+    snap = clone_tree(out)
+    synchronize(device)
     return any(isinstance(a, torch.Tensor) and not torch.equal(a, b)
-               for (_, a), (_, b) in zip(leaves(out), leaves(snapshot)))
+               for (_, a), (_, b) in zip(leaves(out), leaves(snap)))
 
 
-class Run:
-    """The state of one rank's evaluation; `phase` names what it is doing, for error reports.
+class Worker:
+    """One rank's state and its command handlers."""
 
-    Each phase change is also written to `rank_<RANK>.phase`, so after a timeout the parent can say where
-    every rank was stuck.
-    """
-
-    def __init__(self, spec: dict, rank: int, folder: Path):
-        self.spec, self.rank = spec, rank
-        self._phase_file = folder / f"rank_{rank}.phase"
-        self.result = {"rank": rank, "error": None, "trials": [], "passed": False, "timing": None}
+    def __init__(self, spec: dict, rank: int, channel: WorkerEnd):
+        self.spec, self.rank, self.channel = spec, rank, channel
+        self.folder = Path(spec["folder"])
+        self.fn = None
+        self.last_inputs = None
         self.phase = "init"
 
-    @property
-    def phase(self) -> str:
-        return self._phase
+    def enter(self, phase: str) -> None:
+        self.phase = phase
+        self.channel.send({"op": "phase", "name": phase})
 
-    @phase.setter
-    def phase(self, name: str) -> None:
-        self._phase = name
-        self._phase_file.write_text(f"{name}, trial {len(self.result['trials'])}")
+    def file(self, tag: str) -> str:
+        return str(self.folder / f"{self.spec['role']}{self.rank}_{tag}.pt")
 
-    def execute(self) -> None:
+    def inputs(self, seed: int) -> tuple:
         spec = self.spec
-        ws = spec["world_size"]
-        device = join_group(self.rank, ws, spec["device"], spec["pg_timeout_s"])
-        self.result["device"] = str(device)
-        self.phase = "load_problem"
-        problem = open_source(spec["source"])
-        self.phase = "load_candidate"
-        candidate = load_candidate(spec["candidate"]["path"], spec["candidate"]["function"])
-        passed, inputs = True, ()
-        for trial in range(spec["trials"]):
-            seed = spec["seed"] + trial
-            self.phase = "inputs"
-            inputs = problem.make_inputs(self.rank, ws, spec["size"], spec["dtype"], seed, device=str(device))
-            inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-            pristine, ref_in, sol_in = clone_tree(inputs), clone_tree(inputs), clone_tree(inputs)
-            self.phase = "reference"
-            ref_out = problem.reference(*ref_in)
-            synchronize(device)
-            self.phase = "candidate"
-            sol_out = candidate(*sol_in)
-            side_stream = side_stream_check(sol_out, device)
-            synchronize(device)
-            self.phase = "check"
-            check = compare(ref_out, sol_out, ref_inputs=ref_in, sol_inputs=sol_in, pristine=pristine,
-                            atol=spec["atol"], rtol=spec["rtol"])
-            if side_stream:
-                check = _with_side_stream(check)
-            self.result["trials"].append({"trial": trial, "seed": seed, "check": check.to_dict(self.rank)})
-            if not all_ranks_ok(check.ok, device):
-                passed = False
+        made = self.problem.make_inputs(self.rank, spec["world_size"], spec["size"], spec["dtype"], seed,
+                                        device=str(self.device))
+        return made if isinstance(made, tuple) else (made,)
+
+    def start(self) -> None:
+        spec = self.spec
+        if spec["role"] == "reference":
+            make_undumpable()
+        share_process_groups()
+        self.device = join_group(self.rank, spec["world_size"], spec["device"], spec["pg_timeout_s"])
+        self.enter("load_problem")
+        self.problem = open_source(spec["source"])
+        if spec["role"] == "reference":
+            self.fn = self.problem.reference
+        else:
+            self.enter("load_candidate")
+            self.fn = load_candidate(spec["candidate"]["path"], spec["candidate"]["function"])
+        self.channel.send({"op": "ready"})
+
+    def serve(self) -> None:
+        handlers = {"trials": self.trials, "plan": self.plan, "warmup": self.warmup, "time": self.time,
+                    "expect": self.expect}
+        while True:
+            message = self.channel.recv()
+            if message["op"] == "quit":
+                return
+            handlers[message["op"]](message)
+
+    def trials(self, message: dict) -> None:
+        for t, seed in enumerate(message["seeds"]):
+            self.enter(f"inputs, trial {t}")
+            inputs = self.inputs(seed)
+            if self.spec["role"] == "reference":
+                snapshot.save(self.file(f"trial{t}_before"), inputs)
+            self.enter(f"{self.spec['role']}, trial {t}")
+            out = self.fn(*inputs)
+            side = side_stream_check(out, self.device)
+            synchronize(self.device)
+            self.enter(f"save, trial {t}")
+            snapshot.save(self.file(f"trial{t}_out"), out)
+            snapshot.save(self.file(f"trial{t}_after"), inputs)
+            self.last_inputs = inputs
+            self.channel.send({"op": "trial", "trial": t, "side_stream": side,
+                               "aliases": aliased_paths(out, inputs)})
+            verdict = self.channel.recv()
+            if not verdict.get("go"):
                 break
-        self.result["passed"] = passed
-        if passed:
-            timing = spec["timing"]
-            self.phase = "timing_reference"
-            ref_ms, groups = time_calls(problem.reference, clone_tree(inputs), device=device, **timing)
-            self.phase = "timing_candidate"
-            sol_ms, _ = time_calls(candidate, clone_tree(inputs), device=device, **timing)
-            self.result["timing"] = {"ref_ms": ref_ms, "sol_ms": sol_ms, "rotations": groups, **timing}
-        self.phase = "done"
+        self.channel.send({"op": "trials_done"})
 
+    def plan(self, message: dict) -> None:
+        self.enter("plan")
+        start = clock()
+        inputs = self.inputs(message["seed"])
+        synchronize(self.device)
+        build_s = clock() - start
+        sets = timed_set_count(input_bytes(inputs), build_s, self.device, message["iters"])
+        self.channel.send({"op": "plan", "sets": sets, "set_bytes": input_bytes(inputs), "build_s": build_s})
 
-def _with_side_stream(check: RankCheck) -> RankCheck:
-    check.ok = False
-    check.flags = sorted({*check.flags, "side_stream"})
-    note = "output still changed after the current stream finished: work on a side stream not joined back"
-    check.note = f"{check.note}; {note}" if check.note else note
-    return check
+    def warmup(self, message: dict) -> None:
+        self.enter(f"warmup_{self.spec['role']}")
+        for _ in range(message["n"]):
+            self.fn(*clone_tree(self.last_inputs))
+        synchronize(self.device)
+        self.channel.send({"op": "warm"})
 
+    def time(self, message: dict) -> None:
+        role = self.spec["role"]
+        self.enter(f"timing_{role}, building inputs")
+        sets = [self.inputs(seed) for seed in message["seeds"]]
+        inplace = set(message.get("inplace", ()))
+        pristine = [[(t, t.clone()) for p, t in leaves(s, "input") if p in inplace and isinstance(t, torch.Tensor)]
+                    for s in sets]
+        synchronize(self.device)
+        self.enter(f"timing_{role}")
+        samples = []
+        for i in range(message["iters"]):
+            k = i % len(sets)
+            if i >= len(sets):
+                for leaf, clean in pristine[k]:
+                    leaf.copy_(clean)
+            out, ms = timed_call(self.fn, sets[k], self.device)
+            samples.append(ms)
+            self.channel.send({"op": "called", "i": i})
+            if self.channel.recv().get("keep"):
+                snapshot.save(self.file(f"timed{i}"), out)
+            del out
+        self.channel.send({"op": "timed", "samples_ms": samples})
 
-def write_result(folder: Path, rank: int, result: dict) -> None:
-    """Write `rank_<rank>.json` atomically (the parent reads only complete files)."""
-    tmp = folder / f"rank_{rank}.json.tmp"
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, folder / f"rank_{rank}.json")
+    def expect(self, message: dict) -> None:
+        if self.spec["role"] != "reference":
+            raise PkitError("expect: only a reference worker computes expected outputs")
+        for k, seed in enumerate(message["seeds"]):
+            self.enter(f"expect {k}")
+            out = self.fn(*self.inputs(seed))
+            synchronize(self.device)
+            snapshot.save(self.file(f"expect{k}"), out)
+        self.channel.send({"op": "expected"})
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec_path, rank = argv if argv is not None else sys.argv[1:]
-    spec_path, rank = Path(spec_path), int(rank)
-    run = Run(json.loads(spec_path.read_text()), rank, spec_path.parent)
+    import json
+
+    spec_path, rank, fd = argv if argv is not None else sys.argv[1:]
+    channel = WorkerEnd(int(fd))
+    worker = Worker(json.loads(Path(spec_path).read_text()), int(rank), channel)
     try:
-        run.execute()
-    except BaseException as exc:  # noqa: BLE001 - every failure of the candidate is a result to record
-        run.result["error"] = {"kind": error_kind(exc, run.phase), "phase": run.phase, "type": type(exc).__name__,
-                               "message": str(exc)[:4000], "traceback": traceback.format_exc()[-8000:],
-                               "peer_failure": is_peer_failure(exc), "time": time.time()}
-        write_result(spec_path.parent, rank, run.result)
+        worker.start()
+        worker.serve()
+    except BaseException as exc:  # noqa: BLE001 - every failure is a result to report
+        try:
+            channel.send({"op": "error", "kind": error_kind(exc, worker.phase), "phase": worker.phase,
+                          "type": type(exc).__name__, "message": str(exc)[:4000],
+                          "traceback": traceback.format_exc()[-8000:], "peer_failure": is_peer_failure(exc),
+                          "time": time.time()})
+        except OSError:
+            pass
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    write_result(spec_path.parent, rank, run.result)
-    dist.destroy_process_group()
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # threads a candidate left running must not keep the worker alive
 
 
 if __name__ == "__main__":

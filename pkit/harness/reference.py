@@ -1,0 +1,212 @@
+"""The reference side of an evaluation: a set of worker processes that never import a candidate.
+
+`Reference.start` launches reference workers for one problem and keeps them for all of its candidates:
+they compute the trial outputs (kept in this process, the files deleted at once), show which inputs the
+reference updates in place, and time the reference alone. Later, `expected(seeds)` computes the reference's
+outputs for the input sets a candidate was timed on, so sampled timed outputs can be checked. If a
+candidate killed the reference workers, they are started again.
+
+`timed_phase` runs the timing protocol for either role: the input sets' seeds are revealed only when the
+window opens, every call is followed by a `keep` answer chosen here at random (so a worker cannot know
+which outputs will be checked), and the window's wall time is measured here, outside the workers.
+"""
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .checks import leaves, same_values
+from .launch import RunFailed, RunTimeout, WorkerSet
+from .snapshot import Snapshot, SnapshotError, load
+
+KEEP_TOTAL = 8
+"""Timed outputs checked per candidate (at least one per input set)."""
+
+
+class ReferenceFailed(Exception):
+    """The problem's own code (inputs or reference) failed; `ranks` holds the workers' final states."""
+
+    def __init__(self, message: str, ranks=None):
+        super().__init__(message)
+        self.ranks = ranks or []
+
+
+def random_seeds(n: int) -> list[int]:
+    """`n` distinct seeds nobody can predict (from the OS's random source)."""
+    seeds: set[int] = set()
+    while len(seeds) < n:
+        seeds.add(secrets.randbits(31))
+    return list(seeds)
+
+
+def keep_plan(iters: int, sets: int) -> set[int]:
+    """Indices of timed calls whose outputs are checked: per input set, random uses of it, at least one and
+    together about KEEP_TOTAL (every call when there are that few)."""
+    per_set = max(1, math.ceil(KEEP_TOTAL / sets))
+    chosen: set[int] = set()
+    for k in range(sets):
+        uses = list(range(k, iters, sets))
+        for _ in range(min(per_set, len(uses))):
+            chosen.add(uses.pop(secrets.randbelow(len(uses))))
+    return chosen
+
+
+@dataclass
+class Timing:
+    """One role's timed phase: per-rank samples (ms), the window this process saw per rank (s), the seeds."""
+
+    samples_ms: list[list[float]]
+    window_s: list[float]
+    seeds: list[int]
+    kept: set[int] = field(default_factory=set)
+
+    @property
+    def slowest_ms(self) -> list[float]:
+        """Per call, the slowest rank's time in ms."""
+        return [max(s) for s in zip(*self.samples_ms)]
+
+
+def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: float) -> Timing:
+    """Time `iters` calls on `sets` fresh input sets; answers each call with keep or drop."""
+    seeds, kept = random_seeds(sets), keep_plan(iters, sets)
+    answered: dict[int, int] = {}
+
+    def answer(rank: int, message: dict) -> None:
+        if message["op"] != "called" or message.get("i") != answered.get(rank, 0):
+            raise RunFailed(f"rank {rank}: unexpected message {message['op']!r} while timing")
+        workers.send({"op": "keep", "keep": message["i"] in kept}, ranks=[rank])
+        answered[rank] = message["i"] + 1
+
+    opened = time.monotonic()
+    workers.send({"op": "time", "seeds": seeds, "iters": iters, "inplace": sorted(inplace)})
+    done = workers.gather("timed", deadline, answer)
+    samples = [m.get("samples_ms") for m in done]
+    for rank, s in enumerate(samples):
+        if (not isinstance(s, list) or len(s) != iters or answered.get(rank) != iters
+                or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s)):
+            raise RunFailed(f"rank {rank}: timing report does not match the {iters} calls it was asked for")
+    return Timing(samples, [m["_at"] - opened for m in done], seeds, kept)
+
+
+@dataclass
+class TrialRecord:
+    """The reference on one rank in one trial: inputs before and after the call, output, aliased outputs."""
+
+    before: Snapshot
+    after: Snapshot
+    out: Snapshot
+    aliases: list
+    out_bytes: int
+
+
+class Reference:
+    """Reference workers of one problem under one set of options (see the module docstring)."""
+
+    def __init__(self, spec: dict, folder: Path, timeout_s: float, log=None):
+        self.spec, self.folder, self.timeout_s, self.log = spec, Path(folder), timeout_s, log
+        self.trials: list[list[TrialRecord]] = []
+        self.inplace: set[str] = set()
+        self.timing: Timing | None = None
+        self.sets = 1
+        self.workers: WorkerSet | None = None
+
+    def _launch(self) -> float:
+        self.workers = WorkerSet(dict(self.spec, role="reference"), self.folder / "reference", log=self.log)
+        deadline = time.monotonic() + self.timeout_s
+        self.workers.gather("ready", deadline)
+        return deadline
+
+    def file(self, rank: int, tag: str) -> str:
+        return str(self.folder / "reference" / f"reference{rank}_{tag}.pt")
+
+    def _take(self, rank: int, tag: str, root: str) -> Snapshot:
+        path = self.file(rank, tag)
+        try:
+            return load(path, root=root)
+        finally:
+            _remove(path)
+
+    def start(self, seeds: list[int], declared_inplace, warmup: int, iters: int) -> "Reference":
+        """Trials on `seeds`, in-place detection, then the reference's own timing; ReferenceFailed on failure."""
+        try:
+            deadline = self._launch()
+            self.workers.send({"op": "trials", "seeds": seeds})
+            for t in range(len(seeds)):
+                messages = self.workers.gather("trial", deadline)
+                row = []
+                for rank, m in enumerate(messages):
+                    size = os.path.getsize(self.file(rank, f"trial{t}_out"))
+                    row.append(TrialRecord(self._take(rank, f"trial{t}_before", "input"),
+                                           self._take(rank, f"trial{t}_after", "input"),
+                                           self._take(rank, f"trial{t}_out", "out"), list(m.get("aliases", [])), size))
+                self.trials.append(row)
+                self.workers.send({"op": "verdict", "go": True})
+            self.workers.gather("trials_done", deadline)
+            self.inplace = self._inplace(declared_inplace)
+            self.workers.send({"op": "plan", "seed": random_seeds(1)[0], "iters": iters})
+            self.sets = max(int(m["sets"]) for m in self.workers.gather("plan", deadline))
+            self.workers.send({"op": "warmup", "n": warmup})
+            self.workers.gather("warm", deadline)
+            self.timing = timed_phase(self.workers, self.sets, iters, self.inplace, deadline)
+            for rank in range(self.spec["world_size"]):
+                for i in self.timing.kept:
+                    _remove(self.file(rank, f"timed{i}"))
+        except (RunFailed, RunTimeout, SnapshotError, OSError) as e:
+            raise ReferenceFailed(f"{type(e).__name__}: {e}", self.close()) from None
+        return self
+
+    def _inplace(self, declared) -> set[str]:
+        """Input paths the reference changed in any trial, plus those under the declared input indices."""
+        changed = set(f"input[{i}]" for i in declared)
+        for row in self.trials:
+            for rec in row:
+                before, after = dict(leaves(rec.before.value, "input")), dict(leaves(rec.after.value, "input"))
+                for path, was in before.items():
+                    if path not in after or not _equal(was, after[path]):
+                        changed.add(path)
+        all_paths = {p for row in self.trials for rec in row for p, _ in leaves(rec.before.value, "input")}
+        return {p for p in all_paths if any(p == c or p.startswith(c + "[") for c in changed)}
+
+    def expected(self, seeds: list[int]) -> list[list[Snapshot]]:
+        """[set][rank] reference outputs for the input sets of `seeds` (restarts dead reference workers)."""
+        for attempt in (1, 2):
+            try:
+                if self.workers is None or self.workers.failed():
+                    self.close()
+                    deadline = self._launch()
+                else:
+                    deadline = time.monotonic() + self.timeout_s
+                self.workers.send({"op": "expect", "seeds": seeds})
+                self.workers.gather("expected", deadline)
+                return [[self._take(r, f"expect{k}", "out") for r in range(self.spec["world_size"])]
+                        for k in range(len(seeds))]
+            except (RunFailed, RunTimeout, SnapshotError, OSError) as e:
+                self.close()
+                if attempt == 2:
+                    raise ReferenceFailed(f"expected outputs: {type(e).__name__}: {e}") from None
+        raise AssertionError("unreachable")
+
+    def close(self):
+        """Stop the reference workers; returns their final states."""
+        ranks = self.workers.close() if self.workers is not None else []
+        self.workers = None
+        return ranks
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and same_values(a, b)
+    return type(a) is type(b) and a == b
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

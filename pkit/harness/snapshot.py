@@ -1,0 +1,150 @@
+"""Move a worker's outputs and inputs to the evaluating process as plain data, and read them back safely.
+
+A worker `encode`s a nested value (tensors, tuples, lists, dicts, scalars, other objects) into plain dicts
+holding CPU tensors and saves it with `torch.save`; the parent `load`s it with `torch.load(weights_only=True)`
+(no code runs while unpickling), refuses files over a size cap, and `decode`s it into the same nesting with
+plain CPU `torch.Tensor` leaves. Each tensor keeps the device it lived on and whether the worker saw a tensor
+subclass; objects that are not containers or scalars become `Opaque` (type name and state), so a mutation
+of any input, tensor or not, shows as a difference.
+
+Example:
+    >>> import torch, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.pt")
+    >>> save(path, ([torch.ones(2)], 3.0, "a"))
+    >>> got = load(path)
+    >>> got.value[0][0].tolist(), got.value[1:], got.devices
+    ([1.0, 1.0], (3.0, 'a'), {'out[0][0]': 'cpu'})
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+MAX_DEPTH = 8
+SCALARS = (int, float, bool, str, type(None))
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """An input or output value that is neither a container, a scalar nor a tensor: its type and state."""
+
+    type: str
+    state: object
+
+
+class SnapshotError(Exception):
+    """A snapshot file is missing, too large or not of the expected shape."""
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    with torch._C.DisableTorchFunctionSubclass():
+        if type(t) is not torch.Tensor:
+            t = torch.Tensor.as_subclass(t, torch.Tensor)
+        t = t.detach()
+        return t.cpu() if t.device.type != "cpu" else t.clone()
+
+
+def encode(obj, depth: int = 0):
+    """`obj` as nested plain dicts with CPU tensors (worker side)."""
+    if isinstance(obj, torch.Tensor):
+        return {"kind": "tensor", "data": _plain(obj), "device": str(obj.device),
+                "subclass": None if type(obj) is torch.Tensor else type(obj).__qualname__}
+    if depth >= MAX_DEPTH:
+        return {"kind": "object", "type": type(obj).__qualname__, "state": repr(obj)[:200]}
+    if isinstance(obj, (tuple, list)):
+        return {"kind": "tuple" if isinstance(obj, tuple) else "list", "items": [encode(c, depth + 1) for c in obj]}
+    if isinstance(obj, dict):
+        return {"kind": "dict", "keys": [repr(k) for k in obj], "items": [encode(v, depth + 1) for v in obj.values()]}
+    if isinstance(obj, SCALARS):
+        return {"kind": "value", "value": obj}
+    if isinstance(obj, (complex, torch.dtype, torch.device)):
+        return {"kind": "object", "type": type(obj).__qualname__, "state": repr(obj)}
+    state = vars(obj) if hasattr(obj, "__dict__") and vars(obj) else None
+    return {"kind": "object", "type": type(obj).__qualname__,
+            "state": encode(state, depth + 1) if state is not None else repr(obj)[:200]}
+
+
+@dataclass
+class Snapshot:
+    """A decoded value; `devices` and `subclasses` map leaf paths ('out[0]') to the worker's device and to the
+    tensor subclass the worker saw (absent for plain tensors)."""
+
+    value: object
+    devices: dict = field(default_factory=dict)
+    subclasses: dict = field(default_factory=dict)
+
+
+def decode(tree, path: str = "out", snap: Snapshot | None = None) -> Snapshot:
+    """The nested value of an `encode`d tree (parent side); SnapshotError if it is not one."""
+    top = snap is None
+    snap = snap or Snapshot(None)
+    value = _decode(tree, path, snap, 0)
+    if top:
+        snap.value = value
+    return snap
+
+
+def _decode(tree, path: str, snap: Snapshot, depth: int):
+    if not isinstance(tree, dict) or depth > MAX_DEPTH + 1:
+        raise SnapshotError(f"{path}: not a snapshot node")
+    kind = tree.get("kind")
+    if kind == "tensor":
+        data = tree.get("data")
+        if type(data) is not torch.Tensor:
+            raise SnapshotError(f"{path}: tensor data of type {type(data).__name__}")
+        snap.devices[path] = str(tree.get("device"))
+        if tree.get("subclass"):
+            snap.subclasses[path] = str(tree["subclass"])
+        return data
+    if kind in ("tuple", "list"):
+        items = [_decode(c, f"{path}[{i}]", snap, depth + 1) for i, c in enumerate(tree.get("items", []))]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        keys, items = tree.get("keys", []), tree.get("items", [])
+        return {k: _decode(v, f"{path}[{k!r}]", snap, depth + 1) for k, v in zip(keys, items)}
+    if kind == "value":
+        value = tree.get("value")
+        if not isinstance(value, SCALARS):
+            raise SnapshotError(f"{path}: value of type {type(value).__name__}")
+        return value
+    if kind == "object":
+        state = tree.get("state")
+        if isinstance(state, dict):
+            state = _freeze(_decode(state, f"{path}.state", snap, depth + 1))
+        return Opaque(str(tree.get("type")), state if isinstance(state, (str, tuple, type(None))) else repr(state))
+    raise SnapshotError(f"{path}: unknown node kind {kind!r}")
+
+
+def _freeze(value):
+    """A hashable, comparable form of a decoded object state (tensors by their values)."""
+    if isinstance(value, dict):
+        return tuple((k, _freeze(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), tuple(value.shape), value.flatten().tolist()[:64])
+    return value
+
+
+def save(path: str, obj) -> None:
+    """Write `encode(obj)` to `path` atomically (worker side)."""
+    tmp = f"{path}.tmp"
+    torch.save(encode(obj), tmp)
+    os.replace(tmp, path)
+
+
+def load(path: str, max_bytes: int | None = None, root: str = "out") -> Snapshot:
+    """Read and decode a snapshot file (parent side), refusing files larger than `max_bytes`."""
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise SnapshotError(f"no snapshot at {path}: {e}") from None
+    if max_bytes is not None and size > max_bytes:
+        raise SnapshotError(f"{os.path.basename(path)} holds {size} bytes, over the cap of {max_bytes}")
+    try:
+        tree = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever a hostile file does to the unpickler is a bad snapshot
+        raise SnapshotError(f"{os.path.basename(path)} is not a readable snapshot: {type(e).__name__}: {e}") from None
+    return decode(tree, root)
