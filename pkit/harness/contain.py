@@ -34,8 +34,14 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
+_bystanders: set[int] = set()
+
+
 def become_subreaper() -> bool:
-    """Adopt orphaned descendants (Linux); False where the kernel has no such option."""
+    """Adopt orphaned descendants (Linux); False where the kernel has no such option. The children this
+    process has at that moment (e.g. a notebook's other subprocesses) are bystanders `kill_tree` spares."""
+    me = os.getpid()
+    _bystanders.update(p for p, pp in parent_links().items() if pp == me)
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
@@ -74,14 +80,15 @@ def descendants(roots, links: dict[int, int] | None = None) -> set[int]:
     return found
 
 
-def kill_tree(roots, keep=(), rounds: int = 50) -> set[int]:
-    """SIGKILL `roots`, their descendants and this process's adopted orphans (children not in `keep` and not
-    below `keep`), until a scan finds none; reap the adopted ones. Returns every pid killed."""
-    me, keep = os.getpid(), set(keep)
+def kill_tree(roots, keep=(), spare=(), rounds: int = 50) -> set[int]:
+    """SIGKILL `roots`, their descendants and this process's adopted orphans, until a scan finds none; reap
+    the adopted ones. Processes in `keep` and below them are left alone, as are those in `spare` (but not
+    what is below them, unless it is below `keep`). Returns every pid killed."""
+    me, keep, spare = os.getpid(), set(keep) | _bystanders, set(spare)
     killed: set[int] = set()
     for _ in range(rounds):
         links = parent_links()
-        protected = keep | descendants(keep, links)
+        protected = keep | descendants(keep, links) | spare
         adopted = {p for p, pp in links.items() if pp == me} - protected
         targets = ({r for r in roots if r in links} | descendants(roots, links) | adopted
                    | descendants(adopted, links)) - protected - {me}
@@ -96,7 +103,7 @@ def kill_tree(roots, keep=(), rounds: int = 50) -> set[int]:
         killed |= targets
         _reap(adopted)
         time.sleep(0.01)
-    _reap({p for p, pp in parent_links().items() if pp == me} - keep - set(roots))
+    _reap({p for p, pp in parent_links().items() if pp == me} - keep - spare - set(roots))
     return killed
 
 

@@ -27,6 +27,7 @@ from typing import Callable
 
 from .channel import ParentEnd, ProtocolError, pair
 from .contain import kill_tree, tail
+from .zygote import Zygote
 
 PKIT_PARENT = Path(__file__).resolve().parents[2]
 
@@ -81,8 +82,9 @@ class WorkerSet:
     open_sets: set = set()
 
     def __init__(self, spec: dict, folder: Path, *, grace_s: float = 5.0, log: Callable[[str], None] | None = None,
-                 heartbeat_s: float = 30.0):
+                 heartbeat_s: float = 30.0, zygote: Zygote | None = None):
         self.folder, self.grace_s, self.log, self.heartbeat_s = Path(folder), grace_s, log, heartbeat_s
+        self.zygote = zygote
         self.folder.mkdir(parents=True, exist_ok=True)
         spec = dict(spec, folder=str(self.folder))
         spec_path = self.folder / f"{spec['role']}_spec.json"
@@ -96,12 +98,18 @@ class WorkerSet:
         for rank in range(self.world_size):
             end, fd = pair()
             log_path = self.folder / f"{self.role}{rank}.log"
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "pkit.harness.worker", str(spec_path), str(rank), str(fd)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, pass_fds=(fd,),
-                    env=worker_env(rank, self.world_size, port, spec["device"]), start_new_session=True)
-            os.close(fd)
+            env = worker_env(rank, self.world_size, port, spec["device"])
+            try:
+                if zygote is not None:
+                    proc = zygote.spawn([str(spec_path), str(rank)], env, str(log_path), fd)
+                else:
+                    with open(log_path, "wb") as log:
+                        proc = subprocess.Popen(
+                            [sys.executable, "-m", "pkit.harness.worker", str(spec_path), str(rank), str(fd)],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, pass_fds=(fd,),
+                            env=env, start_new_session=True)
+            finally:
+                os.close(fd)
             self.procs.append(proc)
             self.channels.append(end)
             self.logs.append(log_path)
@@ -186,11 +194,12 @@ class WorkerSet:
         """Kill the workers and all they started; returns the final state of each rank."""
         WorkerSet.open_sets.discard(self)
         keep = {p.pid for s in WorkerSet.open_sets for p in s.procs}
+        spare = {self.zygote.proc.pid} if self.zygote is not None and self.zygote.alive() else set()
         try:
             self._pump(0.0)
         except OSError:
             pass
-        kill_tree([p.pid for p in self.procs], keep=keep)
+        kill_tree([p.pid for p in self.procs], keep=keep, spare=spare)
         for state, proc in zip(self.ranks, self.procs):
             proc.wait()
             if state.returncode is None:

@@ -108,8 +108,8 @@ class TrialRecord:
 class Reference:
     """Reference workers of one problem under one set of options (see the module docstring)."""
 
-    def __init__(self, spec: dict, folder: Path, timeout_s: float, log=None):
-        self.spec, self.folder, self.timeout_s, self.log = spec, Path(folder), timeout_s, log
+    def __init__(self, spec: dict, folder: Path, timeout_s: float, log=None, zygote=None):
+        self.spec, self.folder, self.timeout_s, self.log, self.zygote = spec, Path(folder), timeout_s, log, zygote
         self.trials: list[list[TrialRecord]] = []
         self.inplace: set[str] = set()
         self.timing: Timing | None = None
@@ -117,7 +117,8 @@ class Reference:
         self.workers: WorkerSet | None = None
 
     def _launch(self) -> float:
-        self.workers = WorkerSet(dict(self.spec, role="reference"), self.folder / "reference", log=self.log)
+        self.workers = WorkerSet(dict(self.spec, role="reference"), self.folder / "reference", log=self.log,
+                                 zygote=self.zygote)
         deadline = time.monotonic() + self.timeout_s
         self.workers.gather("ready", deadline)
         return deadline

@@ -26,6 +26,7 @@ import signal
 import sys
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -38,6 +39,7 @@ from .records import excerpt, first_line, new_record, speed_status, write_line
 from .reference import Reference, ReferenceFailed, Timing, timed_phase
 from .snapshot import SnapshotError, load
 from .solutions import Candidate
+from .zygote import Zygote
 
 QUICK_TIMING = {"warmup": 2, "iters": 10}
 """Timing without --perf: just enough to call a correct candidate faster or slower."""
@@ -148,10 +150,10 @@ def tolerances(problem: Problem, options: EvalOptions) -> tuple:
 
 
 def start_reference(problem: Problem, options: EvalOptions, device: str, folder: Path,
-                    log: Callable[[str], None] | None = None) -> Reference:
+                    log: Callable[[str], None] | None = None, zygote: Zygote | None = None) -> Reference:
     """The problem's reference workers with their trials and timing done (ReferenceFailed otherwise)."""
     counts = timing_counts(options)
-    ref = Reference(spec_for(problem, options, device), folder, options.timeout_s, log=log)
+    ref = Reference(spec_for(problem, options, device), folder, options.timeout_s, log=log, zygote=zygote)
     return ref.start([options.seed + t for t in range(options.trials)], problem.inplace_inputs,
                      counts["warmup"], counts["iters"])
 
@@ -225,7 +227,7 @@ class CandidateRun:
         spec = dict(spec_for(problem, options, device), role="candidate",
                     candidate={"path": str(candidate.path), "function": candidate.function})
         self.folder = folder / f"candidate-{os.urandom(4).hex()}"
-        self.workers = WorkerSet(spec, self.folder, log=log)
+        self.workers = WorkerSet(spec, self.folder, log=log, zygote=reference.zygote)
         self.checks: list[list[RankCheck]] = []
         self.timing: Timing | None = None
         self.out_cap = 4 * max(rec.out_bytes for row in reference.trials for rec in row) + (1 << 20)
@@ -453,13 +455,14 @@ def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, o
     become_subreaper()
     records: list[dict] = []
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    with interruptible(), open(out_path, "w", encoding="utf-8") as out:
+    zygote = Zygote()
+    with interruptible(), open(out_path, "w", encoding="utf-8") as out, closing(zygote):
         for problem, candidates in groups:
             folder = Path(tempfile.mkdtemp(prefix="pkit-eval-"))
             reference = failure = None
             try:
                 try:
-                    reference = start_reference(problem, options, device, folder, log)
+                    reference = start_reference(problem, options, device, folder, log, zygote)
                 except ReferenceFailed as e:
                     failure = reference_failure(e)
                 for candidate in candidates:

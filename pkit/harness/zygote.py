@@ -1,0 +1,206 @@
+"""Start workers by forking a process that has already imported torch, instead of starting Python anew.
+
+Importing torch takes seconds; a worker set of W ranks per candidate plus one per problem would pay it
+every time. The zygote (`python -m pkit.harness.zygote FD`) imports torch, torch.distributed and the worker
+module once, initialises neither CUDA nor any process group, and then forks one child per request. A child
+starts its own process session, takes the log file as stdout/stderr and the channel descriptor it was sent
+(SCM_RIGHTS), applies the rank's environment and runs `pkit.harness.worker.main`. The zygote reaps its
+children and reports each exit code to the evaluating process, which holds the `Zygote` object.
+
+Everything a forked worker starts is still below the evaluating process (a child subreaper), so
+pkit.harness.contain finds and kills it as for a worker started with Popen.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from .contain import make_undumpable
+
+_MAX_MESSAGE = 1 << 20
+
+
+class ForkedWorker:
+    """A worker forked by the zygote, with the part of Popen's interface the launcher uses."""
+
+    def __init__(self, zygote: "Zygote", pid: int):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.zygote.pump()
+            self.returncode = self.zygote.exits.pop(self.pid, None)
+            if self.returncode is None and not self.zygote.alive():
+                self.returncode = self._status_without_zygote()
+        return self.returncode
+
+    def _status_without_zygote(self) -> int | None:
+        """After the zygote died the worker was adopted by us (subreaper) or is gone: ask the kernel."""
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return None if os.path.exists(f"/proc/{self.pid}") else -signal.SIGKILL
+        return os.waitstatus_to_exitcode(status) if pid else None
+
+    def wait(self, timeout: float = 10.0) -> int | None:
+        end = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < end:
+            time.sleep(0.005)
+        return self.returncode
+
+
+class Zygote:
+    """The evaluating process's handle on one zygote process (started on first use, restarted if it died)."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.exits: dict[int, int] = {}
+        self._buffer = b""
+        self._pending: dict | None = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _start(self, env: dict) -> None:
+        self.close()
+        ours, theirs = socket.socketpair()
+        fd = theirs.detach()
+        os.set_inheritable(fd, True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "pkit.harness.zygote", str(fd)], pass_fds=(fd,),
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        os.close(fd)
+        self.sock = ours
+        self._expect("ready", timeout=120.0)
+
+    def spawn(self, argv: list[str], env: dict, log_path: str, channel_fd: int) -> ForkedWorker:
+        """Fork one worker running `python -m pkit.harness.worker *argv` with `env`, output to `log_path`."""
+        if not self.alive():
+            self._start(env)
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            request = json.dumps({"argv": argv, "env": env}).encode()
+            socket.send_fds(self.sock, [request], [channel_fd, log_fd])
+        finally:
+            os.close(log_fd)
+        reply = self._expect("forked", timeout=30.0)
+        return ForkedWorker(self, int(reply["pid"]))
+
+    def pump(self) -> None:
+        """Read exit reports that have arrived."""
+        if self.sock is None:
+            return
+        self.sock.setblocking(False)
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                self._buffer += chunk
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            pass
+        finally:
+            self.sock.setblocking(True)
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            message = json.loads(line)
+            if message.get("op") == "exited":
+                self.exits[int(message["pid"])] = int(message["code"])
+            else:
+                self._pending = message
+
+    def _expect(self, op: str, timeout: float) -> dict:
+        self._pending = None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.pump()
+            if self._pending is not None and self._pending.get("op") == op:
+                return self._pending
+            if not self.alive():
+                break
+            time.sleep(0.002)
+        raise RuntimeError(f"the worker zygote did not answer {op!r} (alive: {self.alive()})")
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.sock is not None:
+            self.sock.close()
+        self.proc, self.sock, self._buffer = None, None, b""
+
+
+def _child(sock: socket.socket, request: dict, channel_fd: int, log_fd: int) -> None:
+    """In the forked child: become a worker. Never returns."""
+    try:
+        sock.close()
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(null)
+        os.close(log_fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import torch
+
+        threads = os.environ.get("OMP_NUM_THREADS")
+        if threads and threads.isdigit():
+            torch.set_num_threads(int(threads))
+        from . import worker
+
+        sys.argv = ["pkit.harness.worker", *request["argv"]]
+        worker.main([*request["argv"][:2], str(channel_fd)])
+    finally:
+        os._exit(70)
+
+
+def serve(fd: int) -> None:
+    """The zygote's loop: fork on request, report exits."""
+    import torch  # noqa: F401 - the point: pay the import once
+    import torch.distributed  # noqa: F401
+
+    from . import worker  # noqa: F401
+
+    make_undumpable()
+    sock = socket.socket(fileno=fd)
+    sock.sendall(b'{"op": "ready"}\n')
+    while True:
+        sock.settimeout(0.05)
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
+        except socket.timeout:
+            data, fds = None, []
+        sock.settimeout(None)
+        if data is not None and not data:
+            os._exit(0)  # the evaluating process has gone
+        if data:
+            channel_fd, log_fd = fds
+            pid = os.fork()
+            if pid == 0:
+                _child(sock, json.loads(data), channel_fd, log_fd)
+            os.close(channel_fd)
+            os.close(log_fd)
+            sock.sendall(json.dumps({"op": "forked", "pid": pid}).encode() + b"\n")
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            sock.sendall(json.dumps({"op": "exited", "pid": pid,
+                                     "code": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
