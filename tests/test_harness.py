@@ -120,6 +120,94 @@ def test_checks_compare_tuples_and_plain_values():
     assert not c.ok and "got 3, expected 2" in c.note
 
 
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(64).to(torch.float8_e4m3fn),
+    lambda: torch.randn(64).to(torch.float8_e5m2),
+    lambda: torch.randn(8, 8, dtype=torch.complex64),
+    lambda: torch.randn(8, 16)[:, ::2],                      # non-contiguous
+    lambda: torch.randn(6, 6).to_sparse(),                    # sparse COO
+    lambda: torch.randint(0, 9, (32,), dtype=torch.int64),
+])
+def test_checks_handle_every_dtype_and_layout_pkb_uses(make):
+    ref = make()
+    assert _check(ref, ref.clone(), (torch.ones(1),)).ok
+    wrong = ref.to_dense() if ref.layout != torch.strided else ref.clone()
+    if ref.layout != torch.strided:
+        c = _check(ref, wrong, (torch.ones(1),))
+        assert not c.ok and "wrong_layout" in c.flags
+        return
+    flat = wrong.view(-1) if wrong.is_contiguous() else wrong.reshape(-1)
+    if wrong.dtype.is_complex:
+        wrong = wrong + (1 + 1j)
+    elif wrong.dtype.is_floating_point:
+        wrong = (wrong.float() + 4).to(ref.dtype)
+    else:
+        wrong = wrong + 1
+    c = _check(ref, wrong, (torch.ones(1),))
+    assert not c.ok and c.mismatch_fraction == 1.0 and flat.numel() > 0
+
+
+def test_checks_reject_tensor_subclasses_whatever_they_claim():
+    class Agreeable(torch.Tensor):
+        def __eq__(self, other):
+            return True
+
+    ref = torch.ones(4)
+    c = _check(ref, torch.zeros(4).as_subclass(Agreeable), (torch.ones(1),))
+    assert not c.ok and "tensor_subclass" in c.flags
+
+
+def test_checks_see_mutation_of_non_tensor_inputs():
+    x = torch.ones(3)
+    before = ([x, x.clone()], {"k": 2}, 1.5)
+    after = ([x, x.clone(), x.clone()], {"k": 2}, 1.5)
+    c = checks.compare(x, x.clone(), pristine=before, ref_inputs=before, sol_inputs=after)
+    assert not c.ok and "mutated_input" in c.flags
+    after = ([x, x.clone()], {"k": 3}, 1.5)
+    c = checks.compare(x, x.clone(), pristine=before, ref_inputs=before, sol_inputs=after)
+    assert not c.ok and "mutated_input" in c.flags and "input[1]['k']" in c.note
+
+
+def test_checks_hold_inplace_inputs_to_the_reference_update():
+    g = torch.randn(5)
+    ref_after, sol_same, sol_off = (g * 0.5,), (g * 0.5,), (g * 0.4,)
+    norm = torch.tensor(2.0)
+    ok = checks.compare(norm, norm.clone(), pristine=(g,), ref_inputs=ref_after, sol_inputs=sol_same,
+                        inplace={"input[0]"})
+    assert ok.ok, ok.note
+    bad = checks.compare(norm, norm.clone(), pristine=(g,), ref_inputs=ref_after, sol_inputs=sol_off,
+                         inplace={"input[0]"})
+    assert not bad.ok and bad.flags == ["inplace_result"]
+    untouched = checks.compare(norm, norm.clone(), pristine=(g,), ref_inputs=ref_after, sol_inputs=(g.clone(),),
+                               inplace={"input[0]"})
+    assert not untouched.ok and "inplace_result" in untouched.flags
+
+
+def test_snapshots_refuse_oversized_and_foreign_files(tmp_path):
+    from pkit.harness import snapshot
+
+    path = str(tmp_path / "x.pt")
+    snapshot.save(path, torch.zeros(1000))
+    with pytest.raises(snapshot.SnapshotError, match="over the cap"):
+        snapshot.load(path, max_bytes=100)
+    torch.save({"kind": "tensor", "data": [1, 2]}, path)
+    with pytest.raises(snapshot.SnapshotError, match="tensor data"):
+        snapshot.load(path)
+    (tmp_path / "evil.pt").write_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.")
+    with pytest.raises(snapshot.SnapshotError, match="not a readable snapshot"):
+        snapshot.load(str(tmp_path / "evil.pt"))
+
+
+def test_log_tail_reads_by_seeking(tmp_path):
+    from pkit.harness.contain import tail
+
+    log = tmp_path / "big.log"
+    with open(log, "wb") as f:
+        f.seek(3 << 30)
+        f.write(b"the end\n")
+    assert tail(log, 100).endswith("the end\n") and len(tail(log, 100)) == 100
+
+
 def test_records_validate_fields_and_status():
     r = records.new_record(problem="p", status="timeout", flags=["side_stream", "side_stream"])
     assert list(r) == list(records.FIELDS) and r["flags"] == ["side_stream"]

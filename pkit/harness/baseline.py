@@ -58,3 +58,55 @@ def baselines(*, size: str = "large", dtype: str | None = None, world_size: int 
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     results.record(experiment, frame, parameters, machine=machine)
     return frame
+
+
+PKB_COLUMNS = ("problem", "status", "correct", "dtype", "size", "world_size", "device", "ref_time_ms_median",
+               "max_abs_err", "flags", "reason", "explanation")
+"""Columns of pkb_references.csv: one row per PKB reference evaluated as its own candidate."""
+
+
+def record_pkb_references(jsonl_paths: Iterable[str | Path], *, machine: str | None = None,
+                          experiment: str = "pkb_references") -> pd.DataFrame:
+    """Record `results/<machine>/pkb_references.{csv,json}` from the JSONL records of one or more runs of
+    `pkit eval --pkb-root ... --reference-as-candidate` (a long sweep split into runs).
+
+    `reason` is the first line of a failure's error; `explanation` says why a reference that is not correct
+    fails, from `pkit.harness.pkb.KNOWN_FAILURES` (empty when none is known: then it is a harness bug to fix).
+    Returns the recorded frame, one row per problem, in PKB's id order.
+    """
+    from .. import results
+    from .pkb import KNOWN_FAILURES, problem_id
+    from .records import first_line, read_jsonl
+
+    records = {r["problem"]: r for path in jsonl_paths for r in read_jsonl(path)}
+    rows = [{"problem": r["problem"], "status": r["status"], "correct": r["status"].startswith("correct"),
+             "dtype": r["dtype"], "size": r["size"], "world_size": r["world_size"], "device": r["device"],
+             "ref_time_ms_median": r["ref_time_ms"], "max_abs_err": r["max_abs_err"], "flags": " ".join(r["flags"]),
+             "reason": first_line(r["error"]), "explanation": KNOWN_FAILURES.get(r["problem"], "")
+             if not r["status"].startswith("correct") else ""}
+            for r in sorted(records.values(), key=lambda r: problem_id(r["problem"]))]
+    frame = pd.DataFrame(rows, columns=list(PKB_COLUMNS))
+    runs = sorted({(r["provenance"].get("pkit_commit"), r["provenance"].get("utc_time")) for r in records.values()},
+                  key=str)
+    parameters = {"runs": [{"pkit_commit": c, "utc_time": t} for c, t in runs], "problems": len(rows),
+                  "trials": sorted({r["trials"] for r in records.values()})}
+    results.record(experiment, frame, parameters, machine=machine)
+    return frame
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pkit.harness.baseline pkb RECORDS.jsonl ... [--machine SLUG]`: record pkb_references."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pkit.harness.baseline")
+    parser.add_argument("what", choices=("pkb",))
+    parser.add_argument("records", nargs="+", type=Path)
+    parser.add_argument("--machine", default=None)
+    args = parser.parse_args(argv)
+    frame = record_pkb_references(args.records, machine=args.machine)
+    print(frame.to_string(index=False, max_colwidth=60))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -35,6 +35,19 @@ TOLERANCE = (1e-2, 1e-2)
 INPUT_BUILDER = Path("utils") / "input_output_tensors.py"
 
 
+KNOWN_FAILURES: dict[str, str] = {}
+"""PKB reference stem → why that reference does not pass as its own candidate on pkit's GPU machine (a PKB
+bug, a missing optional dependency); filled from the recorded run, see results/h200x2-nv18/pkb_references.csv."""
+
+
+def problem_id(stem: str) -> int:
+    """The leading id of a PKB stem (`19_blocked_fp8_quantize` → 19)."""
+    m = re.match(r"^(\d+)_", stem)
+    if not m:
+        raise ValueError(f"stem: expected <id>_<name>, got {stem!r}")
+    return int(m.group(1))
+
+
 def check_root(root: str | Path) -> Path:
     """The checkout's absolute path, after checking it has `reference/` and the input builder."""
     root = Path(root).resolve()

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -46,24 +47,30 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
         return t.cpu() if t.device.type != "cpu" else t.clone()
 
 
+def _repr(obj) -> str:
+    """repr without memory addresses (they differ between the processes whose inputs are compared)."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))[:200]
+
+
 def encode(obj, depth: int = 0):
     """`obj` as nested plain dicts with CPU tensors (worker side)."""
     if isinstance(obj, torch.Tensor):
         return {"kind": "tensor", "data": _plain(obj), "device": str(obj.device),
                 "subclass": None if type(obj) is torch.Tensor else type(obj).__qualname__}
     if depth >= MAX_DEPTH:
-        return {"kind": "object", "type": type(obj).__qualname__, "state": repr(obj)[:200]}
+        return {"kind": "object", "type": type(obj).__qualname__, "state": _repr(obj)}
     if isinstance(obj, (tuple, list)):
         return {"kind": "tuple" if isinstance(obj, tuple) else "list", "items": [encode(c, depth + 1) for c in obj]}
     if isinstance(obj, dict):
-        return {"kind": "dict", "keys": [repr(k) for k in obj], "items": [encode(v, depth + 1) for v in obj.values()]}
+        return {"kind": "dict", "keys": [k if isinstance(k, (str, int)) else repr(k) for k in obj],
+                "items": [encode(v, depth + 1) for v in obj.values()]}
     if isinstance(obj, SCALARS):
         return {"kind": "value", "value": obj}
     if isinstance(obj, (complex, torch.dtype, torch.device)):
-        return {"kind": "object", "type": type(obj).__qualname__, "state": repr(obj)}
+        return {"kind": "object", "type": type(obj).__qualname__, "state": _repr(obj)}
     state = vars(obj) if hasattr(obj, "__dict__") and vars(obj) else None
     return {"kind": "object", "type": type(obj).__qualname__,
-            "state": encode(state, depth + 1) if state is not None else repr(obj)[:200]}
+            "state": encode(state, depth + 1) if state is not None else _repr(obj)}
 
 
 @dataclass

@@ -130,6 +130,12 @@ def side_stream_check(out, device: torch.device) -> bool:
                for (_, a), (_, b) in zip(leaves(out), leaves(snap)))
 
 
+def release_memory(device: torch.device) -> None:
+    """Hand cached GPU memory back, so an idle reference worker does not hold what a candidate needs."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 class Worker:
     """One rank's state and its command handlers."""
 
@@ -235,6 +241,8 @@ class Worker:
             if self.channel.recv().get("keep"):
                 snapshot.save(self.file(f"timed{i}"), out)
             del out
+        del sets, pristine
+        release_memory(self.device)
         self.channel.send({"op": "timed", "samples_ms": samples})
 
     def expect(self, message: dict) -> None:
@@ -245,6 +253,8 @@ class Worker:
             out = self.fn(*self.inputs(seed))
             synchronize(self.device)
             snapshot.save(self.file(f"expect{k}"), out)
+            del out
+        release_memory(self.device)
         self.channel.send({"op": "expected"})
 
 
