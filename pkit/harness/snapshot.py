@@ -25,6 +25,30 @@ import torch
 
 MAX_DEPTH = 8
 SCALARS = (int, float, bool, str, type(None))
+DIGEST_BYTES = 64 << 20
+"""Input tensors larger than this travel as a digest (enough to see whether they changed), not as values."""
+_CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class Digest:
+    """A large input tensor by dtype, shape, layout and two position-weighted sums of its bytes."""
+
+    dtype: str
+    shape: tuple
+    sums: tuple
+
+
+def digest(t: torch.Tensor) -> Digest:
+    """Digest of a dense tensor, computed on its own device in chunks (a few ms per GB on a GPU)."""
+    words = t.detach().contiguous().view(-1).view(torch.uint8)
+    plain = weighted = 0
+    for start in range(0, words.numel(), _CHUNK):
+        chunk = words[start:start + _CHUNK].to(torch.int64)
+        position = torch.arange(start, start + chunk.numel(), device=chunk.device, dtype=torch.int64) % 65521 + 1
+        plain += int(chunk.sum())
+        weighted += int((chunk * position).sum())
+    return Digest(str(t.dtype), tuple(t.shape), (plain, weighted))
 
 
 @dataclass(frozen=True)
@@ -52,18 +76,25 @@ def _repr(obj) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))[:200]
 
 
-def encode(obj, depth: int = 0):
-    """`obj` as nested plain dicts with CPU tensors (worker side)."""
+def encode(obj, depth: int = 0, digest_over: int | None = None):
+    """`obj` as nested plain dicts with CPU tensors (worker side); dense tensors over `digest_over` bytes
+    become digests."""
+    if (isinstance(obj, torch.Tensor) and digest_over is not None and obj.layout == torch.strided
+            and obj.numel() * obj.element_size() > digest_over):
+        d = digest(obj)
+        return {"kind": "digest", "dtype": d.dtype, "shape": list(d.shape), "sums": list(d.sums),
+                "device": str(obj.device)}
     if isinstance(obj, torch.Tensor):
         return {"kind": "tensor", "data": _plain(obj), "device": str(obj.device),
                 "subclass": None if type(obj) is torch.Tensor else type(obj).__qualname__}
     if depth >= MAX_DEPTH:
         return {"kind": "object", "type": type(obj).__qualname__, "state": _repr(obj)}
     if isinstance(obj, (tuple, list)):
-        return {"kind": "tuple" if isinstance(obj, tuple) else "list", "items": [encode(c, depth + 1) for c in obj]}
+        return {"kind": "tuple" if isinstance(obj, tuple) else "list",
+                "items": [encode(c, depth + 1, digest_over) for c in obj]}
     if isinstance(obj, dict):
         return {"kind": "dict", "keys": [k if isinstance(k, (str, int)) else repr(k) for k in obj],
-                "items": [encode(v, depth + 1) for v in obj.values()]}
+                "items": [encode(v, depth + 1, digest_over) for v in obj.values()]}
     if isinstance(obj, SCALARS):
         return {"kind": "value", "value": obj}
     if isinstance(obj, (complex, torch.dtype, torch.device)):
@@ -105,6 +136,9 @@ def _decode(tree, path: str, snap: Snapshot, depth: int):
         if tree.get("subclass"):
             snap.subclasses[path] = str(tree["subclass"])
         return data
+    if kind == "digest":
+        return Digest(str(tree.get("dtype")), tuple(int(v) for v in tree.get("shape", [])),
+                      tuple(int(v) for v in tree.get("sums", [])))
     if kind in ("tuple", "list"):
         items = [_decode(c, f"{path}[{i}]", snap, depth + 1) for i, c in enumerate(tree.get("items", []))]
         return tuple(items) if kind == "tuple" else items
@@ -135,10 +169,10 @@ def _freeze(value):
     return value
 
 
-def save(path: str, obj) -> None:
-    """Write `encode(obj)` to `path` atomically (worker side)."""
+def save(path: str, obj, digest_over: int | None = None) -> None:
+    """Write `encode(obj, digest_over=...)` to `path` atomically (worker side)."""
     tmp = f"{path}.tmp"
-    torch.save(encode(obj), tmp)
+    torch.save(encode(obj, digest_over=digest_over), tmp)
     os.replace(tmp, path)
 
 

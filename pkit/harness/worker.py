@@ -188,14 +188,14 @@ class Worker:
             self.enter(f"inputs, trial {t}")
             inputs = self.inputs(seed)
             if self.spec["role"] == "reference":
-                snapshot.save(self.file(f"trial{t}_before"), inputs)
+                snapshot.save(self.file(f"trial{t}_before"), inputs, snapshot.DIGEST_BYTES)
             self.enter(f"{self.spec['role']}, trial {t}")
             out = self.fn(*inputs)
             side = side_stream_check(out, self.device)
             synchronize(self.device)
             self.enter(f"save, trial {t}")
             snapshot.save(self.file(f"trial{t}_out"), out)
-            snapshot.save(self.file(f"trial{t}_after"), inputs)
+            snapshot.save(self.file(f"trial{t}_after"), inputs, snapshot.DIGEST_BYTES)
             self.last_inputs = inputs
             self.channel.send({"op": "trial", "trial": t, "side_stream": side,
                                "aliases": aliased_paths(out, inputs)})
@@ -222,6 +222,7 @@ class Worker:
 
     def time(self, message: dict) -> None:
         role = self.spec["role"]
+        self.last_inputs = None  # warm-up is over: free the trial inputs before building the timed sets
         self.enter(f"timing_{role}, building inputs")
         sets = [self.inputs(seed) for seed in message["seeds"]]
         inplace = set(message.get("inplace", ()))
