@@ -201,7 +201,8 @@ def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, devices, tally:
             tally.flags.add("non_finite")
     else:
         close = got == want
-        diff = (got.to(torch.float64) - want.to(torch.float64)).abs()
+        got, want = got.to(torch.float64), want.to(torch.float64)
+        diff = (got - want).abs()
     tally.total += close.numel()
     tally.max_abs = max(tally.max_abs, float(diff.max()))
     tally.max_rel = max(tally.max_rel, float((diff / want.abs().to(torch.float64).clamp_min(max(a_tol, 1e-30))).max()))
@@ -215,6 +216,75 @@ def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, devices, tally:
         tally.notes.append(f"{path}: {bad} of {close.numel()} elements differ beyond atol={a_tol:g} rtol={r_tol:g}; "
                            f"first at {list(index)}: got {got[at].item()!r}, expected {want[at].item()!r}")
     return True
+
+
+FINGERPRINT_CHUNKS = 16
+
+
+def chunk_rows(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s elements (as `comparable`, float64) in FINGERPRINT_CHUNKS rows of equal length, zero-padded."""
+    flat = comparable(t).reshape(-1).to(torch.float64)
+    width = -(-flat.numel() // FINGERPRINT_CHUNKS)
+    rows = flat.new_zeros(FINGERPRINT_CHUNKS * width)
+    rows[:flat.numel()] = flat
+    return rows.view(FINGERPRINT_CHUNKS, width)
+
+
+def fingerprint(out) -> list:
+    """A short summary of an output that a wrong answer can hardly match: per tensor leaf, the float64 sums
+    and NaN counts of 16 consecutive chunks of its elements (computed on the tensor's device); other leaves
+    by repr. JSON-able; see `FingerprintCheck`."""
+    summary = []
+    for _, leaf in leaves(out):
+        if isinstance(leaf, torch.Tensor):
+            rows = chunk_rows(leaf)
+            summary.append({"n": leaf.numel(), "sums": rows.nansum(1).tolist(), "nans": rows.isnan().sum(1).tolist()})
+        else:
+            summary.append(repr(leaf)[:200])
+    return summary
+
+
+class FingerprintCheck:
+    """Can a fingerprint (`fingerprint`) belong to an output within tolerance of `expected`?
+
+    Element-wise |g - w| <= atol + rtol*|w| implies, per chunk, |sum g - sum w| <= sum(atol + rtol*|w|), so a
+    right answer never fails this; a wrong one fails unless its errors cancel chunk by chunk. The expected
+    sums and bounds are computed once, then `mismatch(got)` is cheap.
+    """
+
+    def __init__(self, expected, atol: float | None = None, rtol: float | None = None):
+        self.want = fingerprint(expected)
+        self.paths, self.bounds = [], []
+        for path, leaf in leaves(expected):
+            self.paths.append(path)
+            if isinstance(leaf, torch.Tensor):
+                a_tol, r_tol = tolerance(leaf.dtype, atol, rtol)
+                rows = chunk_rows(leaf).abs()
+                counts = (torch.arange(rows.numel()) < leaf.numel()).view(rows.shape).sum(1).to(torch.float64)
+                bounds = a_tol * counts + r_tol * rows.nansum(1)
+                self.bounds.append([float(b) * (1 + 1e-9) + 1e-12 for b in bounds])
+            else:
+                self.bounds.append(None)
+
+    def mismatch(self, got) -> str | None:
+        """Why `got` cannot be the fingerprint of a right answer (None: it can)."""
+        if not isinstance(got, list) or len(got) != len(self.want):
+            return f"a fingerprint of {len(got) if isinstance(got, list) else '?'} leaves, expected {len(self.want)}"
+        for path, w, g, bounds in zip(self.paths, self.want, got, self.bounds):
+            if bounds is None:
+                if g != w:
+                    return f"{path}: {g!r}, expected {w!r}"
+                continue
+            if not isinstance(g, dict) or g.get("n") != w["n"] or len(g.get("sums") or ()) != len(w["sums"]):
+                return f"{path}: a fingerprint of another shape"
+            for c, bound in enumerate(bounds):
+                sum_g, sum_w = g["sums"][c], w["sums"][c]
+                if (g["nans"][c] != w["nans"][c] or not isinstance(sum_g, (int, float))
+                        or (not math.isfinite(sum_g) and math.isfinite(sum_w))
+                        or abs(sum_g - sum_w) > bound):
+                    return (f"{path}: chunk {c + 1}/{FINGERPRINT_CHUNKS} of the output sums to {sum_g!r}, expected "
+                            f"{sum_w!r} ± {bound:.3g}")
+        return None
 
 
 def _compare_value(path: str, r, s, tally: _Tally, atol, rtol) -> None:

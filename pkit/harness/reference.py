@@ -65,6 +65,15 @@ class Timing:
     window_s: list[float]
     seeds: list[int]
     kept: set[int] = field(default_factory=set)
+    gaps_ms: list[list[float]] = field(default_factory=list)
+    fingerprints: list[list] = field(default_factory=list)
+
+    @property
+    def unexplained_ms(self) -> list[float]:
+        """Per call after the first, the time this process saw between answering call i-1 and hearing of call i,
+        minus the time the worker reported for call i; the smallest over ranks (barrier waits drop out)."""
+        return [min(g[i] - s[i + 1] for g, s in zip(self.gaps_ms, self.samples_ms))
+                for i in range(len(self.gaps_ms[0]))] if self.gaps_ms and self.gaps_ms[0] else []
 
     @property
     def slowest_ms(self) -> list[float]:
@@ -76,11 +85,19 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
     """Time `iters` calls on `sets` fresh input sets; answers each call with keep or drop."""
     seeds, kept = random_seeds(sets), keep_plan(iters, sets)
     answered: dict[int, int] = {}
+    ranks = range(workers.world_size)
+    gaps: list[list[float]] = [[] for _ in ranks]
+    prints: list[list] = [[] for _ in ranks]
+    replied: dict[int, float] = {}
 
     def answer(rank: int, message: dict) -> None:
         if message["op"] != "called" or message.get("i") != answered.get(rank, 0):
             raise RunFailed(f"rank {rank}: unexpected message {message['op']!r} while timing")
+        if rank in replied:
+            gaps[rank].append((message["_at"] - replied[rank]) * 1e3)
+        prints[rank].append(message.get("fingerprint"))
         workers.send({"op": "keep", "keep": message["i"] in kept}, ranks=[rank])
+        replied[rank] = time.monotonic()
         answered[rank] = message["i"] + 1
 
     opened = time.monotonic()
@@ -91,7 +108,7 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
         if (not isinstance(s, list) or len(s) != iters or answered.get(rank) != iters
                 or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s)):
             raise RunFailed(f"rank {rank}: timing report does not match the {iters} calls it was asked for")
-    return Timing(samples, [m["_at"] - opened for m in done], seeds, kept)
+    return Timing(samples, [m["_at"] - opened for m in done], seeds, kept, gaps, prints)
 
 
 @dataclass

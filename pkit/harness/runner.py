@@ -23,6 +23,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .checks import RankCheck, compare
+from .checks import FingerprintCheck, RankCheck, compare
 from .contain import become_subreaper, interruptible
 from .launch import RankState, RunFailed, RunTimeout, WorkerSet
 from .problems import Problem
@@ -158,17 +159,33 @@ def start_reference(problem: Problem, options: EvalOptions, device: str, folder:
                      counts["warmup"], counts["iters"])
 
 
-def timing_mismatch(ref: Timing, sol: Timing) -> bool:
-    """True when the candidate's reported times explain far less of its timed window than they should.
+def timing_mismatch(ref: Timing, sol: Timing) -> str | None:
+    """Why the candidate's reported times cannot be believed, from what this process saw (None: they can).
 
-    Both windows hold the same harness work (building the same number of input sets, barriers, answers,
-    saving the same number of outputs); the reference's overhead is its window minus its own times. The
-    candidate's window minus that overhead is what its calls really took, give or take noise; it must not
-    exceed twice the time it reported plus a slack.
+    Two checks, both against the reference's own timed phase, which does the same harness work:
+    - per call: the time between answering call i-1 and hearing of call i, minus the reported time of call i,
+      is the harness's work around a call; the candidate's median must not exceed the reference's median by
+      more than half the candidate's reported median, three median absolute deviations of the reference's
+      and 20 µs (work hidden from the timer shows here, call after call);
+    - per window: the candidate's window minus the reference's overhead (window minus reported times) must not
+      exceed twice its reported total plus 25% of that overhead plus MISMATCH_SLACK_S.
     """
+    mine, theirs = sol.unexplained_ms, ref.unexplained_ms
+    if mine and theirs:
+        usual = statistics.median(theirs)
+        spread = statistics.median(abs(v - usual) for v in theirs)
+        allowed = 0.5 * statistics.median(sol.slowest_ms) + 3 * spread + 0.02
+        extra = statistics.median(mine) - usual
+        if extra > allowed:
+            return (f"per call, {extra:.3g} ms more passed around each timed call than the reference's harness work "
+                    f"({usual:.3g} ms; allowed {allowed:.3g} ms more) while the candidate reported a median of "
+                    f"{statistics.median(sol.slowest_ms):.3g} ms")
     overhead = max(0.0, max(ref.window_s) - sum(ref.slowest_ms) / 1e3)
     reported = sum(sol.slowest_ms) / 1e3
-    return max(sol.window_s) - overhead > 2 * reported + 0.25 * overhead + MISMATCH_SLACK_S
+    if max(sol.window_s) - overhead > 2 * reported + 0.25 * overhead + MISMATCH_SLACK_S:
+        return (f"the candidate reported {reported * 1e3:.3g} ms over its timed calls, but its timed window took "
+                f"{max(sol.window_s) * 1e3:.3g} ms here (the reference's overhead: {overhead * 1e3:.3g} ms)")
+    return None
 
 
 def evaluate_one(problem: Problem, candidate: Candidate, options: EvalOptions, *, device: str | None = None,
@@ -280,12 +297,18 @@ class CandidateRun:
         return check
 
     def check_timed(self) -> list[str]:
-        """Notes on sampled timed outputs that differ from the reference's for the same inputs (empty: all right)."""
+        """Notes on timed calls whose outputs differ from the reference's for the same inputs (empty: all right):
+        every call by its fingerprint, the kept calls element by element."""
         timing, sets = self.timing, self.reference.sets
-        used = sorted({i % sets for i in timing.kept})
-        expected = self.reference.expected([timing.seeds[k] for k in used])
-        by_set = dict(zip(used, expected))
+        expected = self.reference.expected(timing.seeds)
+        prints = [[FingerprintCheck(expected[k][r].value, self.atol, self.rtol) for r in range(self.options.world_size)]
+                  for k in range(sets)]
         notes = []
+        for rank, calls in enumerate(timing.fingerprints):
+            for i, got in enumerate(calls):
+                why = prints[i % sets][rank].mismatch(got)
+                if why:
+                    notes.append(f"rank {rank}, timed call {i}: {why}")
         for i in sorted(timing.kept):
             for rank in range(self.options.world_size):
                 try:
@@ -293,7 +316,7 @@ class CandidateRun:
                 except SnapshotError as e:
                     notes.append(f"rank {rank}, timed call {i}: {e}")
                     continue
-                check = compare(by_set[i % sets][rank], got, atol=self.atol, rtol=self.rtol)
+                check = compare(expected[i % sets][rank], got, atol=self.atol, rtol=self.rtol)
                 if not check.ok:
                     notes.append(f"rank {rank}, timed call {i}: {check.note}")
         return notes
@@ -326,20 +349,15 @@ def run_candidate(problem: Problem, candidate: Candidate, reference: Reference, 
     if notes:
         fields["flags"].add("timed_output")
         return dict(fields, status="wrong_result", error=excerpt(
-            f"{len(notes)} sampled timed call(s) gave wrong outputs (inputs fresh per timed set): "
-            + "; ".join(notes))), wall
+            f"{len(notes)} timed output(s) differ from the reference's for the same fresh inputs: "
+            + "; ".join(notes), head=600)), wall
     times = _times(reference.timing, run.timing)
-    if timing_mismatch(reference.timing, run.timing):
+    why = timing_mismatch(reference.timing, run.timing)
+    if why:
         fields["flags"].add("timing_mismatch")
         times.update(status="correct_slower", speedup=None)
-        fields["error"] = (f"timing_mismatch: the candidate reported {sum(run.timing.slowest_ms):.3g} ms over its "
-                           f"timed calls, but its timed window took {max(run.timing.window_s) * 1e3:.3g} ms here "
-                           f"(the reference's overhead: {_overhead_ms(reference.timing):.3g} ms); not called faster")
+        fields["error"] = f"timing_mismatch: {why}; not called faster"
     return dict(fields, error=fields.get("error"), **times), wall
-
-
-def _overhead_ms(t: Timing) -> float:
-    return max(0.0, max(t.window_s) * 1e3 - sum(t.slowest_ms))
 
 
 def _trial_fields(checks: list[list[RankCheck]]) -> dict:

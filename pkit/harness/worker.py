@@ -10,7 +10,7 @@ serves commands from the parent until `quit`:
 | `trials` seeds | per seed: fresh inputs, one call, outputs and inputs saved for the parent; waits for its verdict | `trial` per seed, `trials_done` |
 | `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
 | `warmup` n | n calls on copies of the last trial's inputs | `warm` |
-| `time` seeds, iters, inplace | builds one input set per seed, then `iters` timed calls rotating over them; after each call asks whether to keep its output | `called` per call, `timed` with samples (ms) |
+| `time` seeds, iters, inplace | builds one input set per seed, then `iters` timed calls rotating over them; after each call sends its time and the output's fingerprint and asks whether to keep the whole output | `called` per call, `timed` with samples (ms) |
 | `expect` seeds | reference only: one call per seed's inputs, outputs saved | `expected` |
 
 Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
@@ -34,7 +34,7 @@ import torch.distributed as dist
 from ..errors import CompileError, PkitError
 from . import snapshot
 from .channel import WorkerEnd
-from .checks import aliased_paths, clone_tree, leaves
+from .checks import aliased_paths, clone_tree, fingerprint, leaves
 from .contain import make_undumpable
 from .problems import load_module, open_source
 from .timer import clock, input_bytes, l2_rotations, synchronize, timed_call
@@ -238,7 +238,7 @@ class Worker:
                     leaf.copy_(clean)
             out, ms = timed_call(self.fn, sets[k], self.device)
             samples.append(ms)
-            self.channel.send({"op": "called", "i": i})
+            self.channel.send({"op": "called", "i": i, "ms": ms, "fingerprint": fingerprint(out)})
             if self.channel.recv().get("keep"):
                 snapshot.save(self.file(f"timed{i}"), out)
             del out

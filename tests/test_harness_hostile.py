@@ -1,0 +1,394 @@
+"""Hostile candidates against the evaluation harness (pkit.harness): CPU, gloo, world size 2, tiny sizes.
+
+Each candidate tries to fake its verdict or its time, or to outlive its run; the harness must see through it.
+Fixtures: tests/fixtures/hostile/01_sum (problem 01_sum of tests/fixtures/problems), hostile_escape, hostile_loud,
+hostile_signal, and two problems of their own in hostile_problems with candidates in hostile_problems_candidates.
+
+Classes (candidate → what the harness must give):
+ 1. patch_checker.py: patches pkit's compare and torch.isclose/allclose/equal at import → wrong_result.
+ 2. tensor_subclass.py: a Tensor subclass whose comparisons all claim equality → wrong_result, flag tensor_subclass.
+ 3. frame_peek.py / frame_overwrite.py: read (or zero) the reference output in the caller frames → wrong_result;
+    overwrite_expected.py: zeroes every tensor file in the harness's temp folders (saved reference outputs, say)
+    and returns zeros → wrong_result.
+ 4. fake_result.py: writes result files claiming success into the harness's folders and forged messages to its
+    inherited Unix sockets, then exits 0 → not correct_*.
+ 5. memoize.py: answers repeated input values from a cache → correct_slower (timed calls get fresh values).
+ 6. skip_when_timed.py: right on the checked trials, stale afterwards → wrong_result, flag timed_output.
+ 7. slow_the_reference.py: a thread burns the GIL while `reference` runs in its process → correct, speedup < 3.
+ 8. patch_clock.py: time's clocks run 1000x slow during its calls → correct_slower (clocks bound before import).
+ 9. patch_timer.py: slows every clock the harness modules hold → not correct_faster; when correct, timing_mismatch.
+    forge_messages.py: 20 ms calls, but sends forged fast timings down its inherited Unix sockets → not
+    correct_faster; when correct, timing_mismatch or an honest time (>= 15 ms).
+    Fakes without sleeps: patch_timer_quiet.py (patch_timer's clocks around an all-reduce and a loop of pure
+    Python work) and fix_when_saved.py (returns garbage at once, and patches the save functions
+    so that an output is fixed just before the harness saves it for a check) → when correct, timing_mismatch or
+    speedup < 3.
+10. a_escape.py: a double-forked, detached process that hunts later workers of the run → b_victim.py correct, and
+    every escaped process gone when the run returns.
+11. SIGTERM / SIGINT / SIGHUP to `pkit eval` (a hanging candidate): it exits within 15 s, every process it started
+    is gone and its temp folders are removed.
+12. loud.py: 200 MB on stdout → correct, and the evaluating process's peak memory grows by under 100 MB.
+13. Benign oddities (leaves_thread.py, calls_reference.py, prints_a_lot.py) → correct.
+14. Inputs that are lists and in-place contracts (META["mutates_inputs"]): 01_list_sum/mutates_list.py →
+    wrong_result, flag mutated_input; 02_clip_inplace/no_inplace.py and scales_wrong.py → wrong_result, flag
+    inplace_result; the references and good.py → correct.
+15. No harness process (worker, zygote, ...) below this test process survives a run, nor its temp folders.
+
+The in-process runs use a private TMPDIR, so candidates that search temp folders touch only their own run's.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from pkit.harness.cli import main
+from pkit.harness.records import read_jsonl
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PROBLEMS = FIXTURES / "problems"
+HARNESS = b"pkit.harness"  # in the command line of workers (python -m pkit.harness.worker) and forked helpers
+ESCAPEE = "pkit-escapee"  # the comm name a_escape.py gives its escaped processes
+CORRECT = ("correct_slower", "correct_faster")
+
+
+@contextmanager
+def private_tmp(folder: Path):
+    """TMPDIR (for workers) and tempfile's folder (for this process) set to `folder` within the block."""
+    saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
+    try:
+        yield folder
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+
+
+def evaluate(out: Path, solutions: Path, *extra: str, problems_root: Path = PROBLEMS) -> dict:
+    """Run `pkit eval` in this process, temp files in a private folder beside `out`; records by solution path."""
+    argv = ["eval", "--problems-root", str(problems_root), "--solutions", str(solutions), "--trials", "2",
+            "--timeout", "60", *extra, "--out", str(out)]
+    with private_tmp(out.parent / "tmp"):
+        assert main(argv) == 0
+    return {r["solution"]: r for r in read_jsonl(out)}
+
+
+def pkit_temp_left(out: Path) -> list[str]:
+    """Entries named pkit* left in the private TMPDIR of the run that wrote `out`."""
+    return sorted(p.name for p in (out.parent / "tmp").glob("pkit*"))
+
+
+# --- /proc helpers ----------------------------------------------------------------------------------------------
+
+def processes() -> dict[int, tuple[int, str, bytes]]:
+    """pid → (parent pid, state, command line) of every process visible in /proc."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            cmdline = Path(entry.path, "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        table[int(entry.name)] = (int(fields[1]), fields[0], cmdline)
+    return table
+
+
+def below(root: int, table: dict) -> set[int]:
+    """Every process whose chain of parents reaches `root`."""
+    found = set()
+    for pid in table:
+        p, seen = pid, 0
+        while p in table and seen < 256:
+            p, seen = table[p][0], seen + 1
+            if p == root:
+                found.add(pid)
+                break
+    return found
+
+
+def workers_below(root: int, leaves_only: bool = False) -> set[int]:
+    """Living harness processes (command line names a pkit.harness module) below `root`; with `leaves_only`,
+    those without such a process below them (the ranks, not a zygote that forks them)."""
+    table = processes()
+    found = {p for p in below(root, table) if HARNESS in table[p][2] and table[p][1] not in "ZX"}
+    if leaves_only:
+        found -= {table[p][0] for p in found}
+    return found
+
+
+def alive_after(pids, wait_s: float = 5.0) -> set[int]:
+    """The pids still present after up to `wait_s` (our own zombie children, e.g. adopted orphans, are reaped)."""
+    pids, deadline = set(pids), time.monotonic() + wait_s
+    while True:
+        for pid in pids:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        pids = {p for p in pids if Path(f"/proc/{p}").exists()}
+        if not pids or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.1)
+
+
+def kill_if(pids, match) -> None:
+    """SIGKILL the pids still running whose /proc entry satisfies `match(pid)` (cleanup after a failed test)."""
+    for pid in pids:
+        try:
+            if match(pid):
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def is_escapee(pid: int) -> bool:
+    return Path(f"/proc/{pid}/comm").read_text().strip() == ESCAPEE
+
+
+def is_worker(pid: int) -> bool:
+    return HARNESS in Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+# --- 12. loud output -----------------------------------------------------------------------------------------------
+
+def rss_kib(field: str) -> int:
+    """VmRSS (now) or VmHWM (peak) of this process in KiB; the peak falls back to getrusage's ru_maxrss."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def test_loud_output_is_not_held_in_memory(tmp_path):
+    try:  # reset the peak, so an earlier, higher peak of this process cannot hide the growth
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    before = rss_kib("VmRSS")
+    recs = evaluate(tmp_path / "loud.jsonl", FIXTURES / "hostile_loud")
+    grown_mb = (rss_kib("VmHWM") - before) / 1024
+    r = recs["01_sum/loud.py"]
+    assert r["status"] in CORRECT, (r["status"], r["error"])
+    assert grown_mb < 100, f"peak RSS of the evaluating process grew by {grown_mb:.0f} MB for 200 MB of output"
+
+
+# --- 1-9, 13, 15: one run over tests/fixtures/hostile/01_sum -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """(records by file name, harness processes below this one right after the run, pkit temp entries left)."""
+    out = tmp_path_factory.mktemp("hostile") / "hostile.jsonl"
+    recs = evaluate(out, FIXTURES / "hostile")
+    survivors = workers_below(os.getpid())
+    kill_if(survivors, is_worker)
+    return {Path(k).name: r for k, r in recs.items()}, survivors, pkit_temp_left(out)
+
+
+WRONG = {  # candidate → flags its wrong_result must carry
+    "patch_checker.py": set(),
+    "tensor_subclass.py": {"tensor_subclass"},
+    "frame_peek.py": set(),
+    "frame_overwrite.py": set(),
+    "overwrite_expected.py": set(),
+    "skip_when_timed.py": {"timed_output"},
+}
+BENIGN = ("leaves_thread.py", "calls_reference.py", "prints_a_lot.py")
+QUIET = ("patch_timer_quiet.py", "fix_when_saved.py")  # fakes without sleeps; fix_when_saved fixes outputs at save time
+
+
+def test_every_hostile_candidate_got_a_record(hostile):
+    assert set(hostile[0]) == {*WRONG, *BENIGN, *QUIET, "fake_result.py", "memoize.py", "slow_the_reference.py",
+                               "patch_clock.py", "patch_timer.py", "forge_messages.py"}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_faked_verdicts_are_wrong_results(hostile, name):
+    r = hostile[0][name]
+    assert r["status"] == "wrong_result", (name, r["status"], r["flags"], r["error"])
+    assert WRONG[name] <= set(r["flags"]), (name, r["flags"])
+    assert r["speedup"] is None and r["sol_time_ms"] is None
+
+
+def test_a_result_written_by_the_candidate_is_not_believed(hostile):
+    r = hostile[0]["fake_result.py"]
+    assert not r["status"].startswith("correct"), (r["status"], r["speedup"], r["sol_time_ms"])
+    assert r["speedup"] is None
+
+
+def test_memoizing_on_input_values_gains_nothing(hostile):
+    r = hostile[0]["memoize.py"]
+    assert r["status"] == "correct_slower", (r["status"], r["flags"], r["error"], r["speedup"])
+    assert r["sol_time_ms"] >= 15, r["sol_time_ms"]  # every fresh call sleeps 20 ms
+
+
+def test_slowing_the_reference_from_the_candidate_process_fails(hostile):
+    r = hostile[0]["slow_the_reference.py"]
+    assert r["status"] in CORRECT, (r["status"], r["error"])
+    assert r["speedup"] < 3, (r["speedup"], r["ref_time_ms"], r["sol_time_ms"])
+
+
+def test_patched_clocks_do_not_reach_the_timer(hostile):
+    r = hostile[0]["patch_clock.py"]
+    assert r["status"] == "correct_slower", (r["status"], r["flags"], r["error"], r["speedup"])
+    assert r["sol_time_ms"] >= 15, r["sol_time_ms"]  # every call sleeps 20 ms
+
+
+def test_patched_timer_clocks_are_caught_by_the_wall_time(hostile):
+    r = hostile[0]["patch_timer.py"]
+    assert r["status"] != "correct_faster", (r["speedup"], r["sol_time_ms"], r["flags"])
+    if r["status"] in CORRECT:
+        assert "timing_mismatch" in r["flags"], r["flags"]
+
+
+def test_forged_timing_messages_are_not_believed(hostile):
+    r = hostile[0]["forge_messages.py"]
+    assert r["status"] != "correct_faster", (r["speedup"], r["sol_time_ms"], r["flags"])
+    if r["status"] in CORRECT:
+        assert "timing_mismatch" in r["flags"] or r["sol_time_ms"] >= 15, (r["flags"], r["sol_time_ms"])
+
+
+@pytest.mark.parametrize("name", QUIET)
+def test_fakes_small_in_absolute_terms_gain_nothing(hostile, name):
+    r = hostile[0][name]
+    allowed = CORRECT if name == "patch_timer_quiet.py" else (*CORRECT, "wrong_result")  # the former answers right
+    assert r["status"] in allowed, (name, r["status"], r["error"])
+    if r["status"] in CORRECT:
+        assert "timing_mismatch" in r["flags"] or r["speedup"] < 3, (name, r["speedup"], r["flags"])
+        assert r["status"] == "correct_slower" or r["speedup"] < 3, (name, r["speedup"], r["flags"])
+
+
+@pytest.mark.parametrize("name", BENIGN)
+def test_benign_oddities_are_correct(hostile, name):
+    r = hostile[0][name]
+    assert r["status"] in CORRECT, (name, r["status"], r["flags"], r["error"])
+    assert r["flags"] == [] and r["speedup"] > 0
+
+
+def test_no_worker_outlives_the_run(hostile):
+    assert hostile[1] == set(), "harness processes still running below the test process after main() returned"
+
+
+def test_no_temp_folder_outlives_the_run(hostile):
+    assert hostile[2] == [], hostile[2]
+
+
+# --- 10. a detached process that hunts the next candidate's workers -------------------------------------------
+
+@pytest.fixture(scope="module")
+def escape(tmp_path_factory):
+    """(records by file name, escaped pids, those still present 5 s after the run, workers left below us)."""
+    folder = tmp_path_factory.mktemp("escape")
+    os.environ["PKIT_TEST_ESCAPE_PIDFILE"] = str(folder / "escapee.pid")
+    try:
+        recs = evaluate(folder / "escape.jsonl", FIXTURES / "hostile_escape")
+    finally:
+        os.environ.pop("PKIT_TEST_ESCAPE_PIDFILE", None)
+    survivors = workers_below(os.getpid())
+    pids = {int(p.read_text()) for p in folder.glob("escapee.pid.*")}
+    left = alive_after(pids)
+    kill_if(left, is_escapee)  # they would hunt the workers of later tests for a minute
+    kill_if(survivors, is_worker)
+    return {Path(k).name: r for k, r in recs.items()}, pids, left, survivors
+
+
+def test_an_escaped_process_is_killed_with_its_run(escape):
+    recs, pids, left, survivors = escape
+    assert pids, "a_escape.py wrote no pid file (is PKIT_TEST_ESCAPE_PIDFILE passed to the workers?)"
+    victim = recs["b_victim.py"]
+    assert victim["status"] in CORRECT, (victim["status"], victim["error"])
+    assert left == set(), f"escaped processes {sorted(left)} outlived the run"
+    assert survivors == set()
+
+
+# --- 14. list inputs and in-place contracts --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def contracts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("contracts") / "contracts.jsonl"
+    return evaluate(out, FIXTURES / "hostile_problems_candidates", "--reference-as-candidate",
+                    problems_root=FIXTURES / "hostile_problems")
+
+
+@pytest.mark.parametrize("solution", ["01_list_sum/problem.py:reference", "01_list_sum/good.py",
+                                      "02_clip_inplace/problem.py:reference", "02_clip_inplace/good.py"])
+def test_contract_keepers_are_correct(contracts, solution):
+    r = contracts[solution]
+    assert r["status"] in CORRECT, (solution, r["status"], r["flags"], r["error"])
+    assert r["flags"] == [], r["flags"]
+
+
+@pytest.mark.parametrize("solution, flag", [("01_list_sum/mutates_list.py", "mutated_input"),
+                                            ("02_clip_inplace/no_inplace.py", "inplace_result"),
+                                            ("02_clip_inplace/scales_wrong.py", "inplace_result")])
+def test_contract_breakers_are_wrong(contracts, solution, flag):
+    r = contracts[solution]
+    assert r["status"] == "wrong_result", (solution, r["status"], r["flags"], r["error"])
+    assert flag in r["flags"], (solution, r["flags"])
+
+
+# --- 11. signals to `pkit eval` ------------------------------------------------------------------------------------
+
+STABLE_S = 3.0
+
+
+def _default_signals():
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tmp_path, signum):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    cmd = [sys.executable, "-m", "pkit.harness.cli", "eval", "--problems-root", str(PROBLEMS),
+           "--solutions", str(FIXTURES / "hostile_signal"), "--trials", "1", "--timeout", "300",
+           "--out", str(tmp_path / "signal.jsonl")]
+    with open(tmp_path / "eval.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True, preexec_fn=_default_signals, cwd=Path(__file__).parents[1])
+    seen: set[int] = set()
+    try:  # wait for the hanging candidate's ranks: two harness processes, unchanged for STABLE_S
+        deadline, ranks, since = time.monotonic() + 60, set(), time.monotonic()
+        while True:
+            assert proc.poll() is None, (tmp_path / "eval.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "no two stable harness workers within 60 s"
+            now_ranks = workers_below(proc.pid, leaves_only=True)
+            if now_ranks != ranks:
+                ranks, since = now_ranks, time.monotonic()
+            elif len(ranks) >= 2 and time.monotonic() - since >= STABLE_S:
+                break
+            time.sleep(0.2)
+        seen = below(proc.pid, processes())
+        assert any(p.name.startswith("pkit") for p in tmpdir.iterdir()), "no pkit temp folder in TMPDIR to remove"
+        proc.send_signal(signum)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"pkit eval still running 15 s after {signum.name}")
+        left = alive_after(seen)
+        assert left == set(), f"processes {sorted(left)} outlived pkit eval after {signum.name}"
+        leftovers = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith("pkit"))
+        assert leftovers == [], f"temp folders left in TMPDIR after {signum.name}: {leftovers}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_if(alive_after(seen, 0), is_worker)
+        shutil.rmtree(tmpdir, ignore_errors=True)
