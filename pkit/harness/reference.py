@@ -103,6 +103,7 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
     opened = time.monotonic()
     workers.send({"op": "time", "seeds": seeds, "iters": iters, "inplace": sorted(inplace)})
     done = workers.gather("timed", deadline, answer)
+    workers.gather("saved", deadline)
     samples = [m.get("samples_ms") for m in done]
     for rank, s in enumerate(samples):
         if (not isinstance(s, list) or len(s) != iters or answered.get(rank) != iters

@@ -10,7 +10,7 @@ serves commands from the parent until `quit`:
 | `trials` seeds | per seed: fresh inputs, one call, outputs and inputs saved for the parent; waits for its verdict | `trial` per seed, `trials_done` |
 | `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
 | `warmup` n | n calls on copies of the last trial's inputs | `warm` |
-| `time` seeds, iters, inplace | builds one input set per seed, then `iters` timed calls rotating over them; after each call sends its time and the output's fingerprint and asks whether to keep the whole output | `called` per call, `timed` with samples (ms) |
+| `time` seeds, iters, inplace | builds one input set per seed, then `iters` timed calls rotating over them; after each call sends its time and the output's fingerprint and asks whether to keep the whole output (copied on the device, saved after the window) | `called` per call, `timed` with samples (ms), `saved` |
 | `expect` seeds | reference only: one call per seed's inputs, outputs saved | `expected` |
 
 Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
@@ -230,7 +230,7 @@ class Worker:
                     for s in sets]
         synchronize(self.device)
         self.enter(f"timing_{role}")
-        samples = []
+        samples, kept = [], {}
         for i in range(message["iters"]):
             k = i % len(sets)
             if i >= len(sets):
@@ -240,11 +240,15 @@ class Worker:
             samples.append(ms)
             self.channel.send({"op": "called", "i": i, "ms": ms, "fingerprint": fingerprint(out)})
             if self.channel.recv().get("keep"):
-                snapshot.save(self.file(f"timed{i}"), out)
+                kept[i] = clone_tree(out)  # a device copy now; written to disk once the window has closed
             del out
         del sets, pristine
-        release_memory(self.device)
         self.channel.send({"op": "timed", "samples_ms": samples})
+        for i, out in kept.items():
+            snapshot.save(self.file(f"timed{i}"), out)
+        del kept
+        release_memory(self.device)
+        self.channel.send({"op": "saved"})
 
     def expect(self, message: dict) -> None:
         if self.spec["role"] != "reference":
