@@ -312,6 +312,25 @@ def test_a_hang_is_killed_with_every_process_it_started(tmp_path):
             os.kill(r.pid, 0)
 
 
+def test_one_candidate_file_is_evaluated(tmp_path):
+    out = tmp_path / "one.jsonl"
+    sample = FIXTURES / "samples" / "good-model" / "01_sum" / "1.py"
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", sample, "--trials", 1, "--out", out) == 0
+    (record,) = records.read_jsonl(out)
+    assert record["problem"] == "01_sum" and record["status"].startswith("correct")
+    loose = tmp_path / "mine.py"
+    loose.write_text(sample.read_text())
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", loose, "--out", out) == 2
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", loose, "--problems", "01_sum",
+                   "--trials", 1, "--out", out) == 0
+    assert records.read_jsonl(out)[0]["solution"] == "mine.py"
+
+
+def test_console_line_names_the_reason_of_a_failure():
+    record = records.new_record(problem="p", solution="s.py", status="wrong_result", error="rank 0: out differs\nmore")
+    assert runner.progress_line(1, 2, record) == "[1/2] p s.py: wrong_result — rank 0: out differs"
+
+
 def test_problems_cli_lists_cost_and_roofline(capsys):
     assert run_cli("problems", "--problems-root", FIXTURE_PROBLEMS, "--format", "json") == 0
     rows = json.loads(capsys.readouterr().out)

@@ -4,12 +4,17 @@ Modules, one job each:
     problems   find and load `problems/*/problem.py`; cost table
     solutions  find candidate files; model and sample index from their paths
     pkb        the same for a ParallelKernelBench checkout
-    launch     one worker process per rank, timeout, no orphans
-    worker     one rank: inputs, reference, candidate, checks, timing
-    checks     correctness of one rank's output
-    timer      PKB-style timing inside a worker
+    launch     worker sets: one process per rank, messages, deadlines, no orphans
+    zygote     forks workers from a process that imported torch once
+    contain    subreaper, killing process trees, signals, bounded log tails
+    channel    JSON messages between the parent and a worker
+    snapshot   outputs and inputs as plain data, loaded safely by the parent
+    worker     one rank: serves trials, timing and expected outputs; judges nothing
+    reference  the reference's workers: trial outputs, in-place contract, timing, expected outputs
+    checks     correctness of one rank's output, fingerprints of timed outputs (in the parent)
+    timer      PKB-style timing inside a worker, clocks bound before a candidate loads
     records    JSONL record schema and status taxonomy
-    runner     evaluate candidates into records
+    runner     drive candidates, judge them (statuses, timing checks) into records
     baseline   reference times at a real size → results/<machine>/baselines.csv
     cli        argparse wiring
 
