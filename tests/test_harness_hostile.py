@@ -2,7 +2,8 @@
 
 Each candidate tries to fake its verdict or its time, or to outlive its run; the harness must see through it.
 Fixtures: tests/fixtures/hostile/01_sum (problem 01_sum of tests/fixtures/problems), hostile_escape, hostile_loud,
-hostile_signal, and two problems of their own in hostile_problems with candidates in hostile_problems_candidates.
+the hanging candidate of tests/fixtures/candidates, and two problems of their own in hostile_problems with
+candidates in hostile_problems_candidates.
 
 Classes (candidate → what the harness must give):
  1. patch_checker.py: patches pkit's compare and torch.isclose/allclose/equal at import → wrong_result.
@@ -358,7 +359,7 @@ def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tm
     tmpdir.mkdir()
     env = dict(os.environ, TMPDIR=str(tmpdir))
     cmd = [sys.executable, "-m", "pkit.harness.cli", "eval", "--problems-root", str(PROBLEMS),
-           "--solutions", str(FIXTURES / "hostile_signal"), "--trials", "1", "--timeout", "300",
+           "--solutions", str(FIXTURES / "candidates" / "01_sum" / "hang.py"), "--trials", "1", "--timeout", "300",
            "--out", str(tmp_path / "signal.jsonl")]
     with open(tmp_path / "eval.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

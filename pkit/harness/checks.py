@@ -342,7 +342,8 @@ def _check_inputs(clean: Snapshot, ref_in: Snapshot | None, sol_in: Snapshot, in
                     tally.fail("inplace_result", f"{path} (updated in place by the reference) differs: "
                                                  + "; ".join(sub.notes)[:300])
             elif not (type(now) is type(want) and now == want):
-                tally.fail("inplace_result", f"{path} (updated in place by the reference): got {now!r}, expected {want!r}")
+                tally.fail("inplace_result",
+                           f"{path} (updated in place by the reference): got {now!r}, expected {want!r}")
         elif isinstance(was, torch.Tensor):
             if not (isinstance(now, torch.Tensor) and same_values(now, was)):
                 tally.fail("mutated_input", f"{path} was modified by the candidate (inputs are read-only)")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .channel import ParentEnd, ProtocolError, pair
+from .channel import ProtocolError, pair
 from .contain import kill_tree, tail
 from .zygote import Zygote
 

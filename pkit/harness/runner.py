@@ -40,6 +40,7 @@ from .records import excerpt, first_line, new_record, speed_status, write_line
 from .reference import Reference, ReferenceFailed, Timing, timed_phase
 from .snapshot import SnapshotError, load
 from .solutions import Candidate
+from .timer import input_bytes
 from .zygote import Zygote
 
 QUICK_TIMING = {"warmup": 2, "iters": 10}
@@ -283,7 +284,7 @@ class CandidateRun:
     def check_trial(self, t: int, rank: int, ref, message: dict) -> RankCheck:
         try:
             out = load(self.file(rank, f"trial{t}_out"), self.out_cap, "out")
-            after = load(self.file(rank, f"trial{t}_after"), self.out_cap + 4 * _size(ref.before), "input")
+            after = load(self.file(rank, f"trial{t}_after"), self.out_cap + 4 * input_bytes(ref.before.value), "input")
         except SnapshotError as e:
             return RankCheck(ok=False, note=f"unreadable output: {e}", flags=["unreadable_output"])
         aliases = [a for a in message.get("aliases", []) if isinstance(a, str)]
@@ -431,14 +432,6 @@ def _describe_failure(rank: RankState) -> str:
 
 def _join(a: str | None, b: str) -> str:
     return f"{a}; {b}" if a else b
-
-
-def _size(snap) -> int:
-    import torch
-
-    from .checks import leaves
-
-    return sum(t.numel() * t.element_size() for _, t in leaves(snap.value) if isinstance(t, torch.Tensor))
 
 
 def _sha256(path: Path) -> str:

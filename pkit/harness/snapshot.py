@@ -1,8 +1,9 @@
 """Move a worker's outputs and inputs to the evaluating process as plain data, and read them back safely.
 
 A worker `encode`s a nested value (tensors, tuples, lists, dicts, scalars, other objects) into plain dicts
-holding CPU tensors and saves it with `torch.save`; the parent `load`s it with `torch.load(weights_only=True)`
-(no code runs while unpickling), refuses files over a size cap, and `decode`s it into the same nesting with
+holding CPU tensors and saves it as a pickle of plain values only (tensors as dtype, shape and raw bytes; sparse
+ones as indices and values); the parent `load`s it with an unpickler that refuses every global (no code runs
+while unpickling), refuses files over a size cap, and `decode`s it into the same nesting with
 plain CPU `torch.Tensor` leaves. Each tensor keeps the device it lived on and whether the worker saw a tensor
 subclass; objects that are not containers or scalars become `Opaque` (type name and state), so a mutation
 of any input, tensor or not, shows as a difference.
@@ -18,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import os
+import pickle
 import re
 from dataclasses import dataclass, field
 
@@ -169,10 +171,60 @@ def _freeze(value):
     return value
 
 
+def _to_plain_data(tree):
+    """Replace every tensor of an encoded tree by plain data: dtype, shape and bytes (sparse: its parts)."""
+    if isinstance(tree, torch.Tensor):
+        if tree.layout == torch.sparse_coo:
+            t = tree.coalesce()
+            return {"tensor": "sparse_coo", "shape": list(t.shape), "indices": _to_plain_data(t.indices()),
+                    "values": _to_plain_data(t.values())}
+        if tree.layout != torch.strided:
+            return {"tensor": str(tree.layout), "dense": _to_plain_data(tree.to_dense())}
+        flat = tree.contiguous().view(-1)
+        raw = flat.view(torch.uint8)
+        return {"tensor": "strided", "dtype": str(tree.dtype).removeprefix("torch."), "shape": list(tree.shape),
+                "bytes": raw.numpy().tobytes()}
+    if isinstance(tree, dict):
+        return {k: _to_plain_data(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_to_plain_data(v) for v in tree]
+    return tree
+
+
+def _from_plain_data(tree):
+    if isinstance(tree, dict) and "tensor" in tree:
+        kind = tree["tensor"]
+        if kind == "sparse_coo":
+            return torch.sparse_coo_tensor(_from_plain_data(tree["indices"]), _from_plain_data(tree["values"]),
+                                           tuple(tree["shape"])).coalesce()
+        if kind == "strided":
+            dtype = getattr(torch, str(tree["dtype"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise SnapshotError(f"unknown dtype {tree['dtype']!r}")
+            raw = torch.frombuffer(bytearray(tree["bytes"]), dtype=torch.uint8) if tree["bytes"] else \
+                torch.empty(0, dtype=torch.uint8)
+            return raw.view(dtype).reshape(tuple(tree["shape"]))
+        dense = _from_plain_data(tree["dense"])
+        return dense.to_sparse_csr() if kind == "torch.sparse_csr" else dense.to_sparse()
+    if isinstance(tree, dict):
+        return {k: _from_plain_data(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_from_plain_data(v) for v in tree]
+    return tree
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles dicts, lists, tuples, strings, bytes and numbers only: any class or function is refused."""
+
+    def find_class(self, module, name):
+        raise SnapshotError(f"a snapshot may hold no objects, found {module}.{name}")
+
+
 def save(path: str, obj, digest_over: int | None = None) -> None:
     """Write `encode(obj, digest_over=...)` to `path` atomically (worker side)."""
     tmp = f"{path}.tmp"
-    torch.save(encode(obj, digest_over=digest_over), tmp)
+    with open(tmp, "wb") as f:
+        pickle.dump(_to_plain_data(encode(obj, digest_over=digest_over)), f, protocol=4)
     os.replace(tmp, path)
 
 
@@ -185,7 +237,8 @@ def load(path: str, max_bytes: int | None = None, root: str = "out") -> Snapshot
     if max_bytes is not None and size > max_bytes:
         raise SnapshotError(f"{os.path.basename(path)} holds {size} bytes, over the cap of {max_bytes}")
     try:
-        tree = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as f:
+            tree = _from_plain_data(_PlainUnpickler(f).load())
     except Exception as e:  # noqa: BLE001 - whatever a hostile file does to the unpickler is a bad snapshot
         raise SnapshotError(f"{os.path.basename(path)} is not a readable snapshot: {type(e).__name__}: {e}") from None
     return decode(tree, root)
