@@ -382,12 +382,11 @@ def _failed(fields: dict, failure: Exception, ranks: list[RankState], timeout_s:
         if first.error and str(first.error.get("phase", "")).startswith(REFERENCE_PHASES):
             fields["flags"].add("reference_error")
         return dict(fields, status=status, error=excerpt(_describe_failure(first), head=1000))
+    tails = "\n".join(f"--- rank {r.rank} output ---\n{r.log_tail[-600:]}" for r in ranks if r.log_tail.strip())
     if isinstance(failure, RunTimeout):
         where = "; ".join(f"rank {r.rank} in phase {r.phase}" for r in ranks)
-        tails = "\n".join(f"--- rank {r.rank} output ---\n{r.log_tail[-600:]}" for r in ranks if r.log_tail.strip())
         return dict(fields, status="timeout",
                     error=excerpt(f"no result within {timeout_s:g} s; all ranks killed ({where})\n{tails}", head=400))
-    tails = "\n".join(f"--- rank {r.rank} output ---\n{r.log_tail[-600:]}" for r in ranks if r.log_tail.strip())
     return dict(fields, status="runtime_error", error=excerpt(f"{failure}\n{tails}", head=400))
 
 
