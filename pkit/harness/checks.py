@@ -244,27 +244,42 @@ def fingerprint(out) -> list:
     return summary
 
 
-class FingerprintCheck:
-    """Can a fingerprint (`fingerprint`) belong to an output within tolerance of `expected`?
+def fingerprint_check(expected, atol: float | None = None, rtol: float | None = None) -> dict:
+    """What `FingerprintCheck` needs to know about a right answer `expected` (on any device; JSON-able and
+    small, so a reference worker can compute it beside its output and send it): per leaf its path, its
+    fingerprint and, per chunk, how far the chunk sum of an output within tolerance can be from it.
 
-    Element-wise |g - w| <= atol + rtol*|w| implies, per chunk, |sum g - sum w| <= sum(atol + rtol*|w|), so a
-    right answer never fails this; a wrong one fails unless its errors cancel chunk by chunk. The expected
-    sums and bounds are computed once, then `mismatch(got)` is cheap.
+    Element-wise |g - w| <= atol + rtol*|w| implies, per chunk, |sum g - sum w| <= sum(atol + rtol*|w|).
+    """
+    paths, bounds = [], []
+    for path, leaf in leaves(expected):
+        paths.append(path)
+        if isinstance(leaf, torch.Tensor):
+            a_tol, r_tol = tolerance(leaf.dtype, atol, rtol)
+            rows = chunk_rows(leaf).abs()
+            width = rows.shape[1]
+            counts = [min(max(leaf.numel() - c * width, 0), width) for c in range(FINGERPRINT_CHUNKS)]
+            sums = rows.nansum(1).tolist()
+            bounds.append([(a_tol * n + r_tol * s) * (1 + 1e-9) + 1e-12 for n, s in zip(counts, sums)])
+        else:
+            bounds.append(None)
+    return {"paths": paths, "want": fingerprint(expected), "bounds": bounds}
+
+
+class FingerprintCheck:
+    """Can a fingerprint (`fingerprint`) belong to an output within tolerance of the right answer described by
+    `fingerprint_check(expected, atol, rtol)`? A right answer never fails this; a wrong one fails unless its
+    errors cancel chunk by chunk.
+
+    Example:
+        >>> right = torch.arange(64, dtype=torch.float32)
+        >>> check = FingerprintCheck(fingerprint_check(right))
+        >>> check.mismatch(fingerprint(right + 1e-7)) is None, check.mismatch(fingerprint(torch.zeros(64))) is None
+        (True, False)
     """
 
-    def __init__(self, expected, atol: float | None = None, rtol: float | None = None):
-        self.want = fingerprint(expected)
-        self.paths, self.bounds = [], []
-        for path, leaf in leaves(expected):
-            self.paths.append(path)
-            if isinstance(leaf, torch.Tensor):
-                a_tol, r_tol = tolerance(leaf.dtype, atol, rtol)
-                rows = chunk_rows(leaf).abs()
-                counts = (torch.arange(rows.numel()) < leaf.numel()).view(rows.shape).sum(1).to(torch.float64)
-                bounds = a_tol * counts + r_tol * rows.nansum(1)
-                self.bounds.append([float(b) * (1 + 1e-9) + 1e-12 for b in bounds])
-            else:
-                self.bounds.append(None)
+    def __init__(self, summary: dict):
+        self.paths, self.want, self.bounds = summary["paths"], summary["want"], summary["bounds"]
 
     def mismatch(self, got) -> str | None:
         """Why `got` cannot be the fingerprint of a right answer (None: it can)."""

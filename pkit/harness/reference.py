@@ -2,13 +2,16 @@
 
 `Reference.start` launches reference workers for one problem and keeps them for all of its candidates:
 they compute the trial outputs (kept in this process, the files deleted at once), show which inputs the
-reference updates in place, and time the reference alone. Later, `expected(seeds)` computes the reference's
-outputs for the input sets a candidate was timed on, so sampled timed outputs can be checked. If a
-candidate killed the reference workers, they are started again.
+reference updates in place, and time the reference alone. Later, `expected(seeds, full)` computes the
+reference's outputs for the input sets a candidate was timed on: what every call's fingerprint is checked
+against (computed on the reference's device, a few numbers per chunk) and, for the sets in `full`, the
+whole outputs for the element-wise check of the sampled calls. If a candidate killed the reference workers,
+they are started again.
 
 `timed_phase` runs the timing protocol for either role: the input sets' seeds are revealed only when the
 window opens, every call is followed by a `keep` answer chosen here at random (so a worker cannot know
-which outputs will be checked), and the window's wall time is measured here, outside the workers.
+which outputs will be checked element by element), and the window's wall time is measured here, outside
+the workers.
 """
 from __future__ import annotations
 
@@ -26,7 +29,11 @@ from .launch import RunFailed, RunTimeout, WorkerSet
 from .snapshot import Snapshot, SnapshotError, load
 
 KEEP_TOTAL = 8
-"""Timed outputs checked per candidate (at least one per input set)."""
+"""Timed outputs compared element by element per candidate (each on another input set while sets last)."""
+
+KEEP_BYTES = 1 << 30
+"""Bytes of those outputs per rank (copied on the device during the window, saved after it): fewer than
+KEEP_TOTAL outputs are kept when they are larger, never none."""
 
 
 class ReferenceFailed(Exception):
@@ -45,15 +52,24 @@ def random_seeds(n: int) -> list[int]:
     return list(seeds)
 
 
-def keep_plan(iters: int, sets: int) -> set[int]:
-    """Indices of timed calls whose outputs are checked: per input set, random uses of it, at least one and
-    together about KEEP_TOTAL (every call when there are that few)."""
-    per_set = max(1, math.ceil(KEEP_TOTAL / sets))
+def keep_plan(iters: int, sets: int, out_bytes: int) -> set[int]:
+    """Indices of timed calls whose whole outputs (`out_bytes` each, per rank) are compared: KEEP_TOTAL, or
+    as many as fit KEEP_BYTES (at least one), on distinct input sets in random order while sets last, each a
+    random use of its set. Every timed call is checked by its fingerprint besides.
+
+    Example:
+        >>> plan = keep_plan(iters=100, sets=4, out_bytes=1 << 20)
+        >>> len(plan), sorted({i % 4 for i in plan})
+        (8, [0, 1, 2, 3])
+    """
+    total = max(1, min(KEEP_TOTAL, iters, KEEP_BYTES // max(out_bytes, 1)))
+    order = secrets.SystemRandom().sample(range(sets), sets)
     chosen: set[int] = set()
-    for k in range(sets):
-        uses = list(range(k, iters, sets))
-        for _ in range(min(per_set, len(uses))):
-            chosen.add(uses.pop(secrets.randbelow(len(uses))))
+    for j in range(total):
+        k = order[j % sets]
+        uses = [i for i in range(k, iters, sets) if i not in chosen]
+        if uses:
+            chosen.add(uses[secrets.randbelow(len(uses))])
     return chosen
 
 
@@ -81,9 +97,12 @@ class Timing:
         return [max(s) for s in zip(*self.samples_ms)]
 
 
-def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: float) -> Timing:
-    """Time `iters` calls on `sets` fresh input sets; answers each call with keep or drop."""
-    seeds, kept = random_seeds(sets), keep_plan(iters, sets)
+def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: float,
+                out_bytes: int | None) -> Timing:
+    """Time `iters` calls on `sets` fresh input sets; answers each call with keep or drop (`keep_plan` for
+    outputs of `out_bytes`; None keeps none: the reference's outputs come from `Reference.expected`)."""
+    seeds = random_seeds(sets)
+    kept = keep_plan(iters, sets, out_bytes) if out_bytes is not None else set()
     answered: dict[int, int] = {}
     ranks = range(workers.world_size)
     gaps: list[list[float]] = [[] for _ in ranks]
@@ -172,10 +191,7 @@ class Reference:
             self.sets = max(int(m["sets"]) for m in self.workers.gather("plan", deadline))
             self.workers.send({"op": "warmup", "n": warmup})
             self.workers.gather("warm", deadline)
-            self.timing = timed_phase(self.workers, self.sets, iters, self.inplace, deadline)
-            for rank in range(self.spec["world_size"]):
-                for i in self.timing.kept:
-                    _remove(self.file(rank, f"timed{i}"))
+            self.timing = timed_phase(self.workers, self.sets, iters, self.inplace, deadline, None)
         except (RunFailed, RunTimeout, SnapshotError, OSError) as e:
             raise ReferenceFailed(f"{type(e).__name__}: {e}", self.close()) from None
         return self
@@ -192,8 +208,16 @@ class Reference:
         all_paths = {p for row in self.trials for rec in row for p, _ in leaves(rec.before.value, "input")}
         return {p for p in all_paths if any(p == c or p.startswith(c + "[") for c in changed)}
 
-    def expected(self, seeds: list[int]) -> list[list[Snapshot]]:
-        """[set][rank] reference outputs for the input sets of `seeds` (restarts dead reference workers)."""
+    @property
+    def out_bytes(self) -> int:
+        """The largest trial output's snapshot size (bytes), on any rank."""
+        return max(rec.out_bytes for row in self.trials for rec in row)
+
+    def expected(self, seeds: list[int], full: set[int], atol: float | None, rtol: float | None
+                 ) -> tuple[list[list[dict]], dict[int, list[Snapshot]]]:
+        """For the input sets of `seeds`: [set][rank] `fingerprint_check` summaries of the reference's outputs
+        (tolerances `atol`, `rtol`), and {set: [rank] whole outputs} for the set indices in `full`.
+        Restarts dead reference workers."""
         for attempt in (1, 2):
             try:
                 if self.workers is None or self.workers.failed():
@@ -201,10 +225,10 @@ class Reference:
                     deadline = self._launch()
                 else:
                     deadline = time.monotonic() + self.timeout_s
-                self.workers.send({"op": "expect", "seeds": seeds})
-                self.workers.gather("expected", deadline)
-                return [[self._take(r, f"expect{k}", "out") for r in range(self.spec["world_size"])]
-                        for k in range(len(seeds))]
+                self.workers.send({"op": "expect", "seeds": seeds, "full": sorted(full), "atol": atol, "rtol": rtol})
+                checks = [[m["check"] for m in self.workers.gather("expected", deadline)] for _ in seeds]
+                ranks = range(self.spec["world_size"])
+                return checks, {k: [self._take(r, f"expect{k}", "out") for r in ranks] for k in sorted(full)}
             except (RunFailed, RunTimeout, SnapshotError, OSError) as e:
                 self.close()
                 if attempt == 2:

@@ -249,7 +249,7 @@ class CandidateRun:
         self.workers = WorkerSet(spec, self.folder, log=log, zygote=reference.zygote)
         self.checks: list[list[RankCheck]] = []
         self.timing: Timing | None = None
-        self.out_cap = 4 * max(rec.out_bytes for row in reference.trials for rec in row) + (1 << 20)
+        self.out_cap = 4 * reference.out_bytes + (1 << 20)
 
     def file(self, rank: int, tag: str) -> str:
         return str(self.folder / f"candidate{rank}_{tag}.pt")
@@ -273,7 +273,7 @@ class CandidateRun:
             counts = timing_counts(self.options)
             ws.send({"op": "warmup", "n": counts["warmup"]})
             ws.gather("warm", deadline)
-            self.timing = timed_phase(ws, ref.sets, counts["iters"], ref.inplace, deadline)
+            self.timing = timed_phase(ws, ref.sets, counts["iters"], ref.inplace, deadline, ref.out_bytes)
         ws.send({"op": "quit"})
         ws.wait_exit(2.0)
 
@@ -302,9 +302,9 @@ class CandidateRun:
         """Notes on timed calls whose outputs differ from the reference's for the same inputs (empty: all right):
         every call by its fingerprint, the kept calls element by element."""
         timing, sets = self.timing, self.reference.sets
-        expected = self.reference.expected(timing.seeds)
-        prints = [[FingerprintCheck(expected[k][r].value, self.atol, self.rtol) for r in range(self.options.world_size)]
-                  for k in range(sets)]
+        summaries, expected = self.reference.expected(timing.seeds, {i % sets for i in timing.kept},
+                                                      self.atol, self.rtol)
+        prints = [[FingerprintCheck(summary) for summary in row] for row in summaries]
         notes = []
         for rank, calls in enumerate(timing.fingerprints):
             for i, got in enumerate(calls):
@@ -473,7 +473,10 @@ def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, o
             reference = failure = None
             try:
                 try:
+                    began = time.monotonic()
                     reference = start_reference(problem, options, device, folder, log, zygote)
+                    log(f"{problem.name}: reference ready in {time.monotonic() - began:.1f} s "
+                        f"({reference.sets} timed input sets)")
                 except ReferenceFailed as e:
                     failure = reference_failure(e)
                 for candidate in candidates:

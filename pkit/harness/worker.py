@@ -11,7 +11,7 @@ serves commands from the parent until `quit`:
 | `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
 | `warmup` n | n calls on copies of the last trial's inputs | `warm` |
 | `time` seeds, iters, inplace | builds one input set per seed, then `iters` timed calls rotating over them; after each call sends its time and the output's fingerprint and asks whether to keep the whole output (copied on the device, saved after the window) | `called` per call, `timed` with samples (ms), `saved` |
-| `expect` seeds | reference only: one call per seed's inputs, outputs saved | `expected` |
+| `expect` seeds, full, atol, rtol | reference only: one call per seed's inputs; sends what the calls' fingerprints are checked against, saves the whole outputs of the seeds at indices `full` | `expected` per seed |
 
 Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
 candidate file after the timer has bound its clocks). The worker judges nothing: outputs go to files in the
@@ -34,7 +34,7 @@ import torch.distributed as dist
 from ..errors import CompileError, PkitError
 from . import snapshot
 from .channel import WorkerEnd
-from .checks import aliased_paths, clone_tree, fingerprint, leaves
+from .checks import aliased_paths, clone_tree, fingerprint, fingerprint_check, leaves
 from .contain import make_undumpable
 from .problems import load_module, open_source
 from .timer import clock, input_bytes, l2_rotations, synchronize, timed_call
@@ -253,14 +253,16 @@ class Worker:
     def expect(self, message: dict) -> None:
         if self.spec["role"] != "reference":
             raise PkitError("expect: only a reference worker computes expected outputs")
+        full = set(message["full"])
         for k, seed in enumerate(message["seeds"]):
             self.enter(f"expect {k}")
             out = self.fn(*self.inputs(seed))
             synchronize(self.device)
-            snapshot.save(self.file(f"expect{k}"), out)
+            if k in full:
+                snapshot.save(self.file(f"expect{k}"), out)
+            self.channel.send({"op": "expected", "check": fingerprint_check(out, message["atol"], message["rtol"])})
             del out
         release_memory(self.device)
-        self.channel.send({"op": "expected"})
 
 
 def main(argv: list[str] | None = None) -> int:
