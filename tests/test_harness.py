@@ -13,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path, PurePosixPath
 
+import pandas as pd
 import pytest
 import torch
 
@@ -452,6 +453,29 @@ def test_every_repo_problem_reference_runs_and_passes_as_candidate(tmp_path):
     assert sorted(r["problem"] for r in recs) == sorted(expected)
     failed = {r["problem"]: (r["status"], r["error"]) for r in recs if not r["status"].startswith("correct")}
     assert not failed
+
+
+def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(tmp_path, monkeypatch):
+    from pkit.harness.baseline import main as record_main
+
+    monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
+    parts = []
+    for name in ("02_gather_scale", "01_sum"):
+        part = tmp_path / f"{name}.jsonl"
+        assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--reference-as-candidate", "--problems", name, "--size", "tiny", "--device", "cpu",
+                       "--trials", 1, "--perf", "--warmup", 1, "--iters", 4, "--out", part) == 0
+        parts.append(part)
+    assert record_main(["pkit", *map(str, parts), "--machine", "m"]) == 0
+    table = pd.read_csv(tmp_path / "results" / "m" / "baselines.csv")
+    assert list(table["problem"]) == ["01_sum", "02_gather_scale"]
+    assert table["status"].str.startswith("correct").all() and (table["ref_time_ms_median"] > 0).all()
+    runs = json.loads((tmp_path / "results" / "m" / "baselines.json").read_text())["parameters"]["runs"]
+    assert len(runs) == 2
+    quick = tmp_path / "quick.jsonl"
+    assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--reference-as-candidate", "--problems", "01_sum",
+                   "--size", "tiny", "--device", "cpu", "--trials", 1, "--out", quick) == 0
+    with pytest.raises(ValueError, match="jsonl_paths"):
+        record_main(["pkit", str(quick), "--machine", "m"])
 
 
 # --- GPU: baselines -------------------------------------------------------------------------------------------

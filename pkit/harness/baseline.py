@@ -47,6 +47,13 @@ def baselines(*, size: str = "large", dtype: str | None = None, world_size: int 
     with tempfile.TemporaryDirectory(prefix="pkit-baselines-") as scratch:
         records = evaluate(pairs, options, out or Path(scratch) / "baselines.jsonl",
                            provenance=results.provenance(parameters), log=log)
+    frame = baseline_frame(records)
+    results.record(experiment, frame, parameters, machine=machine)
+    return frame
+
+
+def baseline_frame(records: Iterable[dict]) -> pd.DataFrame:
+    """The baselines table (COLUMNS) from JSONL records of problems' references run as their own candidates."""
     rows = [{"problem": r["problem"], "category": r["category"], "size": r["size"], "dtype": r["dtype"],
              "world_size": r["world_size"], "device": r["device"], "status": r["status"],
              "ref_time_ms_median": r["ref_time_ms"], "ref_time_ms_min": r["ref_time_min_ms"],
@@ -55,9 +62,35 @@ def baselines(*, size: str = "large", dtype: str | None = None, world_size: int 
              "roofline_fraction": (r["roofline_time_ms"] / r["ref_time_ms"]
                                    if r["ref_time_ms"] and r["roofline_time_ms"] is not None else None)}
             for r in records]
-    frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    results.record(experiment, frame, parameters, machine=machine)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def record_baselines(jsonl_paths: Iterable[str | Path], *, machine: str | None = None,
+                     experiment: str = "baselines") -> pd.DataFrame:
+    """Record `results/<machine>/baselines.{csv,json}` from the JSONL records of one or more runs of
+    `pkit eval --reference-as-candidate --perf` (a sweep split into runs; other candidates' records are
+    ignored). Run it on the machine that measured them: the table's provenance is this machine's, and the
+    measuring runs' commits and times are listed in its parameters. Returns the recorded frame.
+    """
+    from .. import results
+    from .records import read_jsonl
+
+    records = {r["problem"]: r for path in jsonl_paths for r in read_jsonl(path)
+               if r["solution"].endswith("problem.py:reference")}
+    if not records or any(r["timing"] != "full" for r in records.values()):
+        raise ValueError("jsonl_paths: expected records of references run as candidates with full timing "
+                         "(pkit eval --reference-as-candidate --perf)")
+    chosen = sorted(records.values(), key=lambda r: r["problem"])
+    frame = baseline_frame(chosen)
+    results.record(experiment, frame, _sweep_parameters(chosen), machine=machine)
     return frame
+
+
+def _sweep_parameters(records: list[dict]) -> dict:
+    """The recorded parameters of a table built from several runs' records: each run's commit and time."""
+    runs = sorted({(r["provenance"].get("pkit_commit"), r["provenance"].get("utc_time")) for r in records}, key=str)
+    return {"runs": [{"pkit_commit": c, "utc_time": t} for c, t in runs], "problems": len(records),
+            "trials": sorted({r["trials"] for r in records}), "sizes": sorted({r["size"] for r in records})}
 
 
 PKB_COLUMNS = ("problem", "status", "correct", "dtype", "size", "world_size", "device", "ref_time_ms_median",
@@ -86,24 +119,22 @@ def record_pkb_references(jsonl_paths: Iterable[str | Path], *, machine: str | N
              if not r["status"].startswith("correct") else ""}
             for r in sorted(records.values(), key=lambda r: problem_id(r["problem"]))]
     frame = pd.DataFrame(rows, columns=list(PKB_COLUMNS))
-    runs = sorted({(r["provenance"].get("pkit_commit"), r["provenance"].get("utc_time")) for r in records.values()},
-                  key=str)
-    parameters = {"runs": [{"pkit_commit": c, "utc_time": t} for c, t in runs], "problems": len(rows),
-                  "trials": sorted({r["trials"] for r in records.values()})}
-    results.record(experiment, frame, parameters, machine=machine)
+    results.record(experiment, frame, _sweep_parameters(list(records.values())), machine=machine)
     return frame
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m pkit.harness.baseline pkb RECORDS.jsonl ... [--machine SLUG]`: record pkb_references."""
+    """`python -m pkit.harness.baseline {pkit,pkb} RECORDS.jsonl ... [--machine SLUG]`: record baselines (pkit
+    problems' references) or pkb_references from the JSONL records of sweeps."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m pkit.harness.baseline")
-    parser.add_argument("what", choices=("pkb",))
+    parser.add_argument("what", choices=("pkit", "pkb"))
     parser.add_argument("records", nargs="+", type=Path)
     parser.add_argument("--machine", default=None)
     args = parser.parse_args(argv)
-    frame = record_pkb_references(args.records, machine=args.machine)
+    record = record_baselines if args.what == "pkit" else record_pkb_references
+    frame = record(args.records, machine=args.machine)
     print(frame.to_string(index=False, max_colwidth=60))
     return 0
 
