@@ -478,6 +478,29 @@ def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(
         record_main(["pkit", str(quick), "--machine", "m"])
 
 
+def _timing(call_ms: list[float], sets: int, build_s: float = 1.0, gap_ms: float = 0.1):
+    """A one-rank Timing whose window is its calls plus `gap_ms` around each, after `build_s` of building."""
+    from pkit.harness.reference import Timing
+
+    window = sum(call_ms) / 1e3 + len(call_ms) * gap_ms / 1e3
+    return Timing([list(call_ms)], [window], list(range(sets)), set(), [[c + gap_ms for c in call_ms[1:]]],
+                  [], [build_s])
+
+
+def test_timing_mismatch_believes_honest_noise_and_catches_remembered_answers_and_early_work():
+    rng = torch.Generator().manual_seed(7)
+    honest = lambda ms: [ms * (1 + 0.05 * float(v)) for v in torch.rand(100, generator=rng)]  # noqa: E731
+    ref = _timing(honest(1.0), sets=6, build_s=3.7)
+    assert runner.timing_mismatch(ref, _timing(honest(1.2), sets=6, build_s=4.9)) is None  # slower build: noise
+    assert runner.timing_mismatch(ref, _timing(honest(0.6), sets=6, build_s=3.5)) is None  # truly faster
+    remembered = [1.0] * 6 + [0.01] * 94
+    why = runner.timing_mismatch(ref, _timing(remembered, sets=6, build_s=3.7))
+    assert why and "reused input sets" in why
+    early = runner.timing_mismatch(ref, _timing([0.01] * 100, sets=6, build_s=3.7 * 1.5 + 1.0))
+    assert early and "building" in early
+    assert runner.reuse_ratio(_timing(honest(1.0), sets=100)) is None
+
+
 # --- GPU: baselines -------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu

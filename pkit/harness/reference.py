@@ -31,7 +31,7 @@ from .snapshot import Snapshot, SnapshotError, load
 KEEP_TOTAL = 8
 """Timed outputs compared element by element per candidate (each on another input set while sets last)."""
 
-KEEP_BYTES = 1 << 30
+KEEP_BYTES = 256 << 20
 """Bytes of those outputs per rank (copied on the device during the window, saved after it): fewer than
 KEEP_TOTAL outputs are kept when they are larger, never none."""
 
@@ -75,7 +75,8 @@ def keep_plan(iters: int, sets: int, out_bytes: int) -> set[int]:
 
 @dataclass
 class Timing:
-    """One role's timed phase: per-rank samples (ms), the window this process saw per rank (s), the seeds."""
+    """One role's timed phase: per-rank samples (ms); per rank, as this process saw them, the time to build
+    the input sets (s) and the window of the calls from then on (s); the seeds."""
 
     samples_ms: list[list[float]]
     window_s: list[float]
@@ -83,6 +84,7 @@ class Timing:
     kept: set[int] = field(default_factory=set)
     gaps_ms: list[list[float]] = field(default_factory=list)
     fingerprints: list[list] = field(default_factory=list)
+    build_s: list[float] = field(default_factory=list)
 
     @property
     def unexplained_ms(self) -> list[float]:
@@ -121,6 +123,7 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
 
     opened = time.monotonic()
     workers.send({"op": "time", "seeds": seeds, "iters": iters, "inplace": sorted(inplace)})
+    built = [m["_at"] for m in workers.gather("built", deadline)]
     done = workers.gather("timed", deadline, answer)
     workers.gather("saved", deadline)
     samples = [m.get("samples_ms") for m in done]
@@ -128,7 +131,8 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
         if (not isinstance(s, list) or len(s) != iters or answered.get(rank) != iters
                 or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s)):
             raise RunFailed(f"rank {rank}: timing report does not match the {iters} calls it was asked for")
-    return Timing(samples, [m["_at"] - opened for m in done], seeds, kept, gaps, prints)
+    return Timing(samples, [m["_at"] - b for m, b in zip(done, built)], seeds, kept, gaps, prints,
+                  [b - opened for b in built])
 
 
 @dataclass

@@ -46,11 +46,26 @@ from .zygote import Zygote
 QUICK_TIMING = {"warmup": 2, "iters": 10}
 """Timing without --perf: just enough to call a correct candidate faster or slower."""
 
+def reuse_ratio(timing: Timing) -> float | None:
+    """Median time of the calls on reused input sets over the median of the sets' first calls (None without
+    reuse). The calls rotate over the sets, so the first len(seeds) calls are the first uses."""
+    sets, slowest = len(timing.seeds), timing.slowest_ms
+    if sets >= len(slowest):
+        return None
+    first = statistics.median(slowest[:sets])
+    return statistics.median(slowest[sets:]) / first if first > 0 else None
+
+
 REFERENCE_PHASES = ("load_problem", "inputs")
 """Phases of a candidate worker in which only the problem's own code runs (a failure there is the problem's)."""
 MISMATCH_SLACK_S = 0.05
 """Wall time (s) a timed window may exceed its explained time by before `timing_mismatch` (plus 25% of the
 reference's overhead and the candidate's own reported time: see `timing_mismatch`)."""
+BUILD_SLACK_S = 0.5
+"""Seconds the candidate's input-set building may take beyond 1.5x the reference's (see `timing_mismatch`)."""
+REUSE_RATIO = 0.5
+"""The candidate's calls on reused input sets, relative to their sets' first calls, may not be faster than this
+fraction of the same ratio of the reference's (see `timing_mismatch`)."""
 
 
 @dataclass
@@ -163,15 +178,28 @@ def start_reference(problem: Problem, options: EvalOptions, device: str, folder:
 def timing_mismatch(ref: Timing, sol: Timing) -> str | None:
     """Why the candidate's reported times cannot be believed, from what this process saw (None: they can).
 
-    Two checks, both against the reference's own timed phase, which does the same harness work:
+    Four checks, all against the reference's own timed phase, which does the same harness work:
+    - reused sets (when there are fewer sets than calls): the median call on a reused set over the median
+      first call of a set must not fall below REUSE_RATIO times the reference's (answers kept from the first
+      use and looked up show here);
+    - building the input sets: the candidate's must not take longer than 1.5x the reference's plus
+      BUILD_SLACK_S (outputs computed ahead while the sets are built show here, when they cost that much);
     - per call: the time between answering call i-1 and hearing of call i, minus the reported time of call i,
       is the harness's work around a call; the candidate's median must not exceed the reference's median by
       more than half the candidate's reported median, a quarter of the reference's median, three median
       absolute deviations (the larger of the two roles') and 20 µs (work hidden from a patched timer shows
       here, call after call; it must stand out of this noise to be seen);
-    - per window: the candidate's window minus the reference's overhead (window minus reported times) must not
-      exceed twice its reported total plus 25% of that overhead plus MISMATCH_SLACK_S.
+    - per window (from the sets being built to the last call): the candidate's window minus the reference's
+      overhead (window minus reported times) must not exceed twice its reported total plus 25% of that
+      overhead plus MISMATCH_SLACK_S.
     """
+    mine_reuse, theirs_reuse = reuse_ratio(sol), reuse_ratio(ref)
+    if mine_reuse is not None and theirs_reuse is not None and mine_reuse < REUSE_RATIO * theirs_reuse:
+        return (f"calls on reused input sets took {mine_reuse:.2g}x the time of their sets' first calls (the "
+                f"reference: {theirs_reuse:.2g}x): answers remembered, not computed")
+    if sol.build_s and ref.build_s and max(sol.build_s) > 1.5 * max(ref.build_s) + BUILD_SLACK_S:
+        return (f"building its timed input sets took {max(sol.build_s):.3g} s here, the reference's "
+                f"{max(ref.build_s):.3g} s (allowed: 1.5x + {BUILD_SLACK_S:g} s)")
     mine, theirs = sol.unexplained_ms, ref.unexplained_ms
     if mine and theirs:
         usual, own = statistics.median(theirs), statistics.median(mine)

@@ -10,7 +10,7 @@ serves commands from the parent until `quit`:
 | `trials` seeds | per seed: fresh inputs, one call, outputs and inputs saved for the parent; waits for its verdict | `trial` per seed, `trials_done` |
 | `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
 | `warmup` n | n calls on copies of the last trial's inputs | `warm` |
-| `time` seeds, iters, inplace | builds one input set per seed, then `iters` timed calls rotating over them; after each call sends its time and the output's fingerprint and asks whether to keep the whole output (copied on the device, saved after the window) | `called` per call, `timed` with samples (ms), `saved` |
+| `time` seeds, iters, inplace | builds one input set per seed (says `built`), then `iters` timed calls rotating over them; after each call sends its time and the output's fingerprint and asks whether to keep the whole output (copied on the device, saved after the window) | `built`, `called` per call, `timed` with samples (ms), `saved` |
 | `expect` seeds, full, atol, rtol | reference only: one call per seed's inputs; sends what the calls' fingerprints are checked against, saves the whole outputs of the seeds at indices `full` | `expected` per seed |
 
 Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
@@ -229,6 +229,7 @@ class Worker:
         pristine = [[(t, t.clone()) for p, t in leaves(s, "input") if p in inplace and isinstance(t, torch.Tensor)]
                     for s in sets]
         synchronize(self.device)
+        self.channel.send({"op": "built"})
         self.enter(f"timing_{role}")
         samples, kept = [], {}
         for i in range(message["iters"]):
