@@ -128,16 +128,27 @@ class Recorded:
 
 
 def record(experiment: str, frame: pd.DataFrame, parameters: dict | None = None, *,
-           machine: str | None = None, root: Path | None = None) -> Recorded:
-    """Write `frame` and its provenance to `<root>/<machine>/<experiment>.{csv,json}`; returns what was written."""
+           machine: str | None = None, root: Path | None = None, measured_on: dict | None = None) -> Recorded:
+    """Write `frame` and its provenance to `<root>/<machine>/<experiment>.{csv,json}`; returns what was written.
+
+    `measured_on` is the `provenance()` of the machine that measured the rows, when the table is built
+    elsewhere from records that carry it (e.g. JSONL files brought back from the GPU machine): then it is the
+    table's provenance (machine, GPUs, versions), `machine` defaults to its slug, and the commit and time of
+    this writing are added under `recorded_by`.
+    """
     if not isinstance(frame, pd.DataFrame) or frame.empty:
         raise ValueError(f"frame: expected a non-empty pandas DataFrame, got {type(frame).__name__}")
+    if measured_on is not None:
+        machine = machine or measured_on.get("machine")
     machine = _check_name("machine", machine or machine_slug())
     folder = Path(root or results_root()) / machine
     folder.mkdir(parents=True, exist_ok=True)
     csv_path = folder / f"{_check_name('experiment', experiment)}.csv"
     frame.to_csv(csv_path, index=False, float_format="%.6g")
     prov = provenance(parameters)
+    if measured_on is not None:
+        prov = dict(measured_on, parameters=parameters or {},
+                    recorded_by={"pkit_commit": prov["pkit_commit"], "utc_time": prov["utc_time"]})
     prov.update(experiment=experiment, rows=len(frame), columns=list(frame.columns))
     (folder / f"{experiment}.json").write_text(json.dumps(prov, indent=2, sort_keys=True, default=str) + "\n")
     return load(experiment, machine, root=root)  # what replay will see, so both modes draw the same figure

@@ -469,8 +469,8 @@ def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(
     table = pd.read_csv(tmp_path / "results" / "m" / "baselines.csv")
     assert list(table["problem"]) == ["01_sum", "02_gather_scale"]
     assert table["status"].str.startswith("correct").all() and (table["ref_time_ms_median"] > 0).all()
-    runs = json.loads((tmp_path / "results" / "m" / "baselines.json").read_text())["parameters"]["runs"]
-    assert len(runs) == 2
+    prov = json.loads((tmp_path / "results" / "m" / "baselines.json").read_text())
+    assert len(prov["parameters"]["runs"]) == 2 and prov["gpu_count"] == 0 and "recorded_by" in prov
     quick = tmp_path / "quick.jsonl"
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--reference-as-candidate", "--problems", "01_sum",
                    "--size", "tiny", "--device", "cpu", "--trials", 1, "--out", quick) == 0

@@ -69,8 +69,8 @@ def record_baselines(jsonl_paths: Iterable[str | Path], *, machine: str | None =
                      experiment: str = "baselines") -> pd.DataFrame:
     """Record `results/<machine>/baselines.{csv,json}` from the JSONL records of one or more runs of
     `pkit eval --reference-as-candidate --perf` (a sweep split into runs; other candidates' records are
-    ignored). Run it on the machine that measured them: the table's provenance is this machine's, and the
-    measuring runs' commits and times are listed in its parameters. Returns the recorded frame.
+    ignored), on any machine: the table's provenance is the measuring machine's (from the records; they
+    must agree), the measuring runs' commits and times are listed in its parameters. Returns the frame.
     """
     from .. import results
     from .records import read_jsonl
@@ -82,8 +82,26 @@ def record_baselines(jsonl_paths: Iterable[str | Path], *, machine: str | None =
                          "(pkit eval --reference-as-candidate --perf)")
     chosen = sorted(records.values(), key=lambda r: r["problem"])
     frame = baseline_frame(chosen)
-    results.record(experiment, frame, _sweep_parameters(chosen), machine=machine)
+    results.record(experiment, frame, _sweep_parameters(chosen), machine=machine, measured_on=measured_on(chosen))
     return frame
+
+
+MACHINE_FIELDS = ("machine", "gpus", "gpu_count", "driver", "link_matrix", "versions", "host")
+"""Provenance fields that say where a record was measured; one table's records must agree on all of them."""
+
+
+def measured_on(records: list[dict]) -> dict:
+    """The machine provenance the records share (ValueError naming the field when they disagree)."""
+    first = records[0]["provenance"]
+    for r in records[1:]:
+        for key in MACHINE_FIELDS:
+            if r["provenance"].get(key) != first.get(key):
+                raise ValueError(f"jsonl_paths: records measured on different machines ({key}: "
+                                 f"{first.get(key)!r} vs {r['provenance'].get(key)!r} in {r['problem']})")
+    commits = sorted({str(r["provenance"].get("pkit_commit")) for r in records})
+    return {key: first.get(key) for key in MACHINE_FIELDS} | {"pkit_commit": " + ".join(commits),
+                                                               "utc_time": max(r["provenance"].get("utc_time", "")
+                                                                               for r in records)}
 
 
 def _sweep_parameters(records: list[dict]) -> dict:
@@ -119,7 +137,8 @@ def record_pkb_references(jsonl_paths: Iterable[str | Path], *, machine: str | N
              if not r["status"].startswith("correct") else ""}
             for r in sorted(records.values(), key=lambda r: problem_id(r["problem"]))]
     frame = pd.DataFrame(rows, columns=list(PKB_COLUMNS))
-    results.record(experiment, frame, _sweep_parameters(list(records.values())), machine=machine)
+    chosen = list(records.values())
+    results.record(experiment, frame, _sweep_parameters(chosen), machine=machine, measured_on=measured_on(chosen))
     return frame
 
 
