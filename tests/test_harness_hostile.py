@@ -34,6 +34,8 @@ Classes (candidate → what the harness must give):
     wrong_result, flag mutated_input; 02_clip_inplace/no_inplace.py and scales_wrong.py → wrong_result, flag
     inplace_result; the references and good.py → correct.
 15. No harness process (worker, zygote, ...) below this test process survives a run, nor its temp folders.
+16. hostile_reuse/remember_by_address.py at the `large` size, where 64 MiB input sets are reused: answers
+    remembered from a set's first call → correct_slower with timing_mismatch (calls on reused sets sped up).
 
 The in-process runs use a private TMPDIR, so candidates that search temp folders touch only their own run's.
 """
@@ -393,3 +395,14 @@ def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tm
             proc.wait()
         kill_if(alive_after(seen, 0), is_worker)
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+# --- 16. answers remembered across reused input sets -----------------------------------------------------------
+
+def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path):
+    recs = evaluate(tmp_path / "reuse.jsonl", FIXTURES / "hostile_reuse", "--size", "large", "--trials", "1",
+                    "--perf", "--warmup", "2", "--iters", "24", "--timeout", "240")
+    r = recs["01_sum/remember_by_address.py"]
+    assert r["rotations"] < 24, "the input sets were not reused: this test needs sets larger than the fresh budget"
+    assert r["status"] == "correct_slower" and "timing_mismatch" in r["flags"], (r["status"], r["flags"], r["error"])
+    assert "reused input sets" in r["error"]
