@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
 from .errors import CompileError
+from .waits import WAIT_GLOBALS, prepare_module
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = PACKAGE_DIR / "include"
@@ -91,6 +93,24 @@ def _headers_digest() -> str:
     return h.hexdigest()
 
 
+def cubin_symbols(cubin: bytes) -> frozenset[str]:
+    """Names of the symbols a cubin (a 64-bit little-endian ELF) defines, read from its symbol tables."""
+    if cubin[:6] != b"\x7fELF\x02\x01":
+        raise ValueError("cubin: expected a 64-bit little-endian ELF image")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names = set()
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind == 2:  # SHT_SYMTAB; `link` is its string table
+            strings = sections[link][4]
+            for at in range(offset, offset + size, entsize):
+                name, _, _, shndx = struct.unpack_from("<IBBH", cubin, at)
+                if name and shndx:  # named and defined in a section
+                    names.add(cubin[strings + name:cubin.index(b"\0", strings + name)].decode())
+    return frozenset(names)
+
+
 @dataclass
 class Module:
     """A compiled cubin, and its CuPy modules loaded per device on first use."""
@@ -103,18 +123,22 @@ class Module:
     source_text: str = field(default="", repr=False)
     _loaded: dict = field(default_factory=dict, repr=False)
 
+    @property
+    def has_wait_globals(self) -> bool:
+        """Whether the cubin defines the wait globals of include/pkit/sync.cuh (pkit.waits sets them)."""
+        return cubin_symbols(self.cubin) >= set(WAIT_GLOBALS)
+
     def function(self, kernel: str, device: int | None = None):
         """The CuPy function `kernel` of this module on `device` (default: current device)."""
         import cupy as cp
-
-        from .launch import prepare_module
 
         dev = cp.cuda.runtime.getDevice() if device is None else device
         if dev not in self._loaded:
             with cp.cuda.Device(dev):
                 mod = cp.cuda.function.Module()
                 mod.load(self.cubin)
-                prepare_module(mod, dev)
+                if self.has_wait_globals:
+                    prepare_module(mod, dev)
             self._loaded[dev] = mod
         try:
             return self._loaded[dev].get_function(kernel)

@@ -18,12 +18,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ..launch import THREADS
 from .hierarchy_chase import LADDER, latency_ladder, working_set_sweep  # noqa: F401 - the study's interface
 from .hierarchy_matrix import TESTCASES, bandwidth_matrix, format_matrix, print_matrix  # noqa: F401
 from .hierarchy_memory import HBM, HOST, L1, L2, LEVELS, PEER, SHARED, pinned  # noqa: F401
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-THREADS = 512
 BLOCKS_PER_SM = 4
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-THREADS = 512
+from ..launch import THREADS
 
 
 def _grid(n16: int, sms: int) -> int:

@@ -28,16 +28,19 @@ from functools import cached_property
 
 import numpy as np
 
-THREADS = 512
-# LL block size: small blocks spread sends and polling over more SMs and won from 16 to 256 KiB (the
-# ll_threads probe in scripts/probes/session3_probe.py); once each of those threads would carry more than two
-# packs, wide blocks (one pack per thread) won in the recorded sweeps (notebook 04, 1 MiB).
+from ..launch import THREADS
+
+# LL block size (`ll_threads`): small blocks spread sends and polling over more SMs; once each thread of one
+# small block per SM would carry more than LL_PACKS_PER_THREAD packs, wide blocks (one pack per thread) take
+# over. Each was the faster of the two over its sizes on 2×H200. That comparison is not kept under results/;
+# the LL timings with this choice are: results/h200x2-nv18/collectives_latency.csv (all-reduce, back-to-back
+# calls) and collectives_pkit_nccl.csv (every op), from notebooks/04_collectives.ipynb. Rerun it after a change.
 LL_THREADS = 64
 LL_THREADS_WIDE = 256
 LL_PACKS_PER_THREAD = 2
-# LL line layout (group shift g, see ll_collectives.cu): with wide blocks, warp-contiguous groups of 32 packs
-# (g = 5) were faster at 1 MiB; with small blocks, interleaved lines (g = 0) were faster up to 256 KiB
-# (scripts/probes/ll_layout_check.py).
+# LL line layout (group shift g, see ll_collectives.cu): wide blocks use warp-contiguous groups of 32 packs
+# (g = 5), small blocks interleave each pack's two lines (g = 0); on 2×H200 each was the faster layout for its
+# block size. Recorded and rerun as for the block size above.
 LL_GROUP_SHIFT = {LL_THREADS: 0, LL_THREADS_WIDE: 5}
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
 REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}

@@ -26,13 +26,13 @@ from typing import Callable
 import numpy as np
 
 from ..errors import PkitError
+from ..launch import THREADS
 
+# Each step queues ~10 operations per GPU. With 16 MiB steps, twenty 1 GiB calls queued behind a held stream
+# (pkit.bench with hide_launch) outlasted the hold's timeout: the host most likely blocked on a full queue.
 CHUNK_BYTES = 64 << 20  # largest pipeline step of the reductions
 TAIL_BYTES = 2 << 20  # the steps halve towards the end down to this, so the last (unhidden) sum is short
 SLOTS = 4  # staging slots per peer: how far pushes may run ahead of the owner's sums
-# Each step queues ~10 operations per GPU. With 16 MiB steps, twenty 1 GiB calls queued behind a held stream
-# (pkit.bench with hide_launch) outlasted the hold's timeout: the host most likely blocked on a full queue.
-THREADS = 512
 
 
 class CopyEngines:

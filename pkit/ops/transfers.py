@@ -14,9 +14,9 @@ from functools import lru_cache
 import numpy as np
 
 from ..gpus import on_device as _on
+from ..launch import THREADS
 
 MECHANISMS = ("copy_engine", "register_push", "register_pull", "tma_push", "tma_pull")
-THREADS = 512  # per block, register-level copies
 TMA_CHUNK = 32 << 10  # bytes per pipeline stage; the kernel keeps 4 stages in flight per block
 TMA_STAGES = 4
 
