@@ -22,8 +22,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ..launch import THREADS
 from .hierarchy_memory import pattern, pinned
-from .quickstart import THREADS
 
 POISON = np.uint32(0xA5A5A5A5)
 MiB = 1 << 20

@@ -18,11 +18,11 @@ struct WaitReport {
   u64 waited_ns;
   char function[64];
 };
-static_assert(sizeof(WaitReport) == 104, "pkit/launch.py reads this layout");
+static_assert(sizeof(WaitReport) == 104, "pkit/waits.py reads this layout");
 
 }  // namespace pkit
 
-// Set by pkit when it loads a module (pkit/launch.py); a module that never waits simply leaves them unused.
+// Set by pkit when it loads a module (pkit/waits.py); a module that never waits simply leaves them unused.
 extern "C" __device__ pkit::WaitReport* pkit_wait_report = nullptr;
 extern "C" __device__ unsigned long long pkit_wait_timeout_ns = 10000000000ull;
 extern "C" __device__ int pkit_device_ordinal = -1;
