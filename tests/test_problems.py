@@ -1,0 +1,316 @@
+"""Every problem under problems/: reference vs. solutions/torch_alt.py on CPU (gloo), plus contract checks.
+
+The problems are discovered (`pkit.harness.problems.discover`), so a new folder holding a problem.py is
+tested without editing this file. One spawn per world size runs every problem on every rank at the tiny
+size, for every dtype the problem declares, and records what went wrong; the tests read those records.
+Some problems are also checked against a single-process float64 oracle built from all ranks' inputs
+(`ORACLES`), so the reference itself is tested, not only its agreement with torch_alt.
+"""
+import copy
+import json
+import traceback
+import warnings
+from datetime import timedelta
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from pkit.harness.launch import free_port
+from pkit.harness.problems import CATEGORIES, default_root, discover, load_module
+from pkit.problem_kit import parse_dtype
+
+PROBLEMS_DIR = default_root()
+PROBLEMS = {p.name: p for p in discover(PROBLEMS_DIR)}
+WORLD_SIZES = (2, 4)  # each problem runs at those of these it declares in META["world_sizes"]
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # by the problem's dtype; other dtypes: exact
+META_KEYS = {"name", "category", "models", "dtypes", "world_sizes", "description"}
+
+
+def load_problem(name):
+    """The problem.py module of problem `name` (a folder under problems/)."""
+    return load_module(PROBLEMS_DIR / name / "problem.py", f"pkit_test_problem_{name}")
+
+
+def load_torch_alt(name):
+    """The `solution` function of problem `name`'s solutions/torch_alt.py."""
+    return load_module(PROBLEMS_DIR / name / "solutions" / "torch_alt.py", f"pkit_test_torch_alt_{name}").solution
+
+
+def as_tuple(out):
+    """A function's outputs as a tuple (a single tensor becomes a 1-tuple)."""
+    return out if isinstance(out, tuple) else (out,)
+
+
+def tensors(values):
+    """The tensors among `values`, in order."""
+    return [v for v in values if torch.is_tensor(v)]
+
+
+def same_value(x, y):
+    """Whether two inputs are equal (tensors: same dtype, shape and elements; others: ==)."""
+    if torch.is_tensor(x) or torch.is_tensor(y):
+        return torch.is_tensor(x) and torch.is_tensor(y) and x.dtype == y.dtype and torch.equal(x, y)
+    return x == y
+
+
+def same_values(a, b):
+    """Whether two input lists are equal, element by element."""
+    return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+
+
+# ----- float64 oracles: (every rank's inputs, rank, world size) -> the expected output(s) of `rank` -----
+
+def oracle_all_reduce(inputs, rank, world_size):
+    return sum(grad.double() for grad, in inputs)
+
+
+def oracle_gemm_all_reduce(inputs, rank, world_size):
+    return sum(x.double() @ w.double().t() for x, w in inputs)
+
+
+def oracle_cross_entropy(inputs, rank, world_size):
+    logits = torch.cat([x[0].double() for x in inputs], dim=1)
+    return F.cross_entropy(logits, inputs[0][1], reduction="none")
+
+
+def oracle_load_balance_loss(inputs, rank, world_size):
+    probs = torch.cat([logits.double() for logits, _ in inputs]).softmax(-1)
+    ids = torch.cat([ids for _, ids in inputs])
+    fraction = torch.bincount(ids.flatten(), minlength=probs.shape[1]).double() / ids.numel()
+    return probs.shape[1] * (fraction * probs.mean(0)).sum()
+
+
+def causal_attention(q, k, v, q_pos):
+    """Softmax attention where query at position q_pos[i] sees keys 0..q_pos[i]."""
+    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    scores = scores.masked_fill(q_pos[:, None] < torch.arange(k.shape[-2])[None, :], float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def oracle_ring_attention(inputs, rank, world_size):
+    q, k, v = (torch.cat([x[i] for x in inputs], dim=-2).double() for i in range(3))
+    block = inputs[0][0].shape[-2]
+    rows = slice(rank * block, (rank + 1) * block)
+    return causal_attention(q[..., rows, :], k, v, torch.arange(q.shape[-2])[rows])
+
+
+def oracle_context_parallel(inputs, rank, world_size):
+    chunk = inputs[0][0].shape[-2] // 2
+    owner = [(r, 0) for r in range(world_size)] + [(r, 1) for r in reversed(range(world_size))]
+
+    def whole(i):
+        return torch.cat([inputs[r][i][..., h * chunk:(h + 1) * chunk, :] for r, h in owner], -2).double()
+
+    q, k, v = whole(0), whole(1), whole(2)
+    group = q.shape[1] // k.shape[1]
+    out = causal_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                           torch.arange(q.shape[-2]))
+    mine = [owner.index((rank, 0)), owner.index((rank, 1))]
+    return torch.cat([out[..., j * chunk:(j + 1) * chunk, :] for j in mine], dim=-2)
+
+
+def oracle_sample_sort(inputs, rank, world_size):
+    s = inputs[0][1]
+    samples = []
+    for keys, _ in inputs:
+        local = keys.sort().values
+        samples.append(local[[(2 * j + 1) * local.numel() // (2 * s) for j in range(s)]])
+    splitters = torch.cat(samples).sort().values[[(i + 1) * s for i in range(world_size - 1)]]
+    everything = torch.cat([keys for keys, _ in inputs]).sort().values
+    keep = torch.ones_like(everything, dtype=torch.bool)
+    if rank > 0:
+        keep &= everything > splitters[rank - 1]
+    if rank < world_size - 1:
+        keep &= everything <= splitters[rank]
+    return everything[keep]
+
+
+def oracle_topk(inputs, rank, world_size):
+    values, indices = torch.cat([x for x, _ in inputs]).double().topk(inputs[0][1])
+    return values, indices
+
+
+def oracle_knn(inputs, rank, world_size):
+    db = torch.cat([d for d, _, _ in inputs]).double()
+    queries, k = inputs[0][1].double(), inputs[0][2]
+    dist2 = ((queries[:, None, :] - db[None, :, :]) ** 2).sum(-1)
+    order = dist2.sort(dim=1, stable=True).indices[:, :k]  # stable: equal distances keep id order
+    return dist2.gather(1, order), order
+
+
+ORACLES = {
+    "01_all_reduce": oracle_all_reduce,
+    "07_gemm_all_reduce": oracle_gemm_all_reduce,
+    "09_vocab_parallel_cross_entropy": oracle_cross_entropy,
+    "13_moe_load_balance_loss": oracle_load_balance_loss,
+    "15_ring_attention": oracle_ring_attention,
+    "17_context_parallel_allgather_kv": oracle_context_parallel,
+    "22_distributed_sample_sort": oracle_sample_sort,
+    "23_distributed_topk": oracle_topk,
+    "24_distributed_knn": oracle_knn,
+}
+
+
+# ----- checks run on every rank, inside the spawned processes -----
+
+def compare(got, want, what, tolerance):
+    """What differs between two output tuples (an empty list when they agree).
+
+    Floating outputs may differ by `tolerance` relative to the largest magnitude in `want`; others are exact.
+    """
+    if len(got) != len(want):
+        return [f"{what}: {len(got)} outputs, expected {len(want)}"]
+    errors = []
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            errors.append(f"{what}[{i}]: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}")
+        elif a.is_floating_point():
+            if not torch.isfinite(a).all():
+                errors.append(f"{what}[{i}]: not finite")
+            elif a.numel():
+                err = ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
+                if err > tolerance:
+                    errors.append(f"{what}[{i}]: relative error {err:.2e} > {tolerance}")
+        elif not torch.equal(a, b):
+            errors.append(f"{what}[{i}]: values differ")
+    return errors
+
+
+def run_checked(fn, inputs, what):
+    """Call fn on the inputs; return its outputs and its contract violations (inputs modified, aliased)."""
+    before = [v.clone() if torch.is_tensor(v) else copy.deepcopy(v) for v in inputs]
+    out = as_tuple(fn(*inputs))
+    errors = [f"{what}: input {i} modified" for i, (v, b) in enumerate(zip(inputs, before))
+              if not same_value(v, b)]
+    storages = {t.untyped_storage().data_ptr() for t in tensors(inputs) if t.numel()}
+    errors += [f"{what}: output {i} is not a tensor" for i, t in enumerate(out) if not torch.is_tensor(t)]
+    errors += [f"{what}: output {i} aliases an input" for i, t in enumerate(out)
+               if torch.is_tensor(t) and t.numel() and t.untyped_storage().data_ptr() in storages]
+    return out, errors
+
+
+def oracle_errors(name, problem, ref, dtype, rank, world_size, tolerance):
+    """Differences between the reference's outputs and the float64 oracle (none if `name` has no oracle)."""
+    if name not in ORACLES:
+        return []
+    everyone = [problem.make_inputs(r, world_size, "tiny", dtype, seed=0) for r in range(world_size)]
+    want = as_tuple(ORACLES[name](everyone, rank, world_size))
+    if len(want) != len(ref):
+        return [f"{dtype} oracle gives {len(want)} outputs, the reference {len(ref)}"]
+    want = tuple(w.to(r.dtype) for w, r in zip(want, ref))
+    return compare(ref, want, f"{dtype} reference vs float64 oracle", tolerance)
+
+
+def check_problem(name, rank, world_size):
+    """Everything wrong with problem `name` on this rank, for every dtype it declares."""
+    problem, solution = load_problem(name), load_torch_alt(name)
+    errors = []
+    for dtype in problem.META["dtypes"]:
+        tolerance = TOLERANCE.get(parse_dtype(dtype), 0.0)
+        inputs = problem.make_inputs(rank, world_size, "tiny", dtype, seed=0)
+        ref, ref_errors = run_checked(problem.reference, inputs, f"{dtype} reference")
+        got, alt_errors = run_checked(solution, inputs, f"{dtype} torch_alt")
+        errors += ref_errors + alt_errors
+        errors += compare(got, ref, f"{dtype} torch_alt vs reference", tolerance)
+        errors += oracle_errors(name, problem, ref, dtype, rank, world_size, tolerance)
+    return errors
+
+
+def names_at(world_size):
+    """The discovered problems that declare `world_size`."""
+    return [name for name, p in PROBLEMS.items() if world_size in p.world_sizes]
+
+
+def worker(rank, world_size, port, out_dir):
+    """One rank: check every problem declaring this world size; write {name: errors} as JSON."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=30))
+    report = {}
+    try:
+        for name in names_at(world_size):
+            try:
+                report[name] = check_problem(name, rank, world_size)
+            except Exception:
+                report[name] = [traceback.format_exc()]
+    finally:
+        dist.destroy_process_group()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(report))
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """reports(world_size): each rank's {problem name: errors}, from one spawn per world size."""
+
+    @cache
+    def spawn(world_size):
+        out_dir = tmp_path_factory.mktemp(f"w{world_size}")
+        mp.spawn(worker, args=(world_size, free_port(), str(out_dir)), nprocs=world_size)
+        return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(world_size)]
+
+    return spawn
+
+
+# ----- tests -----
+
+RUNS = [(w, name) for w in WORLD_SIZES for name in names_at(w)]
+
+
+@pytest.mark.parametrize("world_size, name", RUNS, ids=[f"w{w}-{name}" for w, name in RUNS])
+def test_reference_and_torch_alt_agree_on_every_rank(reports, world_size, name):
+    """On every rank and dtype: torch_alt matches the reference, neither touches its inputs, oracles agree."""
+    per_rank = reports(world_size)
+    missing = [rank for rank, report in enumerate(per_rank) if name not in report]
+    assert not missing, f"ranks {missing} did not report on {name}"
+    failures = [f"rank {rank}: {e}" for rank, report in enumerate(per_rank) for e in report[name]]
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_meta_and_cost(name):
+    """META names the folder and has every key; the cost model gives non-negative ints everywhere."""
+    problem = load_problem(name)
+    assert set(problem.META) >= META_KEYS, f"META lacks {META_KEYS - set(problem.META)}"
+    assert problem.META["name"] == name.split("_", 1)[1]
+    assert problem.META["category"] in CATEGORIES
+    assert {"tiny", "large"} <= set(problem.SIZES)
+    for world_size in problem.META["world_sizes"]:
+        for size in problem.SIZES:
+            for dtype in problem.META["dtypes"]:
+                c = problem.cost(world_size, size, dtype)
+                assert all(isinstance(v, int) and v >= 0 for v in c.values()), (world_size, size, dtype, c)
+                assert c["hbm_bytes"] > 0 and c["link_bytes"] > 0, (world_size, size, dtype, c)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_make_inputs_deterministic(name):
+    """The same seed gives the same inputs, another seed others; the first tensor has the asked dtype."""
+    problem = load_problem(name)
+    for dtype in problem.META["dtypes"]:
+        a, b, c = (problem.make_inputs(1, 2, "tiny", dtype, seed) for seed in (0, 0, 1))
+        assert same_values(a, b), dtype
+        assert not same_values(a, c), dtype
+        assert tensors(a)[0].dtype == parse_dtype(dtype)
+
+
+def test_every_problem_folder_is_tested():
+    """The parametrisation is every folder of problems/ with a problem.py, so a new problem is picked up."""
+    folders = {d.name for d in PROBLEMS_DIR.iterdir() if (d / "problem.py").is_file()}
+    assert folders and set(PROBLEMS) == folders
+    for w in WORLD_SIZES:
+        assert {name for ws, name in RUNS if ws == w} == {n for n in folders if w in PROBLEMS[n].world_sizes}
+    assert set(ORACLES) <= folders, f"oracles for problems that no longer exist: {set(ORACLES) - folders}"
+
+
+def test_discovery_picks_up_a_new_problem(tmp_path):
+    """A problem folder copied under a fresh root is discovered with no list to edit."""
+    source = PROBLEMS_DIR / next(iter(PROBLEMS)) / "problem.py"
+    (tmp_path / "99_new_problem").mkdir()
+    (tmp_path / "99_new_problem" / "problem.py").write_text(source.read_text())
+    assert [p.name for p in discover(tmp_path)] == ["99_new_problem"]
