@@ -4,7 +4,7 @@ Example:
     >>> import pkit
     >>> team = pkit.Team([0, 1])                                   # doctest: +SKIP
     >>> x = team.empty((1 << 20,), "float32")                      # doctest: +SKIP
-    >>> copy = pkit.compile("peer_copy.cu", "peer_copy_push")      # doctest: +SKIP
+    >>> copy = pkit.compile("copy.cu", "copy16")                   # doctest: +SKIP
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Example:
     $ pkit problems --world-size 2
     $ pkit eval --solutions samples --problems 01_all_reduce --trials 5 --perf --out runs/samples.jsonl
     $ pkit eval --pkb-root ~/ParallelKernelBench --solutions ~/ParallelKernelBench/solutions_cuda --out pkb.jsonl
-    $ pkit eval --baselines --size large      # on the GPU machine: results/<machine>/baselines.csv
+    $ pkit eval --baselines --size large      # on a machine with GPUs: results/<machine>/baselines.csv
 """
 from __future__ import annotations
 

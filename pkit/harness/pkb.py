@@ -27,7 +27,7 @@ import torch
 
 from ..errors import PkitError
 from ..problem_kit import parse_dtype
-from .problems import Problem, load_module
+from .problem import Problem, load_module
 
 DTYPES = ("bfloat16", "float32", "float16", "float64")
 DEFAULT_SHAPE = "1024x1024"
@@ -36,8 +36,8 @@ INPUT_BUILDER = Path("utils") / "input_output_tensors.py"
 
 
 KNOWN_FAILURES: dict[str, str] = {}
-"""PKB reference stem → why that reference does not pass as its own candidate on pkit's GPU machine (a PKB
-bug, a missing optional dependency); filled from the recorded run, see results/h200x2-nv18/pkb_references.csv."""
+"""PKB reference stem → why that reference does not pass as its own candidate (a PKB bug, a missing optional
+dependency); filled from the recorded run, see results/h200x2-nv18/pkb_references.csv."""
 
 
 def problem_id(stem: str) -> int:

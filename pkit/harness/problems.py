@@ -1,26 +1,24 @@
 """Find and load problems: the repo's `problems/<NN>_<slug>/problem.py` files (docs/problems.md).
 
-A `Problem` is what the parent process knows about one problem (names, dtypes, sizes, cost model, and a
-`source` dict that tells a worker process how to rebuild it); `open_source` is the worker's side: an object
-with `make_inputs(rank, world_size, size, dtype, seed, device)` and `reference(*inputs)`.
+A `Problem` (defined in pkit.harness.problem) is what the parent process knows about one problem (names,
+dtypes, sizes, cost model, and a `source` dict that tells a worker process how to rebuild it); `open_source`
+is the worker's side: an object with `make_inputs(rank, world_size, size, dtype, seed, device)` and
+`reference(*inputs)`.
 ParallelKernelBench checkouts give the same two objects through `pkit.harness.pkb`.
 
 Example:
-    >>> from pkit.harness.problems import discover                          # doctest: +SKIP
-    >>> [p.name for p in discover()][:2]                                     # doctest: +SKIP
-    ['01_allreduce', '02_allgather']
+    >>> from pkit.harness.problems import discover
+    >>> [p.name for p in discover()][:2]
+    ['01_all_reduce', '02_all_gather_uneven']
 """
 from __future__ import annotations
 
-import importlib.util
-import re
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
-from typing import Callable, Iterable
+from typing import Iterable
 
 from ..errors import PkitError
+from .pkb import open_pkb_source
+from .problem import Problem, load_module
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,61 +29,6 @@ _REQUIRED = ("META", "SIZES", "make_inputs", "reference", "cost")
 def default_root() -> Path:
     """The repository's `problems/` folder."""
     return REPO_ROOT / "problems"
-
-
-@dataclass(frozen=True, eq=False)
-class Problem:
-    """One problem as the parent process sees it.
-
-    `sizes` lists size names (pkit) or is empty when any size spelled `MxN` works (PKB); `world_sizes` is
-    empty when any world size works; `cost` maps (world_size, size, dtype) to a cost dict or None;
-    `tolerance` is an (atol, rtol) pair replacing the dtype-based table, or None; `inplace_inputs` lists
-    the indices of inputs the reference updates in place (its contract; more are found by running it).
-    """
-
-    name: str
-    category: str
-    dtypes: tuple[str, ...]
-    world_sizes: tuple[int, ...]
-    sizes: tuple[str, ...]
-    default_size: dict
-    source: dict
-    aliases: frozenset = field(default_factory=frozenset)
-    cost: Callable[[int, str, str], dict | None] = field(default=lambda ws, size, dtype: None, repr=False)
-    reference_path: Path | None = None
-    reference_function: str = "reference"
-    tolerance: tuple[float, float] | None = None
-    inplace_inputs: tuple[int, ...] = ()
-
-    @property
-    def number(self) -> int | None:
-        """The leading number of the name (`01_allreduce` → 1), or None."""
-        m = re.match(r"^(\d+)", self.name)
-        return int(m.group(1)) if m else None
-
-    def resolve_size(self, size: str, device: str) -> str:
-        """`size`, or for 'auto' the default for `device` ('cpu' or 'cuda'); checks it exists."""
-        if size == "auto":
-            size = self.default_size[device]
-        if self.sizes and size not in self.sizes:
-            raise ValueError(f"size: problem {self.name} has sizes {list(self.sizes)}, got {size!r}")
-        if not self.sizes and not re.fullmatch(r"\d+x\d+", size):
-            raise ValueError(f"size: problem {self.name} takes a shape spelled MxN (e.g. 1024x1024), got {size!r}")
-        return size
-
-
-def load_module(path: Path, name: str) -> ModuleType:
-    """Import the Python file at `path` as a fresh module called `name` (not cached in sys.modules)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise PkitError(f"cannot import {path}: not a Python source file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
 
 
 def load_problem(path: Path) -> Problem:
@@ -138,8 +81,6 @@ def open_source(source: dict):
         path = Path(source["path"])
         return load_module(path, f"pkit_problem_{path.parent.name}")
     if source["kind"] == "pkb":
-        from .pkb import open_pkb_source
-
         return open_pkb_source(source)
     raise ValueError(f"source: expected kind 'pkit' or 'pkb', got {source['kind']!r}")
 

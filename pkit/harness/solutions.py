@@ -16,9 +16,9 @@ Files whose name starts with `_` or `.`, `problem.py` files and `__pycache__` fo
 Example:
     >>> from pathlib import PurePosixPath as P
     >>> from pkit.harness.solutions import parse
-    >>> c = parse(P("gpt-5/01_allreduce/3.py"), {"01_allreduce": "01_allreduce"})
+    >>> c = parse(P("gpt-5/01_all_reduce/3.py"), {"01_all_reduce": "01_all_reduce"})
     >>> c.problem, c.model, c.sample
-    ('01_allreduce', 'gpt-5', 3)
+    ('01_all_reduce', 'gpt-5', 3)
 """
 from __future__ import annotations
 
