@@ -1,12 +1,23 @@
-# pkit: `make figures` regenerates every figure; `make test` runs the test suite. Both install first.
+# pkit's tasks, run from the repository root:
+#   make install     a venv in .venv (VENV=...) with pkit editable, CuPy, torch and the test tools
+#   make test        the whole suite; tests marked gpu/multigpu skip where the GPUs they need are missing
+#   make test-gpu    only the GPU tests: `gpu` needs one CUDA GPU, `multigpu` two with peer access
+#   make figures     every notebook through papermill, rewriting figures/; MODE=auto measures a notebook when
+#                    this machine has the GPUs it needs (rewriting results/<machine>/), else replays results/
+#   make lab         JupyterLab on notebooks/
+# CUDA_VISIBLE_DEVICES picks the GPUs. scripts/gpu_run.sh runs the GPU tests and chosen notebooks in one batch.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU build on this workplace's disk; on a GPU box set TORCH_SPEC to the torch you want (or keep yours).
+# The torch pip installs when the venv has none; set it to the build for your CUDA driver, or install torch
+# into the venv first and it is kept.
 TORCH_SPEC ?= torch==2.13.0
 MODE ?= auto
-# On the GPU machine nothing can be installed: run with the image's python3 and the repo on PYTHONPATH.
+# test-gpu runs without installing: with the venv's python when there is one, else $(PY) (an environment that
+# already has pkit's dependencies) with this checkout on PYTHONPATH.
 RUN_PY := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+# pkit never uses NVLink multicast (NVLS); keep NCCL, torch symmetric memory and NVSHMEM off it as well.
+NO_MULTICAST := NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 .PHONY: install figures test test-gpu lab clean
 
@@ -19,13 +30,13 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 figures: install
-	$(BIN)/pkit figures --mode $(MODE)
+	$(NO_MULTICAST) $(BIN)/pkit figures --mode $(MODE)
 
 test: install
 	$(BIN)/python -m pytest -q
 
 test-gpu:
-	PYTHONPATH=$(CURDIR):$(PYTHONPATH) $(RUN_PY) -m pytest -q -m "gpu or multigpu"
+	$(NO_MULTICAST) PYTHONPATH=$(CURDIR):$(PYTHONPATH) $(RUN_PY) -m pytest -q -m "gpu or multigpu"
 
 lab: install
 	$(BIN)/pip install -q -e ".[lab]"

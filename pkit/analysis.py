@@ -42,7 +42,7 @@ MECHANISMS = {
 """Transfer mechanisms, in the order figures list them."""
 
 FORBIDDEN = ("multicast",)
-"""Mechanisms pkit's GPU machine rules forbid (DESIGN.md: never multicast or multimem)."""
+"""Mechanisms pkit never uses (NVLink multicast / multimem, NVLS); figures mark candidates that use them."""
 
 CAUSES = {
     "compile_error": "did not build: Python syntax or import error, or a kernel that failed to compile",

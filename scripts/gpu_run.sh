@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# One batch on the GPU machine: `pkit info`, the GPU tests, then notebooks in measure mode.
-# Usage (repo root, on the GPU machine): scripts/gpu_run.sh [NOTEBOOK ...]   (logs and results under $OUT)
-# The machine has no registry: carry `.whl` (../shared/device/fetch-notebook-wheels.sh) for papermill.
+# Check and measure on this machine's GPUs in one batch: `pkit info`, the GPU tests (the `multigpu` ones need
+# two GPUs with peer access), then each named notebook in measure mode, which rewrites results/<machine>/ and
+# figures/. Logs and a tarball of results/, figures/ and the executed notebooks go to $OUT (default out/).
+#
+# Usage, from the repository root: scripts/gpu_run.sh [NOTEBOOK ...]    e.g. scripts/gpu_run.sh 00 04_collectives
+# python3 needs pkit's dependencies (`make install`, then activate .venv; or an environment that ships them);
+# pkit itself is imported from this checkout. CUDA_VISIBLE_DEVICES picks the GPUs; PYTEST_ARGS go to pytest.
+# Without a package index, put wheels of papermill, ipykernel and their dependencies in .whl/: they are
+# installed under /tmp/site after the tests and used for the notebooks only.
 set -uo pipefail
+# pkit never uses NVLink multicast (NVLS); keep NCCL, torch symmetric memory and NVSHMEM off it as well.
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 python3 -m pkit.cli info 2>&1 | tee "$OUT/info.log"
-# before the notebook wheels go on the path: they break the image's torch import. test_notebooks needs
-# nbformat, which the image lacks; the notebooks themselves run below.
+# tests/test_notebooks.py has no GPU tests; leaving it out lets the GPU tests run where nbformat is missing.
 python3 -m pytest -q -m "gpu or multigpu" --ignore=tests/test_notebooks.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/test-gpu.log"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
