@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ..bf16 import NAN_BITS, from_bf16_bits, to_bf16_bits
 from ..gpus import on_device as _on
 from ..ops.collectives import LL_MAX_BYTES, Collectives, bandwidths, choose, per_peer_bytes
 
@@ -54,7 +55,7 @@ def _buffers(team, op: str, nbytes: int, dtype: str):
     for r in range(team.size):
         with cp.cuda.Device(team.devices[r]):
             values = cp.random.standard_normal(int(np.prod(inp.shape)), dtype=cp.float32)
-            inp[r][...] = (values.view(cp.uint32) >> 16).astype(cp.uint16) if dtype == "bfloat16" else values
+            inp[r][...] = to_bf16_bits(values) if dtype == "bfloat16" else values
     return out, inp
 
 
@@ -63,7 +64,7 @@ def _matches(a, b, dtype: str) -> bool:
     import cupy as cp
 
     def f32(x):
-        return (x.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else x
+        return from_bf16_bits(x) if dtype == "bfloat16" else x
 
     fa, fb = f32(a), f32(b)
     scale = max(1.0, float(cp.abs(fb).max()))
@@ -106,7 +107,7 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
             for name, call in _variants(op, nbytes, team.size):
                 if implementations is not None and name not in implementations:
                     continue
-                out.fill(np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan))
+                out.fill(NAN_BITS if dtype == "bfloat16" else np.float32(np.nan))
                 team.synchronize()
                 call(coll, nccl, out, inp)
                 team.synchronize()
