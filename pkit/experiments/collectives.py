@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from ..bf16 import NAN_BITS, from_bf16_bits, to_bf16_bits
 from ..gpus import on_device as _on
 from ..ops.collectives import LL_MAX_BYTES, Collectives, bandwidths, choose, per_peer_bytes
+from ..timing import bench as time_calls
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
@@ -80,8 +81,6 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     pkit.bench). `implementations` keeps only those names (pkit_one_shot, pkit_two_shot, pkit_sm, pkit_ll,
     pkit_ce, nccl); by default all that apply to the size.
     """
-    import cupy as cp
-
     import pkit
     from ..ops.baselines import NcclCollectives
 
@@ -100,28 +99,34 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     rows = []
     for op in tqdm(ops, desc="collectives", leave=False):
         for nbytes in sizes:
-            out, inp = _buffers(team, op, nbytes, dtype)
-            expected = team.empty(out.shape, dtype)
-            getattr(nccl, op)(expected, inp)
-            team.synchronize()
-            for name, call in _variants(op, nbytes, team.size):
-                if implementations is not None and name not in implementations:
-                    continue
-                out.fill(NAN_BITS if dtype == "bfloat16" else np.float32(np.nan))
-                team.synchronize()
-                call(coll, nccl, out, inp)
-                team.synchronize()
-                ok = all(_on(team.devices[r], lambda: _matches(out[r], expected[r], dtype)) for r in range(team.size))
-                if not ok:
-                    raise AssertionError(f"{name} {op} of {nbytes} bytes ({dtype}) disagrees with NCCL")
-                r = pkit.bench(lambda: call(coll, nccl, out, inp), devices=list(devices), reps=reps, warmup=5,
-                               hide_launch=True, calls_per_sample=calls_per_sample)
-                algbw, busbw = bandwidths(op, nbytes, team.size, r.median_ms * 1e-3)
-                rows.append({"implementation": name, "op": op, "dtype": dtype, "bytes": nbytes,
-                             "calls_per_sample": calls_per_sample, **r.times_us(), "algbw_GBps": algbw,
-                             "busbw_GBps": busbw, "verified": True})
-            del out, inp, expected
+            rows += _measure(team, coll, nccl, op, nbytes, dtype, implementations,
+                             dict(devices=list(devices), reps=reps, warmup=5, hide_launch=True,
+                                  calls_per_sample=calls_per_sample))
     return pd.DataFrame(rows)
+
+
+def _measure(team, coll, nccl, op: str, nbytes: int, dtype: str, implementations, bench: dict) -> list[dict]:
+    """Rows of `sweep` for one op and size: every variant checked against NCCL's output, then timed."""
+    out, inp = _buffers(team, op, nbytes, dtype)
+    expected = team.empty(out.shape, dtype)
+    getattr(nccl, op)(expected, inp)
+    team.synchronize()
+    rows = []
+    for name, call in _variants(op, nbytes, team.size):
+        if implementations is not None and name not in implementations:
+            continue
+        out.fill(NAN_BITS if dtype == "bfloat16" else np.float32(np.nan))
+        team.synchronize()
+        call(coll, nccl, out, inp)
+        team.synchronize()
+        if not all(_on(team.devices[r], lambda r=r: _matches(out[r], expected[r], dtype)) for r in range(team.size)):
+            raise AssertionError(f"{name} {op} of {nbytes} bytes ({dtype}) disagrees with NCCL")
+        r = time_calls(lambda call=call: call(coll, nccl, out, inp), **bench)
+        algbw, busbw = bandwidths(op, nbytes, team.size, r.median_ms * 1e-3)
+        rows.append({"implementation": name, "op": op, "dtype": dtype, "bytes": nbytes,
+                     "calls_per_sample": bench["calls_per_sample"], **r.times_us(), "algbw_GBps": algbw,
+                     "busbw_GBps": busbw, "verified": True})
+    return rows
 
 
 def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, reps: int = 20) -> pd.DataFrame:
