@@ -5,7 +5,8 @@ import importlib
 import pytest
 
 MODULES = ["pkit.harness.channel", "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records",
-           "pkit.harness.snapshot", "pkit.harness.solutions", "pkit.harness"]
+           "pkit.harness.snapshot", "pkit.harness.solutions", "pkit.harness.problems", "pkit.harness.reference",
+           "pkit.harness.problem", "pkit.harness", "pkit.bf16"]
 
 
 @pytest.mark.parametrize("name", MODULES)

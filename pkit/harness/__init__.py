@@ -1,6 +1,7 @@
 """The ParallelKernelBench-style evaluation harness: `pkit eval`, `pkit problems`, `pkit.harness.baselines`.
 
 Modules, one job each:
+    problem    one problem: its META, files and functions; loading a Python file as a module
     problems   find and load `problems/*/problem.py`; cost table
     solutions  find candidate files; model and sample index from their paths
     pkb        the same for a ParallelKernelBench checkout
@@ -15,7 +16,7 @@ Modules, one job each:
     timer      PKB-style timing inside a worker, clocks bound before a candidate loads
     records    JSONL record schema and status taxonomy
     runner     drive candidates, judge them (statuses, timing checks) into records
-    baseline   reference times at a real size → results/<machine>/baselines.csv
+    baseline   reference times at a real size → results/<machine>/baselines.csv (also from JSONL sweeps)
     cli        argparse wiring
 
 Example:
