@@ -43,7 +43,7 @@ def _check_name(what: str, value: str) -> str:
 def git_commit() -> str:
     """The pkit checkout's commit (with '-dirty' when tracked files changed), $PKIT_COMMIT, or 'unknown'.
 
-    $PKIT_COMMIT serves copies of the tree that travel without `.git` (the GPU machine's working copy).
+    $PKIT_COMMIT serves copies of the tree that travel without `.git` (e.g. a working copy copied to a GPU host).
     """
     if os.environ.get("PKIT_COMMIT"):
         return os.environ["PKIT_COMMIT"]
@@ -132,7 +132,7 @@ def record(experiment: str, frame: pd.DataFrame, parameters: dict | None = None,
     """Write `frame` and its provenance to `<root>/<machine>/<experiment>.{csv,json}`; returns what was written.
 
     `measured_on` is the `provenance()` of the machine that measured the rows, when the table is built
-    elsewhere from records that carry it (e.g. JSONL files brought back from the GPU machine): then it is the
+    elsewhere from records that carry it (e.g. JSONL files brought back from a GPU host): then it is the
     table's provenance (machine, GPUs, versions), `machine` defaults to its slug, and the commit and time of
     this writing are added under `recorded_by`.
     """

@@ -3,7 +3,7 @@
 A `WorkerSet` runs `python -m pkit.harness.worker SPEC RANK FD` for each rank, each in its own process
 session, with one end of a socket pair (pkit.harness.channel) and its output in a log file. Ranks meet over
 a free TCP port on 127.0.0.1. Every worker gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
-NVSHMEM_DISABLE_NVLS=1 (NVLink multicast is forbidden on the shared GPU hosts) and its own
+NVSHMEM_DISABLE_NVLS=1 (pkit never uses NVLink multicast) and its own
 TORCH_EXTENSIONS_DIR (ranks building the same extension at once would corrupt a shared cache).
 
 `gather(op)` waits until every rank has sent a message `op`, answering others on the way through a
