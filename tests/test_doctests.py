@@ -1,15 +1,45 @@
-"""The runnable examples in module docstrings stay true."""
+"""The runnable examples in module docstrings stay true; GPU-only ones are marked `# doctest: +SKIP`."""
 import doctest
 import importlib
+from pathlib import Path
 
 import pytest
 
-MODULES = ["pkit.harness.channel", "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records",
+MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.figures", "pkit.gpus", "pkit.hardware",
+           "pkit.launch", "pkit.metrics", "pkit.notebooks", "pkit.problem_kit", "pkit.results", "pkit.roofline",
+           "pkit.experiments.collectives", "pkit.experiments.hierarchy", "pkit.experiments.hierarchy_chase",
+           "pkit.experiments.hierarchy_matrix", "pkit.experiments.hierarchy_memory", "pkit.experiments.mechanisms",
+           "pkit.experiments.quickstart", "pkit.ops.baselines", "pkit.ops.collectives", "pkit.ops.copy_engine",
+           "pkit.harness.channel", "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records",
            "pkit.harness.snapshot", "pkit.harness.solutions", "pkit.harness.problems", "pkit.harness.reference",
-           "pkit.harness.problem", "pkit.harness", "pkit.bf16"]
+           "pkit.harness.problem", "pkit.harness"]
+PACKAGE = Path(__file__).resolve().parents[1] / "pkit"
+BROKEN = "pkit bug: text after `# doctest: +SKIP` is read as an invalid option (ValueError)"
+BAD_DIRECTIVES = {"pkit.team", "pkit.ops.transfers"}
+
+
+def module_name(path: Path) -> str:
+    """pkit/ops/collectives.py -> pkit.ops.collectives; pkit/harness/__init__.py -> pkit.harness."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def others() -> list:
+    """Modules with docstring examples that are not in MODULES, as pytest params."""
+    names = sorted(module_name(p) for p in PACKAGE.rglob("*.py") if ">>>" in p.read_text())
+    return [pytest.param(n, marks=[pytest.mark.xfail(raises=ValueError, reason=BROKEN)]
+                         * (n in BAD_DIRECTIVES)) for n in names if n not in MODULES]
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name):
+def test_docstring_examples(name, cache_dir):
     result = doctest.testmod(importlib.import_module(name))
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("name", others())
+def test_other_examples_are_skipped(name):
+    """A module left out of MODULES runs none of its examples on CPU: every one is marked +SKIP."""
+    tests = doctest.DocTestFinder().find(importlib.import_module(name))
+    running = [e.source.strip() for t in tests for e in t.examples if not e.options.get(doctest.SKIP)]
+    assert not running, f"{name}: add it to MODULES or mark these +SKIP: {running}"
