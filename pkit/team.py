@@ -15,7 +15,7 @@ Example:
     >>> import pkit, numpy as np
     >>> team = pkit.Team([0, 1])                                   # doctest: +SKIP
     >>> x = team.zeros((1024,), "float32")                         # doctest: +SKIP
-    >>> x[1][:] = 1; x[0][:] = x[1]                                # doctest: +SKIP   (a peer copy)
+    >>> x[1][:] = 1; x[0][:] = x[1]  # a peer copy                 # doctest: +SKIP
 """
 from __future__ import annotations
 

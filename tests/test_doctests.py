@@ -12,10 +12,8 @@ MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.figures"
            "pkit.experiments.quickstart", "pkit.ops.baselines", "pkit.ops.collectives", "pkit.ops.copy_engine",
            "pkit.harness.channel", "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records",
            "pkit.harness.snapshot", "pkit.harness.solutions", "pkit.harness.problems", "pkit.harness.reference",
-           "pkit.harness.problem", "pkit.harness"]
+           "pkit.harness.problem", "pkit.harness", "pkit.team", "pkit.ops.transfers"]
 PACKAGE = Path(__file__).resolve().parents[1] / "pkit"
-BROKEN = "pkit bug: text after `# doctest: +SKIP` is read as an invalid option (ValueError)"
-BAD_DIRECTIVES = {"pkit.team", "pkit.ops.transfers"}
 
 
 def module_name(path: Path) -> str:
@@ -27,8 +25,7 @@ def module_name(path: Path) -> str:
 def others() -> list:
     """Modules with docstring examples that are not in MODULES, as pytest params."""
     names = sorted(module_name(p) for p in PACKAGE.rglob("*.py") if ">>>" in p.read_text())
-    return [pytest.param(n, marks=[pytest.mark.xfail(raises=ValueError, reason=BROKEN)]
-                         * (n in BAD_DIRECTIVES)) for n in names if n not in MODULES]
+    return [n for n in names if n not in MODULES]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -5,7 +5,7 @@ that does the work (the source's for push and for the copy engine, the destinati
 
 Example:
     >>> from pkit.ops.transfers import peer_copy
-    >>> peer_copy(y[1], x[0], "tma_push", blocks=16)      # doctest: +SKIP   (x, y: SymmetricArrays)
+    >>> peer_copy(y[1], x[0], "tma_push", blocks=16)  # x, y: SymmetricArrays   # doctest: +SKIP
 """
 from __future__ import annotations
 
