@@ -179,9 +179,9 @@ def timing_mismatch(ref: Timing, sol: Timing) -> str | None:
     """Why the candidate's reported times cannot be believed, from what this process saw (None: they can).
 
     Four checks, all against the reference's own timed phase, which does the same harness work:
-    - reused sets (when there are fewer sets than calls): the median call on a reused set over the median
-      first call of a set must not fall below REUSE_RATIO times the reference's (answers kept from the first
-      use and looked up show here);
+    - reused sets (when there are fewer sets than calls and the candidate would be called faster): the median
+      call on a reused set over the median first call of a set must not fall below REUSE_RATIO times the
+      reference's (answers kept from the first use and looked up show here);
     - building the input sets: the candidate's must not take longer than 1.5x the reference's plus
       BUILD_SLACK_S (outputs computed ahead while the sets are built show here, when they cost that much);
     - per call: the time between answering call i-1 and hearing of call i, minus the reported time of call i,
@@ -194,7 +194,8 @@ def timing_mismatch(ref: Timing, sol: Timing) -> str | None:
       overhead plus MISMATCH_SLACK_S.
     """
     mine_reuse, theirs_reuse = reuse_ratio(sol), reuse_ratio(ref)
-    if mine_reuse is not None and theirs_reuse is not None and mine_reuse < REUSE_RATIO * theirs_reuse:
+    faster = statistics.median(sol.slowest_ms) < statistics.median(ref.slowest_ms)
+    if faster and mine_reuse is not None and theirs_reuse is not None and mine_reuse < REUSE_RATIO * theirs_reuse:
         return (f"calls on reused input sets took {mine_reuse:.2g}x the time of their sets' first calls (the "
                 f"reference: {theirs_reuse:.2g}x): answers remembered, not computed")
     if sol.build_s and ref.build_s and max(sol.build_s) > 1.5 * max(ref.build_s) + BUILD_SLACK_S:

@@ -43,6 +43,8 @@ FRESH_BYTES = {"cuda": 4 << 30, "cpu": 512 << 20}
 """Most bytes of distinct timed input sets held at once, by device kind."""
 FRESH_SECONDS = 3.0
 """Most seconds spent building timed input sets (more sets are built while they fit both budgets)."""
+MIN_SETS = 4
+"""Timed input sets built even past FRESH_SECONDS (within FRESH_BYTES)."""
 
 
 class MissingFunction(PkitError):
@@ -75,9 +77,11 @@ def is_peer_failure(exc: BaseException) -> bool:
 
 def timed_set_count(set_bytes: int, build_s: float, device: torch.device, iters: int) -> int:
     """How many distinct input sets the timed calls rotate over: one per call while they fit the byte and
-    build-time budgets, never fewer than two (or `iters`) nor than the L2 needs."""
-    fits = min(FRESH_BYTES[device.type] // max(set_bytes, 1), int(FRESH_SECONDS / max(build_s, 1e-6)))
-    return max(1, min(iters, max(2, l2_rotations(set_bytes, device), fits)))
+    build-time budgets; never fewer than MIN_SETS while they fit the byte budget (first uses are compared
+    with reuses, see runner.timing_mismatch), nor than two, nor than the L2 needs; never more than `iters`."""
+    in_bytes = FRESH_BYTES[device.type] // max(set_bytes, 1)
+    fits = min(in_bytes, int(FRESH_SECONDS / max(build_s, 1e-6)))
+    return max(1, min(iters, max(2, min(MIN_SETS, in_bytes), l2_rotations(set_bytes, device), fits)))
 
 
 def load_candidate(path: str, function: str):
