@@ -1,0 +1,86 @@
+"""Every collective (each mechanism, both all-reduce algorithms) and every peer-copy mechanism, once each at a
+small size on 2 GPUs, checked against NumPy: the workload that scripts/sanitize.sh runs under compute-sanitizer.
+
+Usage: python3 scripts/sanitize_kernels.py   (exit 0 when every result is right; prints one line per case)
+"""
+from __future__ import annotations
+
+import sys
+
+import cupy as cp
+import numpy as np
+
+import pkit
+from pkit.ops.collectives import Collectives
+from pkit.ops.transfers import MECHANISMS as COPY_MECHANISMS
+from pkit.ops.transfers import peer_copy
+
+ELEMENTS = 1 << 14  # float32 per rank: 64 KiB, within every mechanism's limits
+
+
+def expected(op: str, inputs: list[np.ndarray], rank: int) -> np.ndarray:
+    """What `op` leaves on `rank` for these per-rank inputs."""
+    size, total = len(inputs), sum(inputs)
+    if op == "all_reduce":
+        return total
+    if op == "reduce_scatter":
+        return np.split(total, size)[rank]
+    if op == "all_gather":
+        return np.concatenate(inputs)
+    return np.concatenate([np.split(x, size)[rank] for x in inputs])  # all_to_all
+
+
+def collective_cases():
+    """(op, keyword arguments) for every op, mechanism and all-reduce algorithm."""
+    for mechanism in ("sm", "ll", "ce"):
+        for op in ("all_gather", "reduce_scatter", "all_to_all"):
+            yield op, {"mechanism": mechanism}
+        algorithms = ("one_shot",) if mechanism == "ll" else ("one_shot", "two_shot")
+        for algorithm in algorithms:
+            yield "all_reduce", {"mechanism": mechanism, "algorithm": algorithm}
+
+
+def run_collective(team, coll, op: str, kwargs: dict) -> bool:
+    """One call of `op` on fresh random float32 inputs, NaN-poisoned outputs; True when every rank is right."""
+    rng = np.random.default_rng(0)
+    share = ELEMENTS // team.size
+    in_n = share if op == "all_gather" else ELEMENTS
+    out_n = share if op == "reduce_scatter" else ELEMENTS
+    inp, out = team.empty((in_n,), "float32"), team.empty((out_n,), "float32")
+    host = [rng.standard_normal(in_n, dtype=np.float32) for _ in range(team.size)]
+    for r in range(team.size):
+        with cp.cuda.Device(team.devices[r]):
+            inp[r][:] = cp.asarray(host[r])
+            out[r].fill(np.nan)
+    team.synchronize()
+    getattr(coll, op)(out, inp, **kwargs)
+    team.synchronize()
+    return all(np.allclose(cp.asnumpy(out[r]), expected(op, host, r), rtol=1e-5, atol=1e-5)
+               for r in range(team.size))
+
+
+def run_copy(team, mechanism: str) -> bool:
+    """One copy from GPU 0 to GPU 1 by `mechanism` into a NaN-poisoned buffer; True when it arrived whole."""
+    src, dst = team.empty((ELEMENTS,), "float32"), team.empty((ELEMENTS,), "float32")
+    with cp.cuda.Device(team.devices[0]):
+        src[0][:] = cp.arange(ELEMENTS, dtype=cp.float32)
+    with cp.cuda.Device(team.devices[1]):
+        dst[1].fill(np.nan)
+    team.synchronize()
+    peer_copy(dst[1], src[0], mechanism)
+    team.synchronize()
+    return bool(np.array_equal(cp.asnumpy(dst[1]), np.arange(ELEMENTS, dtype=np.float32)))
+
+
+def main() -> int:
+    team = pkit.Team([0, 1])
+    coll = Collectives(team)
+    results = [(f"{op} {kwargs}", run_collective(team, coll, op, kwargs)) for op, kwargs in collective_cases()]
+    results += [(f"peer_copy {m}", run_copy(team, m)) for m in COPY_MECHANISMS]
+    for name, ok in results:
+        print(("ok   " if ok else "WRONG"), name)
+    return 0 if all(ok for _, ok in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
