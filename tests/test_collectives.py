@@ -151,7 +151,7 @@ def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "auto") == "sm"
     assert C.choose("all_to_all", 512 << 20, "auto") == "sm"
     assert C.choose("all_reduce", 64 << 10, "auto") == "ll"
-    limit = C.LL_AUTO_MAX_BYTES["reduce_scatter"]
+    limit = C.collective("reduce_scatter").ll_auto_max_bytes
     assert C.choose("reduce_scatter", limit, "auto") == "ll"
     assert C.choose("reduce_scatter", limit + 16, "auto") == "sm"
     assert C.choose("all_to_all", 1 << 10, "auto") == "ll"
@@ -165,6 +165,48 @@ def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "ce") == "ce"
     with pytest.raises(ValueError, match="mechanism: expected"):
         C.choose("all_gather", 1, "tma")
+    with pytest.raises(ValueError, match=r"op: expected one of \['all_reduce', 'all_gather'"):
+        C.choose("broadcast", 1, "auto")
+
+
+def _copy(coll, out, inp, mechanism="auto"):
+    """A copy-like collective in Python, standing in for a kernel: every rank keeps its own buffer."""
+    C.choose("copy", inp[0].nbytes, mechanism)
+    for r in range(coll.team.size):
+        out[r][...] = inp[r]
+
+
+def test_a_registered_op_reaches_buffers_bandwidths_variants_and_listing(monkeypatch):
+    from pkit.experiments import collectives as E
+
+    copy = C.CollectiveOp("copy", "every rank keeps its own buffer", _copy, reference=lambda inputs, r: inputs[r],
+                          counts=lambda s, n: (s, s), per_peer=lambda s, n: 0, bus_factor=lambda n: 0.0,
+                          mechanisms=("sm",))
+    monkeypatch.setitem(C.COLLECTIVES, "copy", copy)
+    assert C.collective("copy") is copy and "copy" in C.list_collectives()["name"].tolist()
+    assert C.bandwidths("copy", 2 * 10**9, 2, 1.0) == (2.0, 0.0) and C.per_peer_bytes("copy", 64, 2) == 0
+    assert C.choose("copy", 1 << 30, "auto") == "sm"
+    with pytest.raises(ValueError, match=r"mechanism: expected one of \['auto', 'sm'\], got 'll'"):
+        C.choose("copy", 16, "ll")
+    host = SimpleNamespace(size=2, empty=lambda shape, dtype: np.zeros((2, *shape), dtype))
+    out, inp = E._empty_buffers(host, "copy", 1024, "float32")
+    assert out.shape == inp.shape == (2, 256)
+    inp[1] = 7.0
+    variants = E._variants("copy", 1024, 2)
+    assert [name for name, _ in variants] == ["pkit_sm"]  # no NCCL baseline for this op
+    variants[0][1](C.Collectives(_Team()), None, out, inp)
+    assert np.array_equal(out, inp) and np.array_equal(out[1], copy.reference(list(inp), 1))
+
+
+def test_entries_name_the_mechanisms_auto_may_pick():
+    with pytest.raises(ValueError, match=r"mechanisms: copy needs \['sm', 'll'\]"):
+        C.CollectiveOp("copy", "", _copy, None, None, None, None, mechanisms=("sm",), ll_auto_max_bytes=1024)
+
+
+def test_torch_baselines_name_registered_ops():
+    from pkit.experiments import torch_collectives
+
+    assert set(torch_collectives.OPS) <= set(C.COLLECTIVES)
 
 
 class _Team:
@@ -269,15 +311,7 @@ def _assert_close(got, want, dtype, what):
 
 def _expected(op, x, n):
     """Every rank's expected output (float64) of `op` over the ranks' inputs `x`."""
-    share = len(x[0]) // n
-    total = np.sum(x, axis=0)
-    if op == "all_gather":
-        return [np.concatenate(x)] * n
-    if op == "all_to_all":
-        return [np.concatenate([x[q][r * share:(r + 1) * share] for q in range(n)]) for r in range(n)]
-    if op == "reduce_scatter":
-        return [total[r * share:(r + 1) * share] for r in range(n)]
-    return [total] * n
+    return [C.collective(op).reference(x, r) for r in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -285,35 +319,39 @@ def team():
     return pkit.Team([0, 1])
 
 
-CASES = [("all_gather", "sm"), ("all_gather", "ll"), ("all_gather", "ce"), ("all_to_all", "sm"),
-         ("all_to_all", "ll"), ("all_to_all", "ce"),
-         ("reduce_scatter", "sm"), ("reduce_scatter", "ll"), ("reduce_scatter", "ce"),
-         ("all_reduce:one_shot", "sm"), ("all_reduce:two_shot", "sm"), ("all_reduce:auto", "ll"),
-         ("all_reduce:one_shot", "ce"), ("all_reduce:two_shot", "ce"), ("all_reduce:auto", "auto"),
-         ("reduce_scatter", "auto"), ("all_to_all", "auto"), ("all_gather", "auto")]
+def _cases():
+    """(op or op:algorithm, mechanism) for every registered op: each mechanism with each algorithm it runs, then
+    auto."""
+    for op in C.COLLECTIVES.values():
+        for mechanism in op.mechanisms:
+            yield from ((f"{op.name}:{a}".rstrip(":"), mechanism) for a in op.algorithms.get(mechanism, [""]))
+        yield f"{op.name}:auto" if op.algorithms else op.name, "auto"
+
+
+def _options(case, mechanism):
+    """(op, keyword arguments of Collectives.run) for a case of `_cases`."""
+    op, _, algorithm = case.partition(":")
+    return op, {"mechanism": mechanism, **({"algorithm": algorithm} if algorithm else {})}
 
 
 @pytest.mark.multigpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("count", [64, 8 * 1000 + 16, 200_000 + 16, 3 << 20])  # 200,016: wide LL blocks
-@pytest.mark.parametrize("case, mechanism", CASES)
+@pytest.mark.parametrize("case, mechanism", list(_cases()))
 def test_collective_against_float64(team, case, mechanism, dtype, count):
-    op, _, algorithm = case.partition(":")
+    op, options = _options(case, mechanism)
     coll = C.Collectives(team, ce_chunk_bytes=64 << 10, ce_slots=2)  # many chunks: the slots wrap around
     n = team.size
-    share = count // n
-    inp, x = _inputs(team, dtype, count if op != "all_gather" else share)
+    in_count, out_count = C.collective(op).counts(count, n)
+    inp, x = _inputs(team, dtype, in_count)
     poison = np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan)
-    out = team.empty((count if op != "reduce_scatter" else share,), dtype).fill(poison)
+    out = team.empty((out_count,), dtype).fill(poison)
     sent = C.per_peer_bytes(op, count * inp.storage_dtype.itemsize, n)
-    if mechanism == "ll" and sent > C.LL_MAX_BYTES:
+    if not C.fits(mechanism, sent):
         with pytest.raises(ValueError, match="'ll' sends at most"):
-            getattr(coll, op)(out, inp, mechanism="ll")
+            coll.run(op, out, inp, **options)
         return
-    if op == "all_reduce":
-        coll.all_reduce(out, inp, algorithm=algorithm, mechanism=mechanism)
-    else:
-        getattr(coll, op)(out, inp, mechanism=mechanism)
+    coll.run(op, out, inp, **options)
     want = _expected(op, x, n)
     team.synchronize()
     for r in range(n):
@@ -335,20 +373,21 @@ def test_sizes_that_do_not_split_get_a_clear_error(team):
 
 
 @pytest.mark.multigpu
-@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
+@pytest.mark.parametrize("op", [name for name, op in C.COLLECTIVES.items() if "ll" in op.mechanisms])
 @pytest.mark.parametrize("count", [1 << 15, 1 << 18])  # small and wide LL blocks (each line layout)
 def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op, count):
     """Eight LL calls enqueued without a sync in between: a packet read from the wrong epoch shows up."""
     coll = C.Collectives(team)
     n = team.size
+    in_count, out_count = C.collective(op).counts(count, n)
     calls = []
     for _ in range(8):
-        inp, x = _inputs(team, "float32", count // n if op == "all_gather" else count)
-        out = team.empty((count // n if op == "reduce_scatter" else count,), "float32").fill(np.float32(np.nan))
+        inp, x = _inputs(team, "float32", in_count)
+        out = team.empty((out_count,), "float32").fill(np.float32(np.nan))
         calls.append((out, inp, _expected(op, x, n)))
     team.synchronize()
     for out, inp, _ in calls:
-        getattr(coll, op)(out, inp, mechanism="ll")
+        coll.run(op, out, inp, mechanism="ll")
     team.synchronize()
     for k, (out, _, want) in enumerate(calls):
         for r in range(n):
@@ -360,7 +399,7 @@ def test_thousand_back_to_back_all_reduces(team):
     coll = C.Collectives(team)
     inp, x = _inputs(team, "float32", 1 << 14)
     outs = [team.empty((1 << 14,), "float32") for _ in range(2)]
-    plans = [("one_shot", "sm"), ("two_shot", "sm"), ("auto", "ll"), ("one_shot", "ce"), ("two_shot", "ce")]
+    plans = [(a, m) for m, algorithms in C.collective("all_reduce").algorithms.items() for a in algorithms]
     for i in range(1000):
         algorithm, mechanism = plans[i % len(plans)]
         coll.all_reduce(outs[i % 2], inp, algorithm=algorithm, mechanism=mechanism)

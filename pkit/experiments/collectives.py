@@ -23,36 +23,44 @@ from tqdm.auto import tqdm
 
 from ..bf16 import NAN_BITS, from_bf16_bits, to_bf16_bits
 from ..gpus import on_device as _on
-from ..ops.collectives import LL_MAX_BYTES, Collectives, bandwidths, choose, per_peer_bytes
+from ..ops.baselines import NcclCollectives
+from ..ops.collectives import COLLECTIVES, Collectives, bandwidths, choose, collective, per_peer_bytes
 from ..timing import bench as time_calls
+from .torch_collectives import OPS as TORCH_OPS
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+OPS = tuple(COLLECTIVES)
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
-IMPLEMENTATIONS = ("pkit_one_shot", "pkit_two_shot", "pkit_sm", "pkit_ll", "pkit_ce", "nccl")
+ITEMSIZE = {"bfloat16": 2, "float32": 4}  # bytes per element of the swept dtypes
+
+
+def implementation_names() -> list[str]:
+    """Every implementation name `sweep` can measure: pkit's variants of the registered ops (at size 0, where
+    every mechanism fits), then 'nccl'."""
+    names = [name for op in COLLECTIVES.values() for name, _ in op.variants(0, 1)]
+    return list(dict.fromkeys(names + ["nccl"]))
 
 
 def _variants(op: str, nbytes: int, ranks: int):
-    """(implementation name, call(coll, nccl, out, inp)) pairs for one op at total size `nbytes`."""
-    if op == "all_reduce":
-        variants = [("pkit_one_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="one_shot")),
-                    ("pkit_two_shot", lambda c, n, o, i: c.all_reduce(o, i, algorithm="two_shot"))]
-    else:
-        variants = [("pkit_sm", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="sm"))]
-    if per_peer_bytes(op, nbytes, ranks) <= LL_MAX_BYTES:
-        variants.append(("pkit_ll", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ll")))
-    variants.append(("pkit_ce", lambda c, n, o, i: getattr(c, op)(o, i, mechanism="ce")))
-    return variants + [("nccl", lambda c, n, o, i: getattr(n, op)(o, i))]
+    """(implementation name, call(coll, nccl, out, inp)) pairs for one op at total size `nbytes`: pkit's variants
+    from the registry (`CollectiveOp.variants`), then NCCL's where the baseline has the op."""
+    variants = [(name, lambda c, n, o, i, options=options: c.run(op, o, i, **options))
+                for name, options in collective(op).variants(nbytes, ranks)]
+    if hasattr(NcclCollectives, op):
+        variants.append(("nccl", lambda c, n, o, i: getattr(n, op)(o, i)))
+    return variants
+
+
+def _empty_buffers(team, op: str, nbytes: int, dtype: str):
+    """(out, inp) SymmetricArrays of `op` for total size `nbytes`, shaped by the registry (`CollectiveOp.counts`)."""
+    inp_count, out_count = collective(op).counts(nbytes // ITEMSIZE[dtype], team.size)
+    return team.empty((out_count,), dtype), team.empty((inp_count,), dtype)
 
 
 def _buffers(team, op: str, nbytes: int, dtype: str):
     """(out, inp) SymmetricArrays for total size `nbytes`, inputs random."""
     import cupy as cp
 
-    item = 2 if dtype == "bfloat16" else 4
-    count = nbytes // item
-    share = count // team.size
-    inp = team.empty((share if op == "all_gather" else count,), dtype)
-    out = team.empty((share if op == "reduce_scatter" else count,), dtype)
+    out, inp = _empty_buffers(team, op, nbytes, dtype)
     for r in range(team.size):
         with cp.cuda.Device(team.devices[r]):
             values = cp.random.standard_normal(int(np.prod(inp.shape)), dtype=cp.float32)
@@ -82,14 +90,14 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     pkit_ce, nccl); by default all that apply to the size.
     """
     import pkit
-    from ..ops.baselines import NcclCollectives
 
-    unknown = [op for op in ops if op not in OPS]
+    unknown = [op for op in ops if op not in COLLECTIVES]
     if unknown:
-        raise ValueError(f"ops: unknown {unknown}; expected names from {OPS}")
-    if implementations is not None and not set(implementations) <= set(IMPLEMENTATIONS):
-        raise ValueError(f"implementations: expected names from {IMPLEMENTATIONS}, got {list(implementations)}")
-    if dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"ops: unknown {unknown}; expected names from {tuple(COLLECTIVES)}")
+    known = implementation_names()
+    if implementations is not None and not set(implementations) <= set(known):
+        raise ValueError(f"implementations: expected names from {known}, got {list(implementations)}")
+    if dtype not in ITEMSIZE:
         raise ValueError(f"dtype: expected 'bfloat16' or 'float32', got {dtype!r}")
     team = pkit.Team(list(devices))
     quantum = 16 * team.size
@@ -143,7 +151,7 @@ def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, re
 
 def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16", nproc: int = 2,
                     reps: int = 20, timeout_s: float = 600, calls_per_sample: int = 1,
-                    ops: Sequence[str] = OPS) -> pd.DataFrame:
+                    ops: Sequence[str] = TORCH_OPS) -> pd.DataFrame:
     """torch.distributed and torch symmetric memory under torchrun (one process per GPU), same columns."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "torch.csv")

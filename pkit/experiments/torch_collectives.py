@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from functools import partial
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+# torch.distributed's call for each op it runs, keyed by pkit's op name (pkit.ops.collectives.COLLECTIVES):
+# (function, its argument tensors among x (S elements), y (S elements) and part (one share)).
+TORCH_NCCL = {"all_reduce": ("all_reduce", "x"), "all_gather": ("all_gather_into_tensor", "y", "part"),
+              "reduce_scatter": ("reduce_scatter_tensor", "part", "x"), "all_to_all": ("all_to_all_single", "y", "x")}
+OPS = tuple(TORCH_NCCL)
 
 
 def _time(fn, reps: int, warmup: int, calls_per_sample: int = 1):
@@ -44,10 +49,9 @@ def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
     x = torch.randn(count, device=dev).to(dtype)
     y = torch.empty_like(x)
     part = torch.randn(share, device=dev).to(dtype)
-    yield "torch_nccl", "all_reduce", lambda: dist.all_reduce(x)
-    yield "torch_nccl", "all_gather", lambda: dist.all_gather_into_tensor(y, part)
-    yield "torch_nccl", "reduce_scatter", lambda: dist.reduce_scatter_tensor(part, x)
-    yield "torch_nccl", "all_to_all", lambda: dist.all_to_all_single(y, x)
+    tensors = {"x": x, "y": y, "part": part}
+    for op, (function, *args) in TORCH_NCCL.items():
+        yield "torch_nccl", op, partial(getattr(dist, function), *(tensors[a] for a in args))
     if group_name is not None:
         import torch.distributed._symmetric_memory as symm_mem
 

@@ -24,7 +24,10 @@ Example:
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -47,11 +50,6 @@ REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
 MECHANISMS = ("auto", "sm", "ll", "ce")
 LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the staging buffer)
 ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here, else two shot (when shares split)
-# "auto" thresholds, in bytes one rank sends one peer in the one-shot form (whole buffer for all-reduce,
-# one share otherwise); from results/h200x2-nv18/collectives_pkit_nccl.csv (see `choose`)
-LL_AUTO_MAX_BYTES = {"all_reduce": 1 << 20, "reduce_scatter": 512 << 10, "all_gather": 512 << 10,
-                     "all_to_all": 512 << 10}
-CE_MIN_BYTES = {"all_reduce": 256 << 20, "reduce_scatter": 256 << 20}  # one process driving every GPU only
 
 
 class Collectives:
@@ -119,7 +117,7 @@ class Collectives:
     def _mechanism(self, op: str, nbytes: int, mechanism: str) -> str:
         """The mechanism to use, checked against the LL size limit."""
         chosen = choose(op, nbytes, mechanism, single_process=self.team.rank is None)
-        if chosen == "ll" and nbytes > LL_MAX_BYTES:
+        if not fits(chosen, nbytes):
             raise ValueError(f"mechanism: 'll' sends at most {LL_MAX_BYTES} bytes per peer; {op} of this size "
                              f"sends {nbytes}; use 'sm' or 'auto'")
         return chosen
@@ -221,14 +219,15 @@ class Collectives:
         suffix = self._suffix(inp)
         item = inp.storage_dtype.itemsize
         nbytes = total * item
-        if algorithm not in ("auto", "one_shot", "two_shot"):
-            raise ValueError(f"algorithm: expected 'one_shot', 'two_shot' or 'auto', got {algorithm!r}")
+        runs = COLLECTIVES["all_reduce"].algorithms  # mechanism -> the algorithms it runs
+        known = sorted(set().union(*runs.values()))
+        if algorithm not in ("auto", *known):
+            raise ValueError(f"algorithm: expected {_quoted(known)} or 'auto', got {algorithm!r}")
         if mechanism == "auto" and algorithm != "auto":
             mechanism = "sm"  # an explicit algorithm asks for the register-level kernels
         chosen = self._mechanism("all_reduce", nbytes, mechanism)
-        fixed = {"ll": "one_shot"}.get(chosen)
-        if fixed and algorithm not in ("auto", fixed):
-            raise ValueError(f"algorithm: mechanism {chosen!r} runs {fixed!r}, got {algorithm!r}")
+        if algorithm not in ("auto", *runs[chosen]):
+            raise ValueError(f"algorithm: mechanism {chosen!r} runs {_quoted(runs[chosen])}, got {algorithm!r}")
         if chosen == "ce":
             return self._all_reduce_ce(out, inp, total, algorithm, suffix)
         self._whole_packs(nbytes)
@@ -266,6 +265,10 @@ class Collectives:
     def _local(self, array, rank: int):
         return array[rank] if self.team.rank is None else array.local
 
+    def run(self, op: str, out, inp, **options) -> None:
+        """Collective `op` by name (a key of COLLECTIVES), e.g. run("all_gather", out, inp, mechanism="sm")."""
+        collective(op).run(self, out, inp, **options)
+
 
 def next_epoch(epoch: int) -> int:
     """The LL epoch after `epoch`: 1, 2, ..., 2³² − 2, then 1 again. Never 0 (the staging's initial flag), and
@@ -285,39 +288,184 @@ def _ll_lines_per_sender() -> int:
     return 2 * LL_MAX_BYTES // 16
 
 
+
+def fits(mechanism: str, nbytes: int) -> bool:
+    """Whether `mechanism` can send `nbytes` to one peer in one call ('ll': at most LL_MAX_BYTES)."""
+    return mechanism != "ll" or nbytes <= LL_MAX_BYTES
+
+
+def _quoted(names) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
+# The collective registry: one entry per op, from which buffers, bandwidths, `choose`, the measured variants,
+# listings and tests are derived. Sizes are nccl-tests' S (see the module docstring); n is the team size.
+
+@dataclass(frozen=True)
+class CollectiveOp:
+    """One collective: what it computes and how pkit runs, sizes and measures it."""
+
+    name: str  # key of COLLECTIVES, `op` column of results
+    description: str  # one line, for listings
+    run: Callable  # run(coll, out, inp, **options): enqueue it on coll's team (`Collectives.run`)
+    reference: Callable[[list, int], np.ndarray]  # rank r's output for every rank's input (NumPy arrays)
+    counts: Callable[[int, int], tuple[int, int]]  # (input, output) elements per rank for S elements, n ranks
+    per_peer: Callable[[int, int], int]  # bytes one rank sends one peer in the one-shot form, for S bytes, n ranks
+    bus_factor: Callable[[int], float]  # nccl-tests' busbw / algbw for n ranks
+    reduces: bool = False  # sums float32 or bfloat16 (REDUCIBLE)
+    mechanisms: tuple[str, ...] = MECHANISMS[1:]  # those that implement it; "sm" is auto's fallback
+    algorithms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # mechanism -> algorithms it runs
+    ll_auto_max_bytes: int = -1  # "auto" picks "ll" up to this many bytes per peer (-1: never)
+    ce_auto_min_bytes: float = math.inf  # "auto" picks "ce" from this many bytes per peer (one process only)
+
+    def __post_init__(self):
+        picks = ["sm"] + ["ll"] * (self.ll_auto_max_bytes >= 0) + ["ce"] * (self.ce_auto_min_bytes < math.inf)
+        if not set(picks) <= set(self.mechanisms):
+            raise ValueError(f"mechanisms: {self.name} needs {picks} (what auto may pick), got {self.mechanisms}")
+
+    def auto(self, nbytes: int, single_process: bool) -> str:
+        """The mechanism "auto" picks when one rank sends `nbytes` to one peer (see `choose`)."""
+        if nbytes <= self.ll_auto_max_bytes:
+            return "ll"
+        if single_process and nbytes >= self.ce_auto_min_bytes:
+            return "ce"
+        return "sm"
+
+    def variants(self, total_bytes: int, ranks: int) -> list[tuple[str, dict]]:
+        """(implementation name, options of `run`) measured for S = `total_bytes` on `ranks` GPUs: the SM kernels
+        once per algorithm ('pkit_<algorithm>'), every other mechanism that fits once ('pkit_<mechanism>')."""
+        out = []
+        for mechanism in self.mechanisms:
+            if mechanism == "sm" and self.algorithms.get("sm"):
+                out += [(f"pkit_{a}", {"algorithm": a, "mechanism": "sm"}) for a in self.algorithms["sm"]]
+            elif fits(mechanism, self.per_peer(total_bytes, ranks)):
+                out.append((f"pkit_{mechanism}", {"mechanism": mechanism}))
+        return out
+
+
+def lookup(registry: Mapping[str, object], name: str, arg: str):
+    """registry[name], or a ValueError naming argument `arg` and the known names."""
+    if name not in registry:
+        raise ValueError(f"{arg}: expected one of {list(registry)}, got {name!r}")
+    return registry[name]
+
+
+def listing(registry: Mapping[str, object], *fields: str):
+    """A DataFrame with one row per entry of `registry` and the named `fields` as columns (tuples joined)."""
+    import pandas as pd
+
+    def cell(value):
+        return ", ".join(value) if isinstance(value, tuple) else value
+
+    return pd.DataFrame([{f: cell(getattr(entry, f)) for f in fields} for entry in registry.values()])
+
+
+def _share(x: np.ndarray, rank: int, ranks: int) -> np.ndarray:
+    """The `rank`-th of `ranks` equal shares of `x`."""
+    share = len(x) // ranks
+    return x[rank * share:(rank + 1) * share]
+
+
+def _sum(inputs, rank):
+    return np.sum(inputs, axis=0)
+
+
+def _sum_share(inputs, rank):
+    return _share(np.sum(inputs, axis=0), rank, len(inputs))
+
+
+def _concatenation(inputs, rank):
+    return np.concatenate(inputs)
+
+
+def _transposition(inputs, rank):
+    return np.concatenate([_share(x, rank, len(inputs)) for x in inputs])
+
+
+def _equal(elements: int, ranks: int) -> tuple[int, int]:
+    return elements, elements
+
+
+def _gathered(elements: int, ranks: int) -> tuple[int, int]:
+    return elements // ranks, elements
+
+
+def _scattered(elements: int, ranks: int) -> tuple[int, int]:
+    return elements, elements // ranks
+
+
+def _whole(nbytes: int, ranks: int) -> int:
+    return nbytes
+
+
+def _one_share(nbytes: int, ranks: int) -> int:
+    return nbytes // ranks
+
+
+def _peers_share(ranks: int) -> float:
+    return (ranks - 1) / ranks
+
+
+def _twice_peers_share(ranks: int) -> float:
+    return 2 * (ranks - 1) / ranks
+
+
+# "auto" thresholds, in bytes one rank sends one peer: from results/h200x2-nv18/collectives_pkit_nccl.csv (the
+# reduce-scatter CE threshold lies between the measured tie at 128 MiB shares and the win at 512 MiB).
+COLLECTIVES = {c.name: c for c in (
+    CollectiveOp("all_reduce", "every rank gets the sum of every rank's buffer", Collectives.all_reduce, _sum,
+                 _equal, _whole, _twice_peers_share, reduces=True,
+                 algorithms={"sm": ("one_shot", "two_shot"), "ll": ("one_shot",), "ce": ("one_shot", "two_shot")},
+                 ll_auto_max_bytes=1 << 20, ce_auto_min_bytes=256 << 20),
+    CollectiveOp("all_gather", "every rank gets every rank's share, in rank order", Collectives.all_gather,
+                 _concatenation, _gathered, _one_share, _peers_share, ll_auto_max_bytes=512 << 10),
+    CollectiveOp("reduce_scatter", "rank r gets the sum of every rank's r-th share", Collectives.reduce_scatter,
+                 _sum_share, _scattered, _one_share, _peers_share, reduces=True, ll_auto_max_bytes=512 << 10,
+                 ce_auto_min_bytes=256 << 20),
+    CollectiveOp("all_to_all", "rank r gets every rank's r-th share, in rank order", Collectives.all_to_all,
+                 _transposition, _equal, _one_share, _peers_share, ll_auto_max_bytes=512 << 10),
+)}
+
+
+def collective(name: str) -> CollectiveOp:
+    """The registry entry of op `name`.
+
+    >>> collective("all_gather").counts(1024, 4)  # (input, output) elements for S = 1024 elements on 4 GPUs
+    (256, 1024)
+    """
+    return lookup(COLLECTIVES, name, "op")
+
+
+def list_collectives():
+    """The registered collectives as a DataFrame: name, description, mechanisms, reduces.
+
+    >>> list_collectives()["name"].tolist()
+    ['all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all']
+    """
+    return listing(COLLECTIVES, "name", "description", "mechanisms", "reduces")
+
+
 def per_peer_bytes(op: str, total_bytes: int, ranks: int) -> int:
     """What one rank sends one peer in the one-shot form of `op` over nccl-tests' size S = `total_bytes`: the
     whole buffer for all-reduce, one share otherwise (the `nbytes` of `choose`)."""
-    return total_bytes if op == "all_reduce" else total_bytes // ranks
+    return collective(op).per_peer(total_bytes, ranks)
 
 
 def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) -> str:
     """The mechanism for a collective: the override if given, else what measured fastest on 2×H200
     (results/h200x2-nv18/collectives_pkit_nccl.csv). `nbytes`: what one rank sends one peer in the one-shot
-    form (`per_peer_bytes`). LL packets up to LL_AUTO_MAX_BYTES[op],
-    the copy-engine pipeline for the reductions from CE_MIN_BYTES[op] (one process only; the
-    reduce-scatter threshold lies between the measured tie at 128 MiB shares and the win at 512 MiB), SM
-    kernels for the rest."""
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism: expected one of {list(MECHANISMS)}, got {mechanism!r}")
-    if mechanism != "auto":
-        return mechanism
-    if nbytes <= LL_AUTO_MAX_BYTES.get(op, -1):
-        return "ll"
-    if single_process and nbytes >= CE_MIN_BYTES.get(op, 1 << 62):
-        return "ce"
-    return "sm"
+    form (`per_peer_bytes`). LL packets up to the op's `ll_auto_max_bytes`, the copy-engine pipeline from its
+    `ce_auto_min_bytes` (one process only), SM kernels for the rest (`CollectiveOp.auto`)."""
+    entry = collective(op)
+    lookup(dict.fromkeys(("auto", *entry.mechanisms)), mechanism, "mechanism")
+    return entry.auto(nbytes, single_process) if mechanism == "auto" else mechanism
 
 
 def bus_bandwidth_factor(op: str, ranks: int) -> float:
     """nccl-tests' busbw / algbw factor: all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all (n−1)/n."""
     if ranks < 1:
         raise ValueError(f"ranks: expected a positive team size, got {ranks}")
-    factors = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,
-               "reduce_scatter": (ranks - 1) / ranks, "all_to_all": (ranks - 1) / ranks}
-    if op not in factors:
-        raise ValueError(f"op: expected one of {sorted(factors)}, got {op!r}")
-    return factors[op]
+    return collective(op).bus_factor(ranks)
 
 
 def bandwidths(op: str, total_bytes: int, ranks: int, seconds: float) -> tuple[float, float]:
