@@ -29,85 +29,40 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
 # Answers of the code before the collective registry (commit d83555f), printed by running it once: the
 # registry must keep every mechanism choice, variant list, per-peer size and bandwidth as they were.
 SIZES = [1 << p for p in range(4, 32)]  # 16 B .. 2 GiB
-CHOICES = {  # (op, mechanism, single_process): choose(op, size, ...) over SIZES, as word*repeats
-    ('all_reduce', 'auto', True): 'll*17 sm*7 ce*4',
-    ('all_reduce', 'auto', False): 'll*17 sm*11',
-    ('all_reduce', 'sm', True): 'sm*28',
-    ('all_reduce', 'sm', False): 'sm*28',
-    ('all_reduce', 'll', True): 'll*28',
-    ('all_reduce', 'll', False): 'll*28',
-    ('all_reduce', 'ce', True): 'ce*28',
-    ('all_reduce', 'ce', False): 'ce*28',
-    ('all_gather', 'auto', True): 'll*16 sm*12',
-    ('all_gather', 'auto', False): 'll*16 sm*12',
-    ('all_gather', 'sm', True): 'sm*28',
-    ('all_gather', 'sm', False): 'sm*28',
-    ('all_gather', 'll', True): 'll*28',
-    ('all_gather', 'll', False): 'll*28',
-    ('all_gather', 'ce', True): 'ce*28',
-    ('all_gather', 'ce', False): 'ce*28',
-    ('reduce_scatter', 'auto', True): 'll*16 sm*8 ce*4',
-    ('reduce_scatter', 'auto', False): 'll*16 sm*12',
-    ('reduce_scatter', 'sm', True): 'sm*28',
-    ('reduce_scatter', 'sm', False): 'sm*28',
-    ('reduce_scatter', 'll', True): 'll*28',
-    ('reduce_scatter', 'll', False): 'll*28',
-    ('reduce_scatter', 'ce', True): 'ce*28',
-    ('reduce_scatter', 'ce', False): 'ce*28',
-    ('all_to_all', 'auto', True): 'll*16 sm*12',
-    ('all_to_all', 'auto', False): 'll*16 sm*12',
-    ('all_to_all', 'sm', True): 'sm*28',
-    ('all_to_all', 'sm', False): 'sm*28',
-    ('all_to_all', 'll', True): 'll*28',
-    ('all_to_all', 'll', False): 'll*28',
-    ('all_to_all', 'ce', True): 'ce*28',
-    ('all_to_all', 'ce', False): 'ce*28',
+CHOICES = {  # (op, single_process): choose(op, size, 'auto', ...) over SIZES, as word*repeats
+    ('all_reduce', True): 'll*17 sm*7 ce*4',
+    ('all_reduce', False): 'll*17 sm*11',
+    ('all_gather', True): 'll*16 sm*12',
+    ('all_gather', False): 'll*16 sm*12',
+    ('reduce_scatter', True): 'll*16 sm*8 ce*4',
+    ('reduce_scatter', False): 'll*16 sm*12',
+    ('all_to_all', True): 'll*16 sm*12',
+    ('all_to_all', False): 'll*16 sm*12',
 }
-VARIANTS = {  # (op, ranks): _variants(op, size, ranks) names over SIZES, as names*repeats
-    ('all_reduce', 2): 'pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11',
-    ('all_reduce', 4): 'pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11',
-    ('all_reduce', 8): 'pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11',
-    ('all_gather', 2): 'pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10',
-    ('all_gather', 4): 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9',
-    ('all_gather', 8): 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8',
-    ('reduce_scatter', 2): 'pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10',
-    ('reduce_scatter', 4): 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9',
-    ('reduce_scatter', 8): 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8',
-    ('all_to_all', 2): 'pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10',
-    ('all_to_all', 4): 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9',
-    ('all_to_all', 8): 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8',
+EXPLICIT = ('sm', 'll', 'ce')  # choose(op, size, m, ...) was m at every size, for every op and both modes
+VARIANTS = {  # op: _variants(op, size, ranks) names over SIZES for ranks 2, 4, 8, as names*repeats
+    'all_reduce': ['pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11', 'pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11', 'pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11'],
+    'all_gather': ['pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10', 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9', 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8'],
+    'reduce_scatter': ['pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10', 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9', 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8'],
+    'all_to_all': ['pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10', 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9', 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8'],
 }
-PER_PEER = {  # (op, ranks): per_peer_bytes(op, size, ranks) over SIZES[::3]
-    ('all_reduce', 2): [16, 128, 1024, 8192, 65536, 524288, 4194304, 33554432, 268435456, 2147483648],
-    ('all_reduce', 4): [16, 128, 1024, 8192, 65536, 524288, 4194304, 33554432, 268435456, 2147483648],
-    ('all_reduce', 8): [16, 128, 1024, 8192, 65536, 524288, 4194304, 33554432, 268435456, 2147483648],
-    ('all_gather', 2): [8, 64, 512, 4096, 32768, 262144, 2097152, 16777216, 134217728, 1073741824],
-    ('all_gather', 4): [4, 32, 256, 2048, 16384, 131072, 1048576, 8388608, 67108864, 536870912],
-    ('all_gather', 8): [2, 16, 128, 1024, 8192, 65536, 524288, 4194304, 33554432, 268435456],
-    ('reduce_scatter', 2): [8, 64, 512, 4096, 32768, 262144, 2097152, 16777216, 134217728, 1073741824],
-    ('reduce_scatter', 4): [4, 32, 256, 2048, 16384, 131072, 1048576, 8388608, 67108864, 536870912],
-    ('reduce_scatter', 8): [2, 16, 128, 1024, 8192, 65536, 524288, 4194304, 33554432, 268435456],
-    ('all_to_all', 2): [8, 64, 512, 4096, 32768, 262144, 2097152, 16777216, 134217728, 1073741824],
-    ('all_to_all', 4): [4, 32, 256, 2048, 16384, 131072, 1048576, 8388608, 67108864, 536870912],
-    ('all_to_all', 8): [2, 16, 128, 1024, 8192, 65536, 524288, 4194304, 33554432, 268435456],
+PER_PEER = {  # op: per_peer_bytes(op, size, ranks) over SIZES[::9] for ranks 2, 4, 8
+    'all_reduce': [[16, 8192, 4194304, 2147483648], [16, 8192, 4194304, 2147483648], [16, 8192, 4194304, 2147483648]],
+    'all_gather': [[8, 4096, 2097152, 1073741824], [4, 2048, 1048576, 536870912], [2, 1024, 524288, 268435456]],
+    'reduce_scatter': [[8, 4096, 2097152, 1073741824], [4, 2048, 1048576, 536870912], [2, 1024, 524288, 268435456]],
+    'all_to_all': [[8, 4096, 2097152, 1073741824], [4, 2048, 1048576, 536870912], [2, 1024, 524288, 268435456]],
 }
-BANDWIDTHS = {  # (op, ranks): bandwidths(op, size, ranks, 1 ms) over SIZES[::9]
-    ('all_reduce', 1): [(1.6e-05, 0.0), (0.008192, 0.0), (4.194304, 0.0), (2147.483648, 0.0)],
-    ('all_reduce', 2): [(1.6e-05, 1.6e-05), (0.008192, 0.008192), (4.194304, 4.194304), (2147.483648, 2147.483648)],
-    ('all_reduce', 4): [(1.6e-05, 2.4e-05), (0.008192, 0.012288), (4.194304, 6.291456), (2147.483648, 3221.225472)],
-    ('all_reduce', 8): [(1.6e-05, 2.8e-05), (0.008192, 0.014336), (4.194304, 7.340032), (2147.483648, 3758.096384)],
-    ('all_gather', 1): [(1.6e-05, 0.0), (0.008192, 0.0), (4.194304, 0.0), (2147.483648, 0.0)],
-    ('all_gather', 2): [(1.6e-05, 8e-06), (0.008192, 0.004096), (4.194304, 2.097152), (2147.483648, 1073.741824)],
-    ('all_gather', 4): [(1.6e-05, 1.2e-05), (0.008192, 0.006144), (4.194304, 3.145728), (2147.483648, 1610.612736)],
-    ('all_gather', 8): [(1.6e-05, 1.4e-05), (0.008192, 0.007168), (4.194304, 3.670016), (2147.483648, 1879.048192)],
-    ('reduce_scatter', 1): [(1.6e-05, 0.0), (0.008192, 0.0), (4.194304, 0.0), (2147.483648, 0.0)],
-    ('reduce_scatter', 2): [(1.6e-05, 8e-06), (0.008192, 0.004096), (4.194304, 2.097152), (2147.483648, 1073.741824)],
-    ('reduce_scatter', 4): [(1.6e-05, 1.2e-05), (0.008192, 0.006144), (4.194304, 3.145728), (2147.483648, 1610.612736)],
-    ('reduce_scatter', 8): [(1.6e-05, 1.4e-05), (0.008192, 0.007168), (4.194304, 3.670016), (2147.483648, 1879.048192)],
-    ('all_to_all', 1): [(1.6e-05, 0.0), (0.008192, 0.0), (4.194304, 0.0), (2147.483648, 0.0)],
-    ('all_to_all', 2): [(1.6e-05, 8e-06), (0.008192, 0.004096), (4.194304, 2.097152), (2147.483648, 1073.741824)],
-    ('all_to_all', 4): [(1.6e-05, 1.2e-05), (0.008192, 0.006144), (4.194304, 3.145728), (2147.483648, 1610.612736)],
-    ('all_to_all', 8): [(1.6e-05, 1.4e-05), (0.008192, 0.007168), (4.194304, 3.670016), (2147.483648, 1879.048192)],
+FACTORS = {  # op: bus_bandwidth_factor(op, ranks) for ranks 1, 2, 4, 8
+    'all_reduce': [0.0, 1.0, 1.5, 1.75],
+    'all_gather': [0.0, 0.5, 0.75, 0.875],
+    'reduce_scatter': [0.0, 0.5, 0.75, 0.875],
+    'all_to_all': [0.0, 0.5, 0.75, 0.875],
+}
+BANDWIDTHS = {  # op: bandwidths(op, size, 8 ranks, 1 ms) over SIZES[::9]
+    'all_reduce': [(1.6e-05, 2.8e-05), (0.008192, 0.014336), (4.194304, 7.340032), (2147.483648, 3758.096384)],
+    'all_gather': [(1.6e-05, 1.4e-05), (0.008192, 0.007168), (4.194304, 3.670016), (2147.483648, 1879.048192)],
+    'reduce_scatter': [(1.6e-05, 1.4e-05), (0.008192, 0.007168), (4.194304, 3.670016), (2147.483648, 1879.048192)],
+    'all_to_all': [(1.6e-05, 1.4e-05), (0.008192, 0.007168), (4.194304, 3.670016), (2147.483648, 1879.048192)],
 }
 
 
@@ -117,21 +72,24 @@ def _runs(text):
 
 
 def test_choices_are_those_recorded_before_the_registry():
-    for (op, mechanism, single_process), recorded in CHOICES.items():
-        got = [C.choose(op, s, mechanism, single_process=single_process) for s in SIZES]
-        assert got == _runs(recorded), (op, mechanism, single_process)
+    for (op, single_process), recorded in CHOICES.items():
+        assert [C.choose(op, s, "auto", single_process=single_process) for s in SIZES] == _runs(recorded), op
+        for m in EXPLICIT:
+            assert {C.choose(op, s, m, single_process=single_process) for s in SIZES} == {m}, (op, m)
 
 
 def test_variants_sizes_and_bandwidths_are_those_recorded_before_the_registry():
     from pkit.experiments.collectives import _variants
 
-    for (op, ranks), recorded in VARIANTS.items():
-        got = ["+".join(name for name, _ in _variants(op, s, ranks)) for s in SIZES]
-        assert got == _runs(recorded), (op, ranks)
-    for (op, ranks), recorded in PER_PEER.items():
-        assert [C.per_peer_bytes(op, s, ranks) for s in SIZES[::3]] == recorded, (op, ranks)
-    for (op, ranks), recorded in BANDWIDTHS.items():
-        assert [C.bandwidths(op, s, ranks, 1e-3) for s in SIZES[::9]] == recorded, (op, ranks)
+    for op, recorded in VARIANTS.items():
+        for ranks, series in zip((2, 4, 8), recorded):
+            assert ["+".join(name for name, _ in _variants(op, s, ranks)) for s in SIZES] == _runs(series), op
+    for op, recorded in PER_PEER.items():
+        assert [[C.per_peer_bytes(op, s, n) for s in SIZES[::9]] for n in (2, 4, 8)] == recorded, op
+    for op, recorded in FACTORS.items():
+        assert [C.bus_bandwidth_factor(op, n) for n in (1, 2, 4, 8)] == recorded, op
+    for op, recorded in BANDWIDTHS.items():
+        assert [C.bandwidths(op, s, 8, 1e-3) for s in SIZES[::9]] == recorded, op
 
 def test_ll_block_size_widens_past_two_packs_per_thread():
     small = C.LL_PACKS_PER_THREAD * C.LL_THREADS * 132  # packs that 132 blocks of LL_THREADS carry, two each
