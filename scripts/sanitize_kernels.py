@@ -11,41 +11,24 @@ import cupy as cp
 import numpy as np
 
 import pkit
-from pkit.ops.collectives import Collectives
+from pkit.ops.collectives import COLLECTIVES, Collectives, collective
 from pkit.ops.transfers import MECHANISMS as COPY_MECHANISMS
 from pkit.ops.transfers import peer_copy
 
 ELEMENTS = 1 << 14  # float32 per rank: 64 KiB, within every mechanism's limits
 
 
-def expected(op: str, inputs: list[np.ndarray], rank: int) -> np.ndarray:
-    """What `op` leaves on `rank` for these per-rank inputs."""
-    size, total = len(inputs), sum(inputs)
-    if op == "all_reduce":
-        return total
-    if op == "reduce_scatter":
-        return np.split(total, size)[rank]
-    if op == "all_gather":
-        return np.concatenate(inputs)
-    return np.concatenate([np.split(x, size)[rank] for x in inputs])  # all_to_all
-
-
 def collective_cases():
-    """(op, keyword arguments) for every op, mechanism and all-reduce algorithm."""
-    for mechanism in ("sm", "ll", "ce"):
-        for op in ("all_gather", "reduce_scatter", "all_to_all"):
-            yield op, {"mechanism": mechanism}
-        algorithms = ("one_shot",) if mechanism == "ll" else ("one_shot", "two_shot")
-        for algorithm in algorithms:
-            yield "all_reduce", {"mechanism": mechanism, "algorithm": algorithm}
+    """(op, keyword arguments of Collectives.run) for every registered op and mechanism, and every algorithm each
+    mechanism runs (pkit.ops.collectives.COLLECTIVES)."""
+    return [(op.name, form) for op in COLLECTIVES.values() for form in op.forms()]
 
 
 def run_collective(team, coll, op: str, kwargs: dict) -> bool:
     """One call of `op` on fresh random float32 inputs, NaN-poisoned outputs; True when every rank is right."""
     rng = np.random.default_rng(0)
-    share = ELEMENTS // team.size
-    in_n = share if op == "all_gather" else ELEMENTS
-    out_n = share if op == "reduce_scatter" else ELEMENTS
+    entry = collective(op)
+    in_n, out_n = entry.counts(ELEMENTS, team.size)
     inp, out = team.empty((in_n,), "float32"), team.empty((out_n,), "float32")
     host = [rng.standard_normal(in_n, dtype=np.float32) for _ in range(team.size)]
     for r in range(team.size):
@@ -53,9 +36,9 @@ def run_collective(team, coll, op: str, kwargs: dict) -> bool:
             inp[r][:] = cp.asarray(host[r])
             out[r].fill(np.nan)
     team.synchronize()
-    getattr(coll, op)(out, inp, **kwargs)
+    coll.run(op, out, inp, **kwargs)
     team.synchronize()
-    return all(np.allclose(cp.asnumpy(out[r]), expected(op, host, r), rtol=1e-5, atol=1e-5)
+    return all(np.allclose(cp.asnumpy(out[r]), entry.reference(host, r), rtol=1e-5, atol=1e-5)
                for r in range(team.size))
 
 

@@ -278,26 +278,20 @@ def team():
 
 
 def _cases():
-    """(op or op:algorithm, mechanism) for every registered op: each mechanism with each algorithm it runs, then
+    """(op, keyword arguments of Collectives.run): every form of every registered op (`CollectiveOp.forms`), then
     auto."""
-    for op in C.COLLECTIVES.values():
-        for mechanism in op.mechanisms:
-            yield from ((f"{op.name}:{a}".rstrip(":"), mechanism) for a in op.algorithms.get(mechanism, [""]))
-        yield f"{op.name}:auto" if op.algorithms else op.name, "auto"
+    return [(op.name, form) for op in C.COLLECTIVES.values() for form in [*op.forms(), {"mechanism": "auto"}]]
 
 
-def _options(case, mechanism):
-    """(op, keyword arguments of Collectives.run) for a case of `_cases`."""
-    op, _, algorithm = case.partition(":")
-    return op, {"mechanism": mechanism, **({"algorithm": algorithm} if algorithm else {})}
+def _case_id(value):
+    return "-".join(value.values()) if isinstance(value, dict) else value
 
 
 @pytest.mark.multigpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("count", [64, 8 * 1000 + 16, 200_000 + 16, 3 << 20])  # 200,016: wide LL blocks
-@pytest.mark.parametrize("case, mechanism", list(_cases()))
-def test_collective_against_float64(team, case, mechanism, dtype, count):
-    op, options = _options(case, mechanism)
+@pytest.mark.parametrize("op, options", _cases(), ids=_case_id)
+def test_collective_against_float64(team, op, options, dtype, count):
     coll = C.Collectives(team, ce_chunk_bytes=64 << 10, ce_slots=2)  # many chunks: the slots wrap around
     n = team.size
     in_count, out_count = C.collective(op).counts(count, n)
@@ -305,7 +299,7 @@ def test_collective_against_float64(team, case, mechanism, dtype, count):
     poison = np.uint16(0x7FC0) if dtype == "bfloat16" else np.float32(np.nan)
     out = team.empty((out_count,), dtype).fill(poison)
     sent = C.per_peer_bytes(op, count * inp.storage_dtype.itemsize, n)
-    if not C.fits(mechanism, sent):
+    if not C.fits(options["mechanism"], sent):
         with pytest.raises(ValueError, match="'ll' sends at most"):
             coll.run(op, out, inp, **options)
         return
@@ -313,7 +307,7 @@ def test_collective_against_float64(team, case, mechanism, dtype, count):
     want = _expected(op, x, n)
     team.synchronize()
     for r in range(n):
-        _assert_close(_read(out, r), want[r], dtype, f"{case}/{mechanism} {dtype} n={count} rank {r}")
+        _assert_close(_read(out, r), want[r], dtype, f"{op} {options} {dtype} n={count} rank {r}")
 
 
 @pytest.mark.multigpu

@@ -331,6 +331,11 @@ class CollectiveOp:
             return "ce"
         return "sm"
 
+    def forms(self) -> list[dict]:
+        """Keyword arguments of `run` for each mechanism with each algorithm it runs (what the tests cover)."""
+        return [{"mechanism": m, **({"algorithm": a} if a else {})} for m in self.mechanisms
+                for a in self.algorithms.get(m, (None,))]
+
     def variants(self, total_bytes: int, ranks: int) -> list[tuple[str, dict]]:
         """(implementation name, options of `run`) measured for S = `total_bytes` on `ranks` GPUs: the SM kernels
         once per algorithm ('pkit_<algorithm>'), every other mechanism that fits once ('pkit_<mechanism>')."""
