@@ -6,6 +6,10 @@ that those streams wait for) and returns; `team.synchronize()` waits. docs/colle
 of the whole collective as nccl-tests does: all-gather's output and reduce-scatter's input hold
 `size × share` elements; all-reduce and all-to-all buffers are equal on every rank.
 
+Each op is an entry of COLLECTIVES (`CollectiveOp`: what it computes, buffer counts, busbw factor, mechanisms,
+auto thresholds); `collective(name)` looks one up, `list_collectives()` lists them, `Collectives.run(name, ...)`
+runs one by name. docs/collectives.md says how to add one.
+
 Mechanisms (the `mechanism` argument; "auto" picks by op and size, see `choose`):
   * "sm": register-level 16-byte loads/stores between two in-kernel team barriers; every op, any team
     size, one process for all GPUs or one per GPU.
