@@ -23,7 +23,7 @@ _LAZY = {
     "Team": ("pkit.team", "Team"),
     "SymmetricArray": ("pkit.team", "SymmetricArray"),
     "bench": ("pkit.timing", "bench"),
-    "synchronize": ("pkit.launch", "check"),
+    "synchronize": ("pkit.launch", "synchronize"),
 }
 _SUBMODULES = {"roofline", "hardware", "metrics", "analysis", "results", "figures", "timing", "team",
                "experiments", "harness", "problem_kit", "launch"}

@@ -1,13 +1,13 @@
 """Launch-side plumbing: error checks that raise PeerTimeout, stream holding, pkit's kernel block size.
 
-`check(devices)` synchronises and turns a trapped wait into `pkit.PeerTimeout`. The wait globals of modules
+`synchronize(devices)` synchronises and turns a trapped wait into `pkit.PeerTimeout`. The wait globals of modules
 that include include/pkit/sync.cuh are kept by pkit.waits; its `set_wait_timeout`, `parse_report` and
 `timeout_report` are importable from here.
 
 Example:
     >>> import pkit.launch as L
     >>> L.set_wait_timeout(2.0)                                    # doctest: +SKIP
-    >>> L.check([0, 1])                                            # doctest: +SKIP
+    >>> L.synchronize([0, 1])                                            # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from typing import Sequence
 from .compiler import compile
 from .waits import parse_report, set_wait_timeout, timeout_report
 
-__all__ = ["THREADS", "check", "hold_streams", "parse_report", "set_wait_timeout", "timeout_report"]
+__all__ = ["THREADS", "hold_streams", "parse_report", "set_wait_timeout", "synchronize", "timeout_report"]
 
 THREADS = 512
 """Threads per block of pkit's copy and collective kernels."""
 
 
-def check(devices: Sequence[int] | None = None) -> None:
+def synchronize(devices: Sequence[int] | None = None) -> None:
     """Synchronise `devices` (default: all visible); raise PeerTimeout if a wait trapped, else re-raise."""
     import cupy as cp
 

@@ -136,9 +136,9 @@ class Team:
 
     def synchronize(self) -> None:
         """Wait for all local GPUs; a trapped device-side wait raises pkit.PeerTimeout."""
-        from .launch import check
+        from .launch import synchronize
 
-        check([self.devices[r] for r in self.local_ranks])
+        synchronize([self.devices[r] for r in self.local_ranks])
         if self.group is not None or self.rank is not None:
             import torch.distributed as dist
 

@@ -102,7 +102,7 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
     import cupy as cp
 
     from .gpus import on_device as _on, require_gpus
-    from .launch import check, hold_streams
+    from .launch import hold_streams, synchronize
 
     if warmup < 0 or reps < 1:
         raise ValueError(f"warmup/reps: expected warmup >= 0 and reps >= 1, got {warmup}, {reps}")
@@ -139,7 +139,7 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
     try:
         for i in range(warmup):
             call(i)
-        check(devs)
+        synchronize(devs)
         events = {d: [_on(d, cp.cuda.Event) for _ in range(reps + 1)] for d in devs}
         with hold_streams({d: streams[d] for d in devs}, enabled=hide_launch):
             for d in devs:
@@ -149,7 +149,7 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
                     call(i * calls_per_sample + k)
                 for d in devs:
                     _on(d, lambda: events[d][i + 1].record(streams[d]))
-        check(devs)
+        synchronize(devs)
         per_device = np.array([[cp.cuda.get_elapsed_time(events[d][i], events[d][i + 1]) for i in range(reps)]
                                for d in devs]) / calls_per_sample
     finally:

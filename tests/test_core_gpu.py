@@ -116,7 +116,7 @@ def test_unsatisfiable_wait_raises_peer_timeout_in_its_own_process():
         flag = cp.zeros(1, dtype=cp.uint32)
         pkit.compile({CHECKS!r}, "wait_forever")((1,), (1,), (flag,))
         try:
-            L.check([0])
+            L.synchronize([0])
         except pkit.PeerTimeout as e:
             print("TIMEOUT", e.kernel, e.device, round(e.waited_s, 2))
     """)

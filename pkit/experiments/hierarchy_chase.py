@@ -129,14 +129,14 @@ def _chase(kernel, device: int, launches: list[tuple[tuple, int]], hops: int, bl
     """One launch per (args, expected end); per launch (cycles, ns) per timed hop. Checks where each stopped."""
     import cupy as cp
 
-    from pkit.launch import check
+    from pkit.launch import synchronize
 
     with cp.cuda.Device(device):
         out = cp.zeros(3, dtype=cp.uint64)
     samples = []
     for args, expected_end in launches:
         kernel((1,), (block,), (*args, out), shared_mem=shared_mem, device=device)
-        check([device])
+        synchronize([device])
         cycles, ns, end = (int(v) for v in cp.asnumpy(out))
         if end != expected_end:
             raise AssertionError(f"{kernel.name} on GPU {device} stopped at {end:#x}, expected {expected_end:#x}: "
@@ -214,13 +214,13 @@ def _profile(device: int, base: int, order: np.ndarray, stride: int) -> np.ndarr
     """Per-hop cycles of PROFILE_HOPS hops through L2 from slot 0 of a chain already in the caches."""
     import cupy as cp
 
-    from pkit.launch import check
+    from pkit.launch import synchronize
 
     with cp.cuda.Device(device):
         cycles = cp.zeros(PROFILE_HOPS, dtype=cp.uint32)
         end = cp.zeros(1, dtype=cp.uint64)
     _kernel("chase_profile_l2")((1,), (1,), (np.uint64(base), np.uint32(PROFILE_HOPS), cycles, end), device=device)
-    check([device])
+    synchronize([device])
     expected = base + int(order[PROFILE_HOPS % len(order)]) * stride
     if int(end[0]) != expected:
         raise AssertionError(f"chase_profile_l2 stopped at {int(end[0]):#x}, expected {expected:#x}")

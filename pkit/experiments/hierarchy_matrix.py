@@ -217,7 +217,7 @@ def bandwidth_matrix(gpus: Sequence[int] = (0, 1), nbytes: int = 512 * MiB, test
                 copies = plan_copies(t.kind, a, b)
                 for c in copies:
                     buffers.poison(c.dst)
-                pkit.launch.check(gpus)
+                pkit.launch.synchronize(gpus)
                 r = pkit.bench(lambda: _enqueue_all(t.engine, copies, buffers, nbytes, kernel, sms),
                                devices=sorted({c.issuer for c in copies}), warmup=warmup, reps=reps, hide_launch=True)
                 bad = [c for c in copies if not buffers.verified(c.dst)]
