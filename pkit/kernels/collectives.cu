@@ -7,6 +7,8 @@
 #include <pkit/reduce.cuh>
 #include <pkit/sync.cuh>
 
+using pkit::thread_count;
+using pkit::thread_index;
 using pkit::u64;
 using pkit::vec16;
 
@@ -22,18 +24,16 @@ struct Team {
   }
 };
 
-__device__ __forceinline__ u64 thread_index() { return u64(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ u64 thread_count() { return u64(gridDim.x) * blockDim.x; }
-__device__ __forceinline__ vec16* at(const u64* bases, int q) { return reinterpret_cast<vec16*>(bases[q]); }
 
 // out[q][rank * chunk16 + i] = in[i] for every rank q.
 extern "C" __global__ void all_gather(const vec16* in, const u64* out_bases, u64 chunk16, const u64* flags,
                                       int rank, int size) {
   const Team team{flags, rank, size};
+  const pkit::PeerTable<vec16> out{out_bases, rank, size};
   team.barrier(PKIT_SITE);
   for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
     const vec16 v = pkit::load16(in + i);
-    for (int q = 0; q < size; ++q) pkit::store16(at(out_bases, (rank + q) % size) + rank * chunk16 + i, v);
+    for (int q = 0; q < size; ++q) pkit::store16(out[out.ring(q)] + rank * chunk16 + i, v);
   }
   team.barrier(PKIT_SITE);
 }
@@ -43,11 +43,12 @@ extern "C" __global__ void all_gather(const vec16* in, const u64* out_bases, u64
 extern "C" __global__ void all_to_all(const vec16* in, const u64* out_bases, u64 chunk16, const u64* flags,
                                       int rank, int size) {
   const Team team{flags, rank, size};
+  const pkit::PeerTable<vec16> out{out_bases, rank, size};
   team.barrier(PKIT_SITE);
   for (u64 j = thread_index(); j < chunk16; j += thread_count()) {
     for (int d = 1; d <= size; ++d) {
-      const int q = (rank + d) % size;  // start with the next rank: spread the links' load
-      pkit::store16(at(out_bases, q) + rank * chunk16 + j, pkit::load16(in + q * chunk16 + j));
+      const int q = out.ring(d);  // start with the next rank: spread the links' load
+      pkit::store16(out[q] + rank * chunk16 + j, pkit::load16(in + q * chunk16 + j));
     }
   }
   team.barrier(PKIT_SITE);
@@ -77,10 +78,11 @@ template <typename T>
 __device__ void all_reduce_two_shot(const u64* in_bases, const u64* out_bases, u64 chunk16, const u64* flags,
                                     int rank, int size) {
   const Team team{flags, rank, size};
+  const pkit::PeerTable<vec16> out{out_bases, rank, size};
   team.barrier(PKIT_SITE);
   for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
     const vec16 v = pkit::sum_pack<T>(in_bases, size, rank * chunk16 + i);
-    for (int q = 0; q < size; ++q) pkit::store16(at(out_bases, (rank + q) % size) + rank * chunk16 + i, v);
+    for (int q = 0; q < size; ++q) pkit::store16(out[out.ring(q)] + rank * chunk16 + i, v);
   }
   team.barrier(PKIT_SITE);
 }

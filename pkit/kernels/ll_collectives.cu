@@ -11,6 +11,8 @@
 
 using pkit::ll_line;
 using pkit::u32;
+using pkit::thread_count;
+using pkit::thread_index;
 using pkit::u64;
 using pkit::vec16;
 
@@ -41,8 +43,6 @@ struct Staging {
   }
 };
 
-__device__ __forceinline__ u64 thread_index() { return u64(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ u64 thread_count() { return u64(gridDim.x) * blockDim.x; }
 
 // Every thread first sends all its packs, then sums what arrived: a thread with several packs pays one
 // link latency, not one per pack.

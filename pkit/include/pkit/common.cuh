@@ -1,4 +1,4 @@
-// pkit device basics: fixed-width types, the global nanosecond timer, and call-site records.
+// pkit device basics: fixed-width types, the global nanosecond timer, grid-stride indices, call-site records.
 #pragma once
 
 namespace pkit {
@@ -14,6 +14,10 @@ __device__ __forceinline__ u64 globaltimer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+
+// Grid-stride loops: this thread's index over the whole grid, and the number of threads in the grid.
+__device__ __forceinline__ u64 thread_index() { return u64(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 thread_count() { return u64(gridDim.x) * blockDim.x; }
 
 // Where a wait was called from, for the timeout report: kernel (function) name and source line.
 struct Site {
