@@ -46,16 +46,6 @@ from .zygote import Zygote
 QUICK_TIMING = {"warmup": 2, "iters": 10}
 """Timing without --perf: just enough to call a correct candidate faster or slower."""
 
-def reuse_ratio(timing: Timing) -> float | None:
-    """Median time of the calls on reused input sets over the median of the sets' first calls (None without
-    reuse). The calls rotate over the sets, so the first len(seeds) calls are the first uses."""
-    sets, slowest = len(timing.seeds), timing.slowest_ms
-    if sets >= len(slowest):
-        return None
-    first = statistics.median(slowest[:sets])
-    return statistics.median(slowest[sets:]) / first if first > 0 else None
-
-
 REFERENCE_PHASES = ("load_problem", "inputs")
 """Phases of a candidate worker in which only the problem's own code runs (a failure there is the problem's)."""
 MISMATCH_SLACK_S = 0.05
@@ -173,6 +163,16 @@ def start_reference(problem: Problem, options: EvalOptions, device: str, folder:
     ref = Reference(spec_for(problem, options, device), folder, options.timeout_s, log=log, zygote=zygote)
     return ref.start([options.seed + t for t in range(options.trials)], problem.inplace_inputs,
                      counts["warmup"], counts["iters"])
+
+
+def reuse_ratio(timing: Timing) -> float | None:
+    """Median time of the calls on reused input sets over the median of the sets' first calls (None without
+    reuse). The calls rotate over the sets, so the first len(seeds) calls are the first uses."""
+    sets, slowest = len(timing.seeds), timing.slowest_ms
+    if sets >= len(slowest):
+        return None
+    first = statistics.median(slowest[:sets])
+    return statistics.median(slowest[sets:]) / first if first > 0 else None
 
 
 def timing_mismatch(ref: Timing, sol: Timing) -> str | None:
