@@ -83,7 +83,8 @@ def _matches(a, b, dtype: str) -> bool:
 def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16",
           devices: Sequence[int] = (0, 1), reps: int = 20, calls_per_sample: int = 1,
           implementations: Sequence[str] | None = None) -> pd.DataFrame:
-    """pkit's collectives and single-process NCCL on the same buffers; each result checked against NCCL's.
+    """pkit's collectives and single-process NCCL on the same buffers; each result checked against NCCL's (the
+    registry's NumPy reference for an op NCCL lacks).
 
     `calls_per_sample` > 1 times that many back-to-back calls per sample (nccl-tests' averaging; see
     pkit.bench). `implementations` keeps only those names (pkit_one_shot, pkit_two_shot, pkit_sm, pkit_ll,
@@ -114,11 +115,9 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
 
 
 def _measure(team, coll, nccl, op: str, nbytes: int, dtype: str, implementations, bench: dict) -> list[dict]:
-    """Rows of `sweep` for one op and size: every variant checked against NCCL's output, then timed."""
+    """Rows of `sweep` for one op and size: every variant checked against the expected output, then timed."""
     out, inp = _buffers(team, op, nbytes, dtype)
-    expected = team.empty(out.shape, dtype)
-    getattr(nccl, op)(expected, inp)
-    team.synchronize()
+    expected = _expected(team, nccl, op, inp, out.shape, dtype)
     rows = []
     for name, call in _variants(op, nbytes, team.size):
         if implementations is not None and name not in implementations:
@@ -128,13 +127,33 @@ def _measure(team, coll, nccl, op: str, nbytes: int, dtype: str, implementations
         call(coll, nccl, out, inp)
         team.synchronize()
         if not all(_on(team.devices[r], lambda r=r: _matches(out[r], expected[r], dtype)) for r in range(team.size)):
-            raise AssertionError(f"{name} {op} of {nbytes} bytes ({dtype}) disagrees with NCCL")
+            raise AssertionError(f"{name} {op} of {nbytes} bytes ({dtype}) disagrees with the expected output")
         r = time_calls(lambda call=call: call(coll, nccl, out, inp), **bench)
         algbw, busbw = bandwidths(op, nbytes, team.size, r.median_ms * 1e-3)
         rows.append({"implementation": name, "op": op, "dtype": dtype, "bytes": nbytes,
                      "calls_per_sample": bench["calls_per_sample"], **r.times_us(), "algbw_GBps": algbw,
                      "busbw_GBps": busbw, "verified": True})
     return rows
+
+
+def _expected(team, nccl, op: str, inp, out_shape, dtype: str):
+    """Every rank's right output: NCCL's where the baseline has the op, else the registry's NumPy reference
+    (`CollectiveOp.reference`, in float32) copied to each GPU."""
+    import cupy as cp
+
+    expected = team.empty(out_shape, dtype)
+    if hasattr(NcclCollectives, op):
+        getattr(nccl, op)(expected, inp)
+    else:
+        as_f32 = from_bf16_bits if dtype == "bfloat16" else (lambda x: x)
+        inputs = [cp.asnumpy(_on(team.devices[r], lambda r=r: as_f32(inp[r]))) for r in range(team.size)]
+        for r in range(team.size):
+            want = collective(op).reference(inputs, r).astype(np.float32)
+            with cp.cuda.Device(team.devices[r]):
+                values = cp.asarray(want)
+                expected[r][...] = to_bf16_bits(values) if dtype == "bfloat16" else values
+    team.synchronize()
+    return expected
 
 
 def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, reps: int = 20) -> pd.DataFrame:
