@@ -224,8 +224,8 @@ class Collectives:
         item = inp.storage_dtype.itemsize
         nbytes = total * item
         runs = COLLECTIVES["all_reduce"].algorithms  # mechanism -> the algorithms it runs
-        known = sorted(set().union(*runs.values()))
-        if algorithm not in ("auto", *known):
+        if algorithm != "auto" and not any(algorithm in names for names in runs.values()):
+            known = sorted(set().union(*runs.values()))
             raise ValueError(f"algorithm: expected {_quoted(known)} or 'auto', got {algorithm!r}")
         if mechanism == "auto" and algorithm != "auto":
             mechanism = "sm"  # an explicit algorithm asks for the register-level kernels
@@ -290,7 +290,6 @@ def _ll_lines_per_sender() -> int:
     """16-byte LL lines per (parity, sender): two per 16-byte pack of the largest payload, a multiple of
     2^(g+1) for every group shift g in LL_GROUP_SHIFT (whole groups fit)."""
     return 2 * LL_MAX_BYTES // 16
-
 
 
 def fits(mechanism: str, nbytes: int) -> bool:
@@ -466,8 +465,11 @@ def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) ->
     form (`per_peer_bytes`). LL packets up to the op's `ll_auto_max_bytes`, the copy-engine pipeline from its
     `ce_auto_min_bytes` (one process only), SM kernels for the rest (`CollectiveOp.auto`)."""
     entry = collective(op)
-    lookup(dict.fromkeys(("auto", *entry.mechanisms)), mechanism, "mechanism")
-    return entry.auto(nbytes, single_process) if mechanism == "auto" else mechanism
+    if mechanism == "auto":
+        return entry.auto(nbytes, single_process)
+    if mechanism not in entry.mechanisms:
+        raise ValueError(f"mechanism: expected one of {['auto', *entry.mechanisms]}, got {mechanism!r}")
+    return mechanism
 
 
 def bus_bandwidth_factor(op: str, ranks: int) -> float:
