@@ -41,7 +41,7 @@ CHOICES = {  # (op, single_process): choose(op, size, 'auto', ...) over SIZES, a
 }
 EXPLICIT = ('sm', 'll', 'ce')  # choose(op, size, m, ...) was m at every size, for every op and both modes
 VARIANTS = {  # op: _variants(op, size, ranks) names over SIZES for ranks 2, 4, 8, as names*repeats
-    'all_reduce': ['pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11', 'pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11', 'pkit_one_shot+pkit_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_one_shot+pkit_two_shot+pkit_ce+nccl*11'],
+    'all_reduce': ['pkit_sm_one_shot+pkit_sm_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_sm_one_shot+pkit_sm_two_shot+pkit_ce+nccl*11', 'pkit_sm_one_shot+pkit_sm_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_sm_one_shot+pkit_sm_two_shot+pkit_ce+nccl*11', 'pkit_sm_one_shot+pkit_sm_two_shot+pkit_ll+pkit_ce+nccl*17 pkit_sm_one_shot+pkit_sm_two_shot+pkit_ce+nccl*11'],
     'all_gather': ['pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10', 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9', 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8'],
     'reduce_scatter': ['pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10', 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9', 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8'],
     'all_to_all': ['pkit_sm+pkit_ll+pkit_ce+nccl*18 pkit_sm+pkit_ce+nccl*10', 'pkit_sm+pkit_ll+pkit_ce+nccl*19 pkit_sm+pkit_ce+nccl*9', 'pkit_sm+pkit_ll+pkit_ce+nccl*20 pkit_sm+pkit_ce+nccl*8'],

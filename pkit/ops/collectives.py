@@ -341,11 +341,11 @@ class CollectiveOp:
 
     def variants(self, total_bytes: int, ranks: int) -> list[tuple[str, dict]]:
         """(implementation name, options of `run`) measured for S = `total_bytes` on `ranks` GPUs: the SM kernels
-        once per algorithm ('pkit_<algorithm>'), every other mechanism that fits once ('pkit_<mechanism>')."""
+        once per algorithm ('pkit_sm_<algorithm>'), every other mechanism that fits once ('pkit_<mechanism>')."""
         out = []
         for mechanism in self.mechanisms:
             if mechanism == "sm" and self.algorithms.get("sm"):
-                out += [(f"pkit_{a}", {"algorithm": a, "mechanism": "sm"}) for a in self.algorithms["sm"]]
+                out += [(f"pkit_sm_{a}", {"algorithm": a, "mechanism": "sm"}) for a in self.algorithms["sm"]]
             elif fits(mechanism, self.per_peer(total_bytes, ranks)):
                 out.append((f"pkit_{mechanism}", {"mechanism": mechanism}))
         return out
