@@ -3,7 +3,9 @@
 The cubin is built by NVRTC for an explicit architecture (`sm_90a` keeps Hopper's arch-specific
 instructions such as wgmma and setmaxnreg; CuPy's RawModule would add its own plain sm_90) and loaded
 with `cupy.cuda.function.Module.load`. pkit's device headers (`pkit/include/pkit/*.cuh`) and the CUDA
-headers are on the include path. Compiling needs no GPU.
+headers are on the include path. Compiling needs no GPU. Kernels are `extern "C"` functions looked up by name, or
+C++ kernels (templates included) named by NVRTC name expressions such as `"reduce<float>"`, which the compile
+instantiates and maps to their mangled names (`Module.lowered`).
 
 Example:
     >>> import pkit
@@ -15,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import struct
@@ -30,6 +33,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = PACKAGE_DIR / "include"
 KERNEL_DIR = PACKAGE_DIR / "kernels"
 _ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
+_NAME_EXPRESSION = re.compile(r"^[A-Za-z_]\w*(::[A-Za-z_]\w*)*(<[\w\s:,<>*&]+>)?$")
 
 
 def cache_dir() -> Path:
@@ -121,6 +125,7 @@ class Module:
     log: str
     from_cache: bool
     source_text: str = field(default="", repr=False)
+    lowered: dict = field(default_factory=dict)  # name expression -> mangled kernel name
     _loaded: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -141,16 +146,20 @@ class Module:
                     prepare_module(mod, dev)
             self._loaded[dev] = mod
         try:
-            return self._loaded[dev].get_function(kernel)
+            return self._loaded[dev].get_function(self.lowered.get(kernel, kernel))
         except Exception as e:  # CuPy raises CUDADriverError(CUDA_ERROR_NOT_FOUND)
             names = re.findall(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)',
                                self.source_text)
-            raise ValueError(f"kernel: {kernel!r} is not an extern \"C\" __global__ function of {self.name}; "
-                             f"found {names}") from e
+            raise ValueError(f"kernel: {kernel!r} is neither an extern \"C\" __global__ function of {self.name} "
+                             f"(found {names}) nor one of its compiled name expressions {list(self.lowered)}") from e
 
 
-def compile_cubin(source: str, arch: str | None = None, options: Sequence[str] = ()) -> Module:
-    """Compile `source` (text, or a file under pkit/kernels/) to a cubin for `arch` (default: this GPU)."""
+def compile_cubin(source: str, arch: str | None = None, options: Sequence[str] = (),
+                  name_expressions: Sequence[str] = ()) -> Module:
+    """Compile `source` (text, or a file under pkit/kernels/) to a cubin for `arch` (default: this GPU).
+
+    `name_expressions`: C++ kernels to instantiate and look up by that name, e.g. `["reduce<__nv_bfloat16>"]`.
+    """
     from cuda.bindings import nvrtc
 
     name, text = read_source(source)
@@ -159,16 +168,25 @@ def compile_cubin(source: str, arch: str | None = None, options: Sequence[str] =
         raise ValueError(f"arch: expected an SM target such as 'sm_90a' or 'sm_90', got {arch!r}")
     if isinstance(options, str) or not all(isinstance(o, str) for o in options):
         raise ValueError(f"options: expected a sequence of strings, got {options!r}")
+    if isinstance(name_expressions, str) or not all(isinstance(e, str) and _NAME_EXPRESSION.match(e)
+                                                    for e in name_expressions):
+        raise ValueError("name_expressions: expected a sequence of C++ kernel names such as 'k' or 'k<float>', "
+                         f"got {name_expressions!r}")
     opts = [f"--gpu-architecture={arch}", "--std=c++17", f"-I{INCLUDE_DIR}", f"-I{cuda_include_dir()}",
             "-default-device", "--device-int128", *options]
-    key = hashlib.sha256("\0".join([text, _headers_digest(), *opts, repr(nvrtc_version())]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([text, _headers_digest(), *opts, *name_expressions,
+                                    repr(nvrtc_version())]).encode()).hexdigest()
     cached = cache_dir() / f"{key[:32]}.cubin"
-    if cached.exists():
-        return Module(name, arch, cached.read_bytes(), "", True, source_text=text)
+    names_file = cached.with_suffix(".names.json")
+    if cached.exists() and (names_file.exists() or not name_expressions):
+        lowered = json.loads(names_file.read_text()) if name_expressions else {}
+        return Module(name, arch, cached.read_bytes(), "", True, source_text=text, lowered=lowered)
 
     err, prog = nvrtc.nvrtcCreateProgram(text.encode(), name.encode(), 0, [], [])
     _check(nvrtc, err, name)
     try:
+        for expression in name_expressions:
+            _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, expression.encode())[0], name)
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         buf = b" " * size
@@ -179,13 +197,24 @@ def compile_cubin(source: str, arch: str | None = None, options: Sequence[str] =
         _, size = nvrtc.nvrtcGetCUBINSize(prog)
         cubin = b" " * size
         _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], name)
+        lowered = {}
+        for expression in name_expressions:
+            err, mangled = nvrtc.nvrtcGetLoweredName(prog, expression.encode())
+            _check(nvrtc, err, name)
+            lowered[expression] = mangled.decode()
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(cubin)
-    tmp.replace(cached)
-    return Module(name, arch, cubin, log, False, source_text=text)
+    if name_expressions:
+        _write_atomically(names_file, json.dumps(lowered).encode())
+    _write_atomically(cached, cubin)
+    return Module(name, arch, cubin, log, False, source_text=text, lowered=lowered)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def _check(nvrtc, err, name: str) -> None:
@@ -237,14 +266,17 @@ class Kernel:
 
 
 def compile(source: str, name: str, arch: str | None = None, options: Sequence[str] = ()) -> Kernel:  # noqa: A001
-    """Compile `source` and return its kernel `name` (an `extern "C" __global__` function).
+    """Compile `source` and return its kernel `name`: an `extern "C" __global__` function's identifier, or a C++
+    kernel's name expression such as `"reduce<float>"` (the template is instantiated for it).
 
     Without a GPU, pass `arch` (e.g. 'sm_90a'): the cubin is built and `.cubin` can be inspected;
     launching needs the GPU.
     """
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"name: expected the kernel's C identifier, got {name!r}")
-    module = compile_cubin(source, arch, options)
-    if not re.search(rf"\b{re.escape(name)}\s*\(", module.source_text):
-        raise ValueError(f"name: no kernel {name!r} in {module.name}")
-    return Kernel(module, name)
+    if not isinstance(name, str) or not _NAME_EXPRESSION.match(name):
+        raise ValueError(f"name: expected the kernel's C identifier or a name expression such as 'k<float>', "
+                         f"got {name!r}")
+    _, text = read_source(source)
+    function = re.match(r"[\w:]+", name).group().split("::")[-1]
+    if not re.search(rf"\b{re.escape(function)}\s*\(", text):
+        raise ValueError(f"name: no kernel {function!r} in {read_source(source)[0]}")
+    return Kernel(compile_cubin(source, arch, options, name_expressions=[name]), name)

@@ -228,6 +228,12 @@ class SymmetricArray:
             raise PkitError("local: a one-process team drives every rank; index the array by rank instead")
         return self[self.team.rank]
 
+    def address(self, rank: int) -> int:
+        """Device address of rank `rank`'s own buffer on its GPU (a rank this process drives)."""
+        if rank not in self._memory:
+            raise PkitError(f"rank: this process drives ranks {self.team.local_ranks}, not {rank}")
+        return self._memory[rank].ptr
+
     def table(self, rank: int):
         """uint64 device array on rank `rank`'s GPU: entry q is rank q's address as seen from there."""
         if rank not in self._tables:

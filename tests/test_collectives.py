@@ -205,6 +205,29 @@ def test_collective_arguments_are_checked_before_any_launch():
         C.Collectives(one_per_gpu).all_reduce(_array(one_per_gpu, 1024), _array(one_per_gpu, 1024), mechanism="ce")
 
 
+@pytest.mark.parametrize("source, kernels, call", [("collectives.cu", C.SM_KERNELS, C.SM_CALL),
+                                                   ("ll_collectives.cu", C.LL_KERNELS, C.LL_CALL)])
+def test_kernels_instantiate_and_their_argument_struct_matches_the_host_layout(source, kernels, call, cache_dir):
+    """Every name expression compiles to a kernel of the cubin, and the C++ struct has KernelArgs' layout."""
+    from pkit.compiler import KERNEL_DIR, compile_cubin, cubin_symbols
+
+    text = (KERNEL_DIR / source).read_text() + "\n" + call.layout_asserts() + "\n"
+    module = compile_cubin(text, arch="sm_90a", name_expressions=kernels)
+    assert set(module.lowered) == set(kernels) and len(set(module.lowered.values())) == len(kernels)
+    assert set(module.lowered.values()) <= cubin_symbols(module.cubin)
+    shifted = call.layout_asserts().replace(f"== {call.dtype.fields['n16'][1]},", "== 1,", 1)
+    with pytest.raises(pkit.CompileError, match="n16: offset differs"):
+        compile_cubin((KERNEL_DIR / source).read_text() + "\n" + shifted, arch="sm_90a")
+
+
+def test_kernel_args_pack_every_field_in_place():
+    packed = C.LL_CALL.pack(inp=1, out=2, n16=3, bases=4, cap_lines=5, epoch=6, shift=7, rank=8, size=9)
+    assert packed.shape == (1,) and packed.dtype.itemsize == 56
+    assert [int(packed[f][0]) for f in packed.dtype.names] == list(range(1, 10))
+    with pytest.raises(ValueError, match=r"missing \['size'\], unexpected \['extra'\]"):
+        C.SM_CALL.pack(inp=1, out=2, n16=3, flags=4, rank=0, extra=1)
+
+
 def test_ll_epochs_alternate_parity_and_skip_zero_across_the_wrap():
     epoch, seen = 0xFFFFFFFE - 3, []
     for _ in range(8):

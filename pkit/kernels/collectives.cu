@@ -2,7 +2,8 @@
 // Every kernel: one team barrier on entry (all ranks' buffers are ready and no one still reads the
 // outputs), the data movement, one barrier on exit (every rank's writes have landed everywhere).
 // Block b of every rank uses flag row b of team.barrier_flags, so all ranks launch the same grid.
-// Sizes are in 16-byte packs; `chunk16` is one rank's share.
+// Sizes are in 16-byte packs. Kernels are C++ templates named by NVRTC name expressions
+// (pkit/ops/collectives.py SM_KERNELS), e.g. "all_reduce_two_shot<__nv_bfloat16>".
 #include <pkit/peer.cuh>
 #include <pkit/reduce.cuh>
 #include <pkit/sync.cuh>
@@ -12,85 +13,87 @@ using pkit::thread_index;
 using pkit::u64;
 using pkit::vec16;
 
-struct Team {
-  const u64* flag_bases;  // team.barrier_flags.table(rank)
+// The arguments of every SM collective, passed by value (pkit/ops/collectives.py SM_CALL mirrors this layout).
+struct SMCall {
+  const u64* inp;    // peer table of the input: in[q] is rank q's input, as seen from this GPU
+  const u64* out;    // peer table of the output
+  u64 n16;           // packs per loop: one rank's share, or the whole buffer (one shot)
+  const u64* flags;  // peer table of team.barrier_flags
   int rank;
   int size;
-  __device__ u64 flag_row(int q) const { return flag_bases[q] + blockIdx.x * (size + 1) * sizeof(unsigned); }
+
+  __device__ pkit::PeerTable<vec16> inputs() const { return {inp, rank, size}; }
+  __device__ pkit::PeerTable<vec16> outputs() const { return {out, rank, size}; }
+  // Barrier over the team on this block's flag row.
   __device__ void barrier(pkit::Site site) const {
     u64 rows[8];
-    for (int q = 0; q < size; ++q) rows[q] = flag_row(q);
+    for (int q = 0; q < size; ++q) rows[q] = flags[q] + blockIdx.x * (size + 1) * sizeof(unsigned);
     pkit::barrier(rows, rank, size, site);
   }
 };
 
-
-// out[q][rank * chunk16 + i] = in[i] for every rank q.
-extern "C" __global__ void all_gather(const vec16* in, const u64* out_bases, u64 chunk16, const u64* flags,
-                                      int rank, int size) {
-  const Team team{flags, rank, size};
-  const pkit::PeerTable<vec16> out{out_bases, rank, size};
-  team.barrier(PKIT_SITE);
-  for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
+// out[q][rank * n16 + i] = in[i] for every rank q.
+__global__ void all_gather(const SMCall c) {
+  const auto in = c.inputs().local();
+  const auto out = c.outputs();
+  c.barrier(PKIT_SITE);
+  for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
     const vec16 v = pkit::load16(in + i);
-    for (int q = 0; q < size; ++q) pkit::store16(out[out.ring(q)] + rank * chunk16 + i, v);
+    for (int q = 0; q < c.size; ++q) pkit::store16(out[out.ring(q)] + c.rank * c.n16 + i, v);
   }
-  team.barrier(PKIT_SITE);
+  c.barrier(PKIT_SITE);
 }
 
-// out[q][rank * chunk16 + j] = in[rank][q * chunk16 + j] for every rank q. Each thread moves pack j of every
-// share in one pass (peers first), so the local share's copy overlaps the link traffic.
-extern "C" __global__ void all_to_all(const vec16* in, const u64* out_bases, u64 chunk16, const u64* flags,
-                                      int rank, int size) {
-  const Team team{flags, rank, size};
-  const pkit::PeerTable<vec16> out{out_bases, rank, size};
-  team.barrier(PKIT_SITE);
-  for (u64 j = thread_index(); j < chunk16; j += thread_count()) {
-    for (int d = 1; d <= size; ++d) {
+// out[q][rank * n16 + j] = in[rank][q * n16 + j] for every rank q. Each thread moves pack j of every share in
+// one pass (peers first), so the local share's copy overlaps the link traffic.
+__global__ void all_to_all(const SMCall c) {
+  const auto in = c.inputs().local();
+  const auto out = c.outputs();
+  c.barrier(PKIT_SITE);
+  for (u64 j = thread_index(); j < c.n16; j += thread_count()) {
+    for (int d = 1; d <= c.size; ++d) {
       const int q = out.ring(d);  // start with the next rank: spread the links' load
-      pkit::store16(out[q] + rank * chunk16 + j, pkit::load16(in + q * chunk16 + j));
+      pkit::store16(out[q] + c.rank * c.n16 + j, pkit::load16(in + q * c.n16 + j));
     }
   }
-  team.barrier(PKIT_SITE);
+  c.barrier(PKIT_SITE);
 }
 
-// out[i] = sum over ranks q of in[q][rank * chunk16 + i].
+// out[i] = sum over ranks q of in[q][rank * n16 + i].
 template <typename T>
-__device__ void reduce_scatter(const u64* in_bases, vec16* out, u64 chunk16, const u64* flags, int rank, int size) {
-  const Team team{flags, rank, size};
-  team.barrier(PKIT_SITE);
-  for (u64 i = thread_index(); i < chunk16; i += thread_count())
-    pkit::store16(out + i, pkit::sum_pack<T>(in_bases, size, rank * chunk16 + i));
-  team.barrier(PKIT_SITE);
+__global__ void reduce_scatter(const SMCall c) {
+  const auto out = c.outputs().local();
+  c.barrier(PKIT_SITE);
+  for (u64 i = thread_index(); i < c.n16; i += thread_count())
+    pkit::store16(out + i, pkit::sum_pack<T>(c.inp, c.size, c.rank * c.n16 + i));
+  c.barrier(PKIT_SITE);
 }
 
 // One shot: every rank reads all inputs whole and writes the sum to its own output.
 template <typename T>
-__device__ void all_reduce_one_shot(const u64* in_bases, vec16* out, u64 n16, const u64* flags, int rank, int size) {
-  const Team team{flags, rank, size};
-  team.barrier(PKIT_SITE);
-  for (u64 i = thread_index(); i < n16; i += thread_count()) pkit::store16(out + i, pkit::sum_pack<T>(in_bases, size, i));
-  team.barrier(PKIT_SITE);
+__global__ void all_reduce_one_shot(const SMCall c) {
+  const auto out = c.outputs().local();
+  c.barrier(PKIT_SITE);
+  for (u64 i = thread_index(); i < c.n16; i += thread_count()) pkit::store16(out + i, pkit::sum_pack<T>(c.inp, c.size, i));
+  c.barrier(PKIT_SITE);
 }
 
 // Two shot: rank r sums its share (reduce-scatter) and writes it into every rank's output (all-gather).
 template <typename T>
-__device__ void all_reduce_two_shot(const u64* in_bases, const u64* out_bases, u64 chunk16, const u64* flags,
-                                    int rank, int size) {
-  const Team team{flags, rank, size};
-  const pkit::PeerTable<vec16> out{out_bases, rank, size};
-  team.barrier(PKIT_SITE);
-  for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
-    const vec16 v = pkit::sum_pack<T>(in_bases, size, rank * chunk16 + i);
-    for (int q = 0; q < size; ++q) pkit::store16(out[out.ring(q)] + rank * chunk16 + i, v);
+__global__ void all_reduce_two_shot(const SMCall c) {
+  const auto out = c.outputs();
+  c.barrier(PKIT_SITE);
+  for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
+    const vec16 v = pkit::sum_pack<T>(c.inp, c.size, c.rank * c.n16 + i);
+    for (int q = 0; q < c.size; ++q) pkit::store16(out[out.ring(q)] + c.rank * c.n16 + i, v);
   }
-  team.barrier(PKIT_SITE);
+  c.barrier(PKIT_SITE);
 }
 
 // Local step of the copy-engine reductions: out[i] = sum over ranks q (in rank order) of q's pack i, where
 // this rank's own pack is mine[i] and peer q's was copied to stage[((q - rank) mod size - 1) * stage16 + i].
 template <typename T>
-__device__ void reduce_staged(const vec16* mine, const vec16* stage, u64 stage16, vec16* out, u64 n16, int rank,
+__global__ void reduce_staged(const vec16* mine, const vec16* stage, u64 stage16, vec16* out, u64 n16, int rank,
                               int size) {
   for (u64 i = thread_index(); i < n16; i += thread_count()) {
     float acc[pkit::Lanes<T>::kCount] = {};
@@ -101,24 +104,3 @@ __device__ void reduce_staged(const vec16* mine, const vec16* stage, u64 stage16
     pkit::store16(out + i, pkit::Lanes<T>::pack(acc));
   }
 }
-
-#define PKIT_REDUCING(T, suffix)                                                                                    \
-  extern "C" __global__ void reduce_scatter_##suffix(const u64* in, vec16* out, u64 chunk16, const u64* flags,     \
-                                                     int rank, int size) {                                        \
-    reduce_scatter<T>(in, out, chunk16, flags, rank, size);                                                       \
-  }                                                                                                               \
-  extern "C" __global__ void all_reduce_one_shot_##suffix(const u64* in, vec16* out, u64 n16, const u64* flags,    \
-                                                          int rank, int size) {                                   \
-    all_reduce_one_shot<T>(in, out, n16, flags, rank, size);                                                      \
-  }                                                                                                               \
-  extern "C" __global__ void all_reduce_two_shot_##suffix(const u64* in, const u64* out, u64 chunk16,              \
-                                                          const u64* flags, int rank, int size) {                 \
-    all_reduce_two_shot<T>(in, out, chunk16, flags, rank, size);                                                  \
-  }                                                                                                               \
-  extern "C" __global__ void reduce_staged_##suffix(const vec16* mine, const vec16* stage, u64 stage16, vec16* out, \
-                                                    u64 n16, int rank, int size) {                                \
-    reduce_staged<T>(mine, stage, stage16, out, n16, rank, size);                                                 \
-  }
-
-PKIT_REDUCING(float, f32)
-PKIT_REDUCING(__nv_bfloat16, bf16)

@@ -16,13 +16,19 @@ using pkit::thread_index;
 using pkit::u64;
 using pkit::vec16;
 
-struct Staging {
+// The arguments of every LL kernel, passed by value (pkit/ops/collectives.py LL_CALL mirrors this layout), and
+// the staging addressing they imply.
+struct LLCall {
+  const vec16* inp;
+  vec16* out;
+  u64 n16;           // packs per loop: the whole buffer (all-reduce) or one rank's share
   const u64* bases;  // every rank's staging buffer, as seen from this GPU
   u64 cap_lines;     // lines per (parity, sender)
   u32 epoch;
   u32 shift;         // group shift g
   int rank;
   int size;
+
   // Line `half` (0, 1) of pack i that `sender` writes into `receiver`'s staging this epoch.
   __device__ ll_line* line(int receiver, int sender, u64 i, u32 half) const {
     const u64 slot = ((i >> shift) << (shift + 1)) + (u64(half) << shift) + (i & ((1ull << shift) - 1));
@@ -43,72 +49,51 @@ struct Staging {
   }
 };
 
-
 // Every thread first sends all its packs, then sums what arrived: a thread with several packs pays one
 // link latency, not one per pack.
 
 // out[i] = sum over ranks of in[i]: send own pack i to every peer, then sum the peers' packs i.
 template <typename T>
-__device__ void all_reduce_ll(const vec16* in, vec16* out, u64 n16, const Staging& st) {
-  for (u64 i = thread_index(); i < n16; i += thread_count()) {
-    const vec16 v = pkit::load16(in + i);
-    for (int d = 1; d < st.size; ++d) st.send((st.rank + d) % st.size, i, v);
+__global__ void all_reduce_ll(const LLCall c) {
+  for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
+    const vec16 v = pkit::load16(c.inp + i);
+    for (int d = 1; d < c.size; ++d) c.send((c.rank + d) % c.size, i, v);
   }
-  for (u64 i = thread_index(); i < n16; i += thread_count())
-    pkit::store16(out + i, st.sum<T>(i, pkit::load16(in + i), PKIT_SITE));
+  for (u64 i = thread_index(); i < c.n16; i += thread_count())
+    pkit::store16(c.out + i, c.sum<T>(i, pkit::load16(c.inp + i), PKIT_SITE));
 }
 
-// out[i] = sum over ranks q of in[q][rank * chunk16 + i]: send peer q its share, sum what the peers sent.
+// out[i] = sum over ranks q of in[q][rank * n16 + i]: send peer q its share, sum what the peers sent.
 template <typename T>
-__device__ void reduce_scatter_ll(const vec16* in, vec16* out, u64 chunk16, const Staging& st) {
-  for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
-    for (int d = 1; d < st.size; ++d) {
-      const int q = (st.rank + d) % st.size;
-      st.send(q, i, pkit::load16(in + q * chunk16 + i));
+__global__ void reduce_scatter_ll(const LLCall c) {
+  for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
+    for (int d = 1; d < c.size; ++d) {
+      const int q = (c.rank + d) % c.size;
+      c.send(q, i, pkit::load16(c.inp + q * c.n16 + i));
     }
   }
-  for (u64 i = thread_index(); i < chunk16; i += thread_count())
-    pkit::store16(out + i, st.sum<T>(i, pkit::load16(in + st.rank * chunk16 + i), PKIT_SITE));
+  for (u64 i = thread_index(); i < c.n16; i += thread_count())
+    pkit::store16(c.out + i, c.sum<T>(i, pkit::load16(c.inp + c.rank * c.n16 + i), PKIT_SITE));
 }
 
-// Moves without a sum (all-gather: in_stride16 = 0; all-to-all: in_stride16 = chunk16): peer q gets pack i of
-// in + q * in_stride16; the pack from sender s lands at out + s * chunk16 + i.
-__device__ void exchange_ll(const vec16* in, u64 in_stride16, vec16* out, u64 chunk16, const Staging& st) {
-  for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
-    for (int d = 1; d < st.size; ++d) {
-      const int q = (st.rank + d) % st.size;
-      st.send(q, i, pkit::load16(in + q * in_stride16 + i));
+// Moves without a sum (all-gather: in_stride16 = 0; all-to-all: in_stride16 = n16): peer q gets pack i of
+// in + q * in_stride16; the pack from sender s lands at out + s * n16 + i.
+__device__ void exchange_ll(const LLCall& c, u64 in_stride16) {
+  for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
+    for (int d = 1; d < c.size; ++d) {
+      const int q = (c.rank + d) % c.size;
+      c.send(q, i, pkit::load16(c.inp + q * in_stride16 + i));
     }
   }
-  for (u64 i = thread_index(); i < chunk16; i += thread_count()) {
-    pkit::store16(out + st.rank * chunk16 + i, pkit::load16(in + st.rank * in_stride16 + i));
-    for (int d = 1; d < st.size; ++d) {
-      const int s = (st.rank + d) % st.size;
-      pkit::store16(out + s * chunk16 + i, st.receive(s, i, PKIT_SITE));
+  for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
+    pkit::store16(c.out + c.rank * c.n16 + i, pkit::load16(c.inp + c.rank * in_stride16 + i));
+    for (int d = 1; d < c.size; ++d) {
+      const int s = (c.rank + d) % c.size;
+      pkit::store16(c.out + s * c.n16 + i, c.receive(s, i, PKIT_SITE));
     }
   }
 }
 
-extern "C" __global__ void all_gather_ll(const vec16* in, vec16* out, u64 chunk16, const u64* stage, u64 cap_lines,
-                                         u32 epoch, u32 shift, int rank, int size) {
-  exchange_ll(in, 0, out, chunk16, Staging{stage, cap_lines, epoch, shift, rank, size});
-}
+__global__ void all_gather_ll(const LLCall c) { exchange_ll(c, 0); }
 
-extern "C" __global__ void all_to_all_ll(const vec16* in, vec16* out, u64 chunk16, const u64* stage, u64 cap_lines,
-                                         u32 epoch, u32 shift, int rank, int size) {
-  exchange_ll(in, chunk16, out, chunk16, Staging{stage, cap_lines, epoch, shift, rank, size});
-}
-
-#define PKIT_LL(T, suffix)                                                                                      \
-  extern "C" __global__ void all_reduce_ll_##suffix(const vec16* in, vec16* out, u64 n16, const u64* stage,    \
-                                                    u64 cap_lines, u32 epoch, u32 shift, int rank, int size) { \
-    all_reduce_ll<T>(in, out, n16, Staging{stage, cap_lines, epoch, shift, rank, size});                      \
-  }                                                                                                           \
-  extern "C" __global__ void reduce_scatter_ll_##suffix(const vec16* in, vec16* out, u64 chunk16,              \
-                                                        const u64* stage, u64 cap_lines, u32 epoch, u32 shift, \
-                                                        int rank, int size) {                                 \
-    reduce_scatter_ll<T>(in, out, chunk16, Staging{stage, cap_lines, epoch, shift, rank, size});              \
-  }
-
-PKIT_LL(float, f32)
-PKIT_LL(__nv_bfloat16, bf16)
+__global__ void all_to_all_ll(const LLCall c) { exchange_ll(c, c.n16); }

@@ -35,6 +35,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..kernel_args import KernelArgs
 from ..launch import THREADS
 
 # LL block size (`ll_threads`): small blocks spread sends and polling over more SMs; once each thread of one
@@ -50,7 +51,7 @@ LL_PACKS_PER_THREAD = 2
 # block size. Recorded and rerun as for the block size above.
 LL_GROUP_SHIFT = {LL_THREADS: 0, LL_THREADS_WIDE: 5}
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
-REDUCIBLE = {"float32": "f32", "bfloat16": "bf16"}
+REDUCIBLE = {"float32": "float", "bfloat16": "__nv_bfloat16"}  # dtype -> the C++ type the kernels sum in
 MECHANISMS = ("auto", "sm", "ll", "ce")
 LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the staging buffer)
 ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here, else two shot (when shares split)
@@ -72,13 +73,13 @@ class Collectives:
     def _module(self):
         import pkit
 
-        return pkit.compile_cubin("collectives.cu")
+        return pkit.compile_cubin("collectives.cu", name_expressions=SM_KERNELS)
 
     @cached_property
     def _ll_module(self):
         import pkit
 
-        return pkit.compile_cubin("ll_collectives.cu")
+        return pkit.compile_cubin("ll_collectives.cu", name_expressions=LL_KERNELS)
 
     @cached_property
     def _ll_staging(self):
@@ -114,9 +115,10 @@ class Collectives:
         self._epoch = next_epoch(self._epoch)
         threads = ll_threads(n16, self._sms)
         team.launch(self._kernel(name, self._ll_module), (self._grid(n16, threads),), (threads,),
-                    lambda r: (self._local(inp, r), self._local(out, r), np.uint64(n16), staging.table(r),
-                               np.uint64(_ll_lines_per_sender()), np.uint32(self._epoch),
-                               np.uint32(LL_GROUP_SHIFT[threads]), np.int32(r), np.int32(team.size)))
+                    lambda r: (LL_CALL.pack(inp=inp.address(r), out=out.address(r), n16=n16,
+                                            bases=staging.table(r).data.ptr, cap_lines=_ll_lines_per_sender(),
+                                            epoch=self._epoch, shift=LL_GROUP_SHIFT[threads], rank=r,
+                                            size=team.size),))
 
     def _mechanism(self, op: str, nbytes: int, mechanism: str) -> str:
         """The mechanism to use, checked against the LL size limit."""
@@ -126,14 +128,15 @@ class Collectives:
                              f"sends {nbytes}; use 'sm' or 'auto'")
         return chosen
 
-    def _launch(self, name: str, n16: int, args) -> None:
-        """Launch on every local rank; `args(rank)` gives the kernel's leading arguments."""
+    def _launch(self, name: str, inp, out, n16: int) -> None:
+        """Launch SM kernel `name` on every local rank over `n16` packs per loop."""
         from ..team import _BARRIER_BLOCKS
 
         team, flags = self.team, self.team.barrier_flags
         grid = min(_BARRIER_BLOCKS, self._grid(n16, THREADS))  # one barrier flag row per block
         team.launch(self._kernel(name), (grid,), (THREADS,),
-                    lambda r: (*args(r), flags.table(r), np.int32(r), np.int32(team.size)))
+                    lambda r: (SM_CALL.pack(inp=inp.table(r).data.ptr, out=out.table(r).data.ptr, n16=n16,
+                                            flags=flags.table(r).data.ptr, rank=r, size=team.size),))
 
     def _check_pair(self, out, inp) -> None:
         """Both buffers belong to this team and differ (no collective runs in place)."""
@@ -161,7 +164,8 @@ class Collectives:
                              f"{16 // np.gcd(16, item) * size} elements)")
         return total // size * item
 
-    def _suffix(self, array) -> str:
+    def _ctype(self, array) -> str:
+        """The C++ type reductions over `array` sum in (the template argument of the reducing kernels)."""
         if array.dtype not in REDUCIBLE:
             raise ValueError(f"dtype: reductions support {sorted(REDUCIBLE)}, got {array.dtype}")
         return REDUCIBLE[array.dtype]
@@ -177,8 +181,7 @@ class Collectives:
             return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, 0, r * nbytes))
         if chosen == "ll":
             return self._launch_ll("all_gather_ll", inp, out, nbytes // 16)
-        self._launch("all_gather", nbytes // 16,
-                     lambda r: (self._local(inp, r), out.table(r), np.uint64(nbytes // 16)))
+        self._launch("all_gather", inp, out, nbytes // 16)
 
     def all_to_all(self, out, inp, mechanism: str = "auto") -> None:
         """out[r][q-th share] = inp[q][r-th share], equal shares."""
@@ -191,24 +194,22 @@ class Collectives:
             return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, q * nbytes, r * nbytes))
         if chosen == "ll":
             return self._launch_ll("all_to_all_ll", inp, out, nbytes // 16)
-        self._launch("all_to_all", nbytes // 16,
-                     lambda r: (self._local(inp, r), out.table(r), np.uint64(nbytes // 16)))
+        self._launch("all_to_all", inp, out, nbytes // 16)
 
     def reduce_scatter(self, out, inp, mechanism: str = "auto") -> None:
         """out[r] = sum over ranks q of the r-th share of inp[q] (inp: size × share, out: share)."""
         self._check_pair(out, inp)
         share = int(np.prod(out.shape))
         self._check("inp", inp, share * self.team.size, out.dtype)
-        suffix = self._suffix(inp)
+        ctype = self._ctype(inp)
         nbytes = self._share("inp", inp, share * self.team.size)
         chosen = self._mechanism("reduce_scatter", nbytes, mechanism)
         if chosen == "ce":
-            return self._copy_engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged_{suffix}"),
+            return self._copy_engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged<{ctype}>"),
                                              src_offset=lambda r: r * nbytes, out_offset=lambda r: 0, gather=False)
         if chosen == "ll":
-            return self._launch_ll(f"reduce_scatter_ll_{suffix}", inp, out, nbytes // 16)
-        self._launch(f"reduce_scatter_{suffix}", nbytes // 16,
-                     lambda r: (inp.table(r), self._local(out, r), np.uint64(nbytes // 16)))
+            return self._launch_ll(f"reduce_scatter_ll<{ctype}>", inp, out, nbytes // 16)
+        self._launch(f"reduce_scatter<{ctype}>", inp, out, nbytes // 16)
 
     def all_reduce(self, out, inp, algorithm: str = "auto", mechanism: str = "auto") -> None:
         """out[r] = sum over ranks q of inp[q].
@@ -220,7 +221,7 @@ class Collectives:
         self._check_pair(out, inp)
         total = int(np.prod(inp.shape))
         self._check("out", out, total, inp.dtype)
-        suffix = self._suffix(inp)
+        ctype = self._ctype(inp)
         item = inp.storage_dtype.itemsize
         nbytes = total * item
         runs = COLLECTIVES["all_reduce"].algorithms  # mechanism -> the algorithms it runs
@@ -233,24 +234,21 @@ class Collectives:
         if algorithm not in ("auto", *runs[chosen]):
             raise ValueError(f"algorithm: mechanism {chosen!r} runs {_quoted(runs[chosen])}, got {algorithm!r}")
         if chosen == "ce":
-            return self._all_reduce_ce(out, inp, total, algorithm, suffix)
+            return self._all_reduce_ce(out, inp, total, algorithm, ctype)
         self._whole_packs(nbytes)
         if chosen == "ll":
-            return self._launch_ll(f"all_reduce_ll_{suffix}", inp, out, nbytes // 16)
+            return self._launch_ll(f"all_reduce_ll<{ctype}>", inp, out, nbytes // 16)
         if algorithm == "auto":
             splits = total % self.team.size == 0 and (total // self.team.size * item) % 16 == 0
             algorithm = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or not splits else "two_shot"
         if algorithm == "one_shot":
-            self._launch(f"all_reduce_one_shot_{suffix}", nbytes // 16,
-                         lambda r: (inp.table(r), self._local(out, r), np.uint64(nbytes // 16)))
+            self._launch(f"all_reduce_one_shot<{ctype}>", inp, out, nbytes // 16)
         else:
-            share = self._share("inp", inp, total)
-            self._launch(f"all_reduce_two_shot_{suffix}", share // 16,
-                         lambda r: (inp.table(r), out.table(r), np.uint64(share // 16)))
+            self._launch(f"all_reduce_two_shot<{ctype}>", inp, out, self._share("inp", inp, total) // 16)
 
-    def _all_reduce_ce(self, out, inp, total: int, algorithm: str, suffix: str) -> None:
+    def _all_reduce_ce(self, out, inp, total: int, algorithm: str, ctype: str) -> None:
         engines = self._copy_engines  # first: it refuses one process per GPU
-        kernel = self._kernel(f"reduce_staged_{suffix}")
+        kernel = self._kernel(f"reduce_staged<{ctype}>")
         if algorithm == "one_shot" or (algorithm == "auto" and self.team.size == 2):
             nbytes = self._whole_packs(total * inp.storage_dtype.itemsize)
             return engines.reduce(out, inp, nbytes, kernel, src_offset=lambda r: 0, out_offset=lambda r: 0,
@@ -266,12 +264,27 @@ class Collectives:
             raise ValueError(f"inp: {nbytes} bytes is not a multiple of 16; pad the buffer")
         return nbytes
 
-    def _local(self, array, rank: int):
-        return array[rank] if self.team.rank is None else array.local
-
     def run(self, op: str, out, inp, **options) -> None:
         """Collective `op` by name (a key of COLLECTIVES), e.g. run("all_gather", out, inp, mechanism="sm")."""
         collective(op).run(self, out, inp, **options)
+
+
+def _instances(*templates: str) -> tuple[str, ...]:
+    """Name expressions of kernel templates over the reducible types, e.g. 'reduce_scatter<float>'."""
+    return tuple(f"{t}<{ctype}>" for t in templates for ctype in REDUCIBLE.values())
+
+
+# The kernels of collectives.cu and ll_collectives.cu (NVRTC name expressions), and their argument structs: each
+# mirrors the C++ struct of the same name field by field (tests compile the files with LL_CALL/SM_CALL's
+# layout_asserts).
+SM_KERNELS = ("all_gather", "all_to_all",
+              *_instances("reduce_scatter", "all_reduce_one_shot", "all_reduce_two_shot", "reduce_staged"))
+LL_KERNELS = ("all_gather_ll", "all_to_all_ll", *_instances("all_reduce_ll", "reduce_scatter_ll"))
+SM_CALL = KernelArgs("SMCall", (("inp", "ptr"), ("out", "ptr"), ("n16", "u64"), ("flags", "ptr"), ("rank", "i32"),
+                                ("size", "i32")))
+LL_CALL = KernelArgs("LLCall", (("inp", "ptr"), ("out", "ptr"), ("n16", "u64"), ("bases", "ptr"),
+                                ("cap_lines", "u64"), ("epoch", "u32"), ("shift", "u32"), ("rank", "i32"),
+                                ("size", "i32")))
 
 
 def next_epoch(epoch: int) -> int:
