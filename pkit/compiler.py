@@ -188,15 +188,19 @@ def compile_cubin(source: str, arch: str | None = None, options: Sequence[str] =
         for expression in name_expressions:
             _check(nvrtc, nvrtc.nvrtcAddNameExpression(prog, expression.encode())[0], name)
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        # NVRTC writes into the buffers it is given: they must be fresh and writable (bytearray), never a bytes
+        # object, which CPython may share (b" " * 1 is the interpreter's cached b" ", and a 1-byte log's NUL
+        # would turn every later b" " into b"\0").
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * size
-        nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\0").decode(errors="replace")
+        buf = bytearray(size)
+        _check(nvrtc, nvrtc.nvrtcGetProgramLog(prog, buf)[0], name)
+        log = bytes(buf).rstrip(b"\0").decode(errors="replace")
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(name, log, text)
         _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * size
-        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], name)
+        image = bytearray(size)
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, image)[0], name)
+        cubin = bytes(image)
         lowered = {}
         for expression in name_expressions:
             err, mangled = nvrtc.nvrtcGetLoweredName(prog, expression.encode())

@@ -43,6 +43,14 @@ def test_compile_error_shows_log_and_offending_line(cache_dir):
     assert info.value.log and info.value.source == src
 
 
+def test_compiling_leaves_the_interpreters_shared_bytes_alone(cache_dir):
+    """NVRTC writes its log into the buffer it gets: a 1-byte empty log once overwrote CPython's cached b" " with
+    NUL, so every later print separator written to a pipe came out as a NUL byte."""
+    module = compile_cubin('extern "C" __global__ void k(int* x) { x[0] = 1; }', arch="sm_90a")
+    assert not module.from_cache and module.log == ""
+    assert bytes([32])[0] == 32 and " ".encode()[0] == 32
+
+
 def test_cache_hit_and_miss(cache_dir):
     src = 'extern "C" __global__ void fill(float* x, float v) { x[threadIdx.x] = v; }'
     first = compile_cubin(src, arch="sm_90a")
