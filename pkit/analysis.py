@@ -33,13 +33,14 @@ CONFIDENCE = ("low", "medium", "high")
 
 MECHANISMS = {
     "torch_distributed": "torch.distributed / NCCL collectives or point-to-point calls",
-    "copy_engine": "copy-engine transfers (cudaMemcpyPeer, memcpyPeer, copy_ between GPUs)",
-    "register_peer": "register-level loads/stores through peer pointers (IPC, symmetric memory, PeerTable)",
+    "ce": "copy-engine transfers (cudaMemcpyPeer, memcpyPeer, copy_ between GPUs)",
+    "sm": "register-level loads/stores through peer pointers (IPC, symmetric memory, PeerTable)",
     "tma": "TMA bulk copies (cp.async.bulk, tensor maps)",
     "nvshmem": "NVSHMEM",
     "multicast": "NVLink multicast / multimem (NVLS): forbidden on shared hosts",
 }
-"""Transfer mechanisms, in the order figures list them."""
+"""Transfer mechanisms, in the order figures list them; `ce` and `sm` are pkit's own words for the copy engine
+and register-level SM copies (pkit.ops.transfers, pkit.ops.collectives)."""
 
 FORBIDDEN = ("multicast",)
 """Mechanisms pkit never uses (NVLink multicast / multimem, NVLS); figures mark candidates that use them."""
@@ -82,17 +83,17 @@ _PATTERNS = (
      "NCCL C API call"),
     ("torch_distributed", "high", r"\bcupy\.cuda\.nccl\b|\bNcclCommunicator\b", "CuPy NCCL communicator"),
     ("torch_distributed", "high", r"\b_functional_collectives\b|\bfuncol\.\w+\(", "torch functional collectives"),
-    ("copy_engine", "high", r"\b(cudaMemcpyPeer|cuMemcpyPeer|memcpyPeer)(Async)?\b", "peer memcpy (copy engine)"),
-    ("copy_engine", "medium", r"\bcudaMemcpy(Async)?\([^;]*cudaMemcpyDeviceToDevice",
+    ("ce", "high", r"\b(cudaMemcpyPeer|cuMemcpyPeer|memcpyPeer)(Async)?\b", "peer memcpy (copy engine)"),
+    ("ce", "medium", r"\bcudaMemcpy(Async)?\([^;]*cudaMemcpyDeviceToDevice",
      "device-to-device cudaMemcpy (a peer copy when the pointers live on different GPUs)"),
-    ("copy_engine", "medium", r"\b(peer|remote)\w*\.copy_\(|\.copy_\(\s*(peer|remote)\w*\s*\)|get_buffer\([^\n]*\)\.copy_\(",
+    ("ce", "medium", r"\b(peer|remote)\w*\.copy_\(|\.copy_\(\s*(peer|remote)\w*\s*\)|get_buffer\([^\n]*\)\.copy_\(",
      "tensor copy_ to or from a peer buffer (copy engine)"),
-    ("register_peer", "high", r"\bPeerTable\b", "pkit PeerTable: peer-addressable pointers in a kernel"),
-    ("register_peer", "medium", r"\b(peer|remote)\w*\s*\[[^\]\n]+\]\s*\[", "kernel indexes a peer/remote pointer table"),
-    ("register_peer", "medium", r"\b(ld|st|red|atom)\.[\w.]*\bsys\b", "PTX load/store with .sys scope"),
-    ("register_peer", "medium", r"\bcudaIpc(Open|Get)MemHandle\b|\bcuMemImportFromShareableHandle\b",
+    ("sm", "high", r"\bPeerTable\b", "pkit PeerTable: peer-addressable pointers in a kernel"),
+    ("sm", "medium", r"\b(peer|remote)\w*\s*\[[^\]\n]+\]\s*\[", "kernel indexes a peer/remote pointer table"),
+    ("sm", "medium", r"\b(ld|st|red|atom)\.[\w.]*\bsys\b", "PTX load/store with .sys scope"),
+    ("sm", "medium", r"\bcudaIpc(Open|Get)MemHandle\b|\bcuMemImportFromShareableHandle\b",
      "CUDA IPC-mapped peer memory"),
-    ("register_peer", "medium", r"\b_symmetric_memory\b|\bsymm_mem\.rendezvous\b|\bSymmetricArray\b|\bbuffer_ptrs\b",
+    ("sm", "medium", r"\b_symmetric_memory\b|\bsymm_mem\.rendezvous\b|\bSymmetricArray\b|\bbuffer_ptrs\b",
      "symmetric memory (peer pointers)"),
     ("tma", "high", r"\bcp\.async\.bulk\b", "PTX cp.async.bulk (TMA)"),
     ("tma", "high", r"\bcuTensorMapEncode\w*|\bCUtensorMap\b", "TMA tensor map"),

@@ -45,6 +45,26 @@ STYLE = {
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#999999",
            "#882255"]
 
+# How figures name pkit's identifiers: transfer mechanisms (pkit.ops.transfers), collective mechanisms
+# (pkit.ops.collectives), dtypes and collective ops. Anything else is shown as it is spelled.
+LABELS = {
+    "ce": "copy engine", "sm": "SM (register-level)", "ll": "LL packets",
+    "sm_push": "SM push", "sm_pull": "SM pull", "tma_push": "TMA push", "tma_pull": "TMA pull",
+    "bfloat16": "bf16", "float32": "fp32",
+    "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+    "all_to_all": "all-to-all",
+}
+
+
+def label(name) -> str:
+    """The words a figure shows for one of pkit's names (`LABELS`); other names unchanged.
+
+    Example:
+        >>> [label(n) for n in ("ce", "sm_push", "bfloat16", "pkit_ll")]
+        ['copy engine', 'SM push', 'bf16', 'pkit_ll']
+    """
+    return LABELS.get(name, str(name))
+
 
 def apply_style() -> None:
     """Set pkit's matplotlib style for the rest of the session."""

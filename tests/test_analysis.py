@@ -19,12 +19,12 @@ MECHANISM_SOURCES = {
         "import torch\ndef solution(x):\n    torch.distributed.broadcast(x, 0)\n    return x\n",
         'SRC = r"""\nncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, stream);\n"""\n',
     ],
-    "copy_engine": [
+    "ce": [
         'SRC = r"""\ncudaMemcpyPeerAsync(dst, peer_dev, src, dev, bytes, stream);\n"""\n',
         "import cupy as cp\ndef solution(x):\n    cp.cuda.runtime.memcpyPeerAsync(0, 1, 0, 0, 16, 0)\n",
         "def solution(x, bufs):\n    peer_buf = bufs.get_buffer(1, x.shape, x.dtype)\n    peer_buf.copy_(x)\n",
     ],
-    "register_peer": [
+    "sm": [
         'SRC = r"""\n#include <pkit/peer.cuh>\n__global__ void k(pkit::PeerTable<float> peers, float* o) {\n'
         '  o[threadIdx.x] = peers[1][threadIdx.x];\n}\n"""\n',
         "import torch.distributed._symmetric_memory as symm_mem\ndef solution(x):\n"
@@ -73,7 +73,7 @@ def test_strongest_evidence_wins_and_unparseable_sources_are_downgraded():
     both = 'SRC = r"""\n#include <pkit/peer.cuh>\n__global__ void k(pkit::PeerTable<float> p, float** peer_ptrs) {\n' \
            '  float v = peer_ptrs[1][0];\n}\n"""\n'
     [f] = mechanisms(both)
-    assert (f.label, f.confidence) == ("register_peer", "high") and "PeerTable" in f.evidence
+    assert (f.label, f.confidence) == ("sm", "high") and "PeerTable" in f.evidence
     [g] = mechanisms("def solution(x:\n  asm('cp.async.bulk.global.shared::cta')\n")
     assert (g.label, g.confidence) == ("tma", "medium") and "does not parse" in g.evidence
 
@@ -169,7 +169,7 @@ def test_diagnose_records_reads_the_example_samples():
     assert d.loc["example/01_all_reduce/2.py", "cause"] == "data_partitioning"
     assert d.loc["example/01_all_reduce/3.py", "cause"] == "collective_ordering"
     assert "recv" in d.loc["example/01_all_reduce/3.py", "cause_evidence"]
-    assert d.loc["example/01_all_reduce/4.py", "mechanisms"] == "register_peer"
+    assert d.loc["example/01_all_reduce/4.py", "mechanisms"] == "sm"
     assert d.loc["example/01_all_reduce/4.py", "cause"] == "compile_error"
     assert d.loc["example/03_reduce_scatter/1.py", "cause"] == "data_partitioning"
     assert d.loc["example/missing.py", "mechanisms"] == "unknown"

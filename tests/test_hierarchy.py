@@ -246,6 +246,6 @@ def test_bandwidth_matrix_every_testcase_verified():
 def test_peer_size_sweep_rows():
     sizes = [4096, 1 * MiB, 64 * MiB]
     df = hierarchy.peer_size_sweep(sizes, reps=3, warmup=1)
-    assert len(df) == 3 * len(sizes) and set(df["mechanism"]) == {"copy_engine", "sm_push", "sm_pull"}
+    assert len(df) == 3 * len(sizes) and set(df["mechanism"]) == {"ce", "sm_push", "sm_pull"}
     assert df["verified"].all() and (df["latency_us"] == df["time_median_us"]).all()
     assert len(hierarchy.half_bandwidth_point(df)) == 3

@@ -10,14 +10,14 @@ from pkit.ops import transfers
 
 def test_sms_to_reach_reads_the_sweep():
     sweep = pd.DataFrame([
-        {"mechanism": "copy_engine", "blocks": 0, "bandwidth_GBps": 400.0},
+        {"mechanism": "ce", "blocks": 0, "bandwidth_GBps": 400.0},
         *({"mechanism": "tma_push", "blocks": b, "bandwidth_GBps": min(400.0, 30.0 * b)} for b in (1, 4, 8, 16, 32)),
-        *({"mechanism": "register_push", "blocks": b, "bandwidth_GBps": 3.0 * b} for b in (1, 16, 66, 132)),
+        *({"mechanism": "sm_push", "blocks": b, "bandwidth_GBps": 3.0 * b} for b in (1, 16, 66, 132)),
         *({"mechanism": "tma_pull", "blocks": b, "bandwidth_GBps": 2.0 * b} for b in (1, 16, 66, 132)),
     ])
     need = mechanisms.sms_to_reach(sweep, fraction=0.9).set_index("mechanism")
     assert need.loc["tma_push", "blocks_needed"] == 16
-    assert need.loc["register_push", "blocks_needed"] == 132
+    assert need.loc["sm_push", "blocks_needed"] == 132
     assert pd.isna(need.loc["tma_pull", "blocks_needed"]) and need.loc["tma_pull", "best_GBps"] == 264.0
     assert (need["reference_GBps"] == 400.0).all()
     with pytest.raises(ValueError, match="fraction"):
@@ -98,11 +98,11 @@ def _stand_in(device: int, nbytes: int = 64):
 
 
 @pytest.mark.parametrize("first, second, fraction, text", [
-    ("warp_drive", "register_pull", 0.5, "first: expected"),
-    ("register_push", "carrier_pigeon", 0.5, "second: expected"),
-    ("register_push", "register_pull", 1.5, r"fraction: expected a share of the bytes in \[0, 1\]"),
-    ("copy_engine", "register_push", 0.5, "different GPUs, both run on GPU 0"),
-    ("register_pull", "tma_pull", 0.5, "different GPUs, both run on GPU 1"),
+    ("warp_drive", "sm_pull", 0.5, "first: expected"),
+    ("sm_push", "carrier_pigeon", 0.5, "second: expected"),
+    ("sm_push", "sm_pull", 1.5, r"fraction: expected a share of the bytes in \[0, 1\]"),
+    ("ce", "sm_push", 0.5, "different GPUs, both run on GPU 0"),
+    ("sm_pull", "tma_pull", 0.5, "different GPUs, both run on GPU 1"),
 ])
 def test_split_copy_checks_arguments_before_any_work(first, second, fraction, text):
     pytest.importorskip("cupy")
@@ -114,7 +114,7 @@ def test_split_sweep_validates_arguments():
     with pytest.raises(ValueError, match="fractions"):
         mechanisms.split_sweep(fractions=[0.5, 2.0])
     with pytest.raises(ValueError, match="mechanisms: unknown"):
-        mechanisms.split_sweep(pairs=[("register_push", "telepathy")])
+        mechanisms.split_sweep(pairs=[("sm_push", "telepathy")])
 
 
 @pytest.mark.multigpu
@@ -138,7 +138,7 @@ def test_split_copy_is_joined_on_the_first_gpu():
 
     def call():
         spin((1,), (1,), (np.uint64(2_000_000),), device=1)
-        transfers.split_copy(dst[1], src[0], "register_push", "register_pull", 0.5)
+        transfers.split_copy(dst[1], src[0], "sm_push", "sm_pull", 0.5)
 
     result = pkit.bench(call, devices=[0], warmup=1, reps=5)
     assert result.median_ms >= 2.0

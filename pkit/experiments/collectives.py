@@ -2,7 +2,10 @@
 memory (one process per GPU), measured in the same run.
 
 Sizes are nccl-tests' S: the whole buffer (all-reduce, all-to-all), the gathered output (all-gather),
-the scattered input (reduce-scatter). Rows carry algbw and busbw in GB/s.
+the scattered input (reduce-scatter). Rows carry algbw and busbw in GB/s. Implementations are named
+`pkit_<mechanism>` (`pkit_sm`, `pkit_ll`, `pkit_ce`) or `pkit_sm_<algorithm>` (`pkit_sm_one_shot`,
+`pkit_sm_two_shot`), then `nccl`, `torch_nccl`, `torch_symm_one_shot`, `torch_symm_two_shot`, and
+`empty_kernel` for the launch floor.
 
 Example:
     >>> from pkit.experiments import collectives
@@ -87,8 +90,8 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     registry's NumPy reference for an op NCCL lacks).
 
     `calls_per_sample` > 1 times that many back-to-back calls per sample (nccl-tests' averaging; see
-    pkit.bench). `implementations` keeps only those names (pkit_one_shot, pkit_two_shot, pkit_sm, pkit_ll,
-    pkit_ce, nccl); by default all that apply to the size.
+    pkit.bench). `implementations` keeps only those names (`implementation_names()`: pkit_sm_one_shot,
+    pkit_sm_two_shot, pkit_sm, pkit_ll, pkit_ce, nccl); by default all that apply to the size.
     """
     import pkit
 

@@ -1,6 +1,7 @@
 """Bandwidth matrix in nvbandwidth's vocabulary: copy-engine (CE) and SM copies between GPUs and the host.
 
-Every testcase has nvbandwidth's name and a one-line description. CE copies are `cudaMemcpyAsync` on a
+Every testcase has nvbandwidth's name and a one-line description; its `engine` is `ce` or `sm` (pkit's words
+for the two, as in pkit.ops.transfers and the collectives), printed upper-case in nvbandwidth's layout. CE copies are `cudaMemcpyAsync` on a
 stream of the GPU whose copy engine should move the data (the reader for `read` tests, the writer for
 `write` tests); SM copies are pkit's `copy16` kernel launched on that GPU. Host memory is pinned and
 mapped, so SM kernels reach it over PCIe directly. Bidirectional tests run both directions at once and
@@ -32,7 +33,7 @@ MiB = 1 << 20
 @dataclass(frozen=True)
 class MatrixCase:
     name: str
-    engine: str  # CE (copy engine) or SM (copy kernel)
+    engine: str  # ce (copy engine) or sm (copy kernel)
     kind: str  # which copies: see plan_copies
     arrow: str  # how the printed matrix reads: '->' rows are sources, '<-' rows are destinations, '<->' both
     description: str
@@ -59,16 +60,16 @@ _NAMES = {"h2d": "host_to_device_memcpy", "d2h": "device_to_host_memcpy",
           "h2d_bidir": "host_to_device_bidirectional_memcpy", "d2d_read": "device_to_device_memcpy_read",
           "d2d_write": "device_to_device_memcpy_write", "d2d_bidir_read": "device_to_device_bidirectional_memcpy_read",
           "d2d_bidir_write": "device_to_device_bidirectional_memcpy_write", "local": "device_local_copy"}
-_ENGINE_WORDS = {"CE": "copy engine", "SM": "SMs"}
+_ENGINE_WORDS = {"ce": "copy engine", "sm": "SMs"}
 
 
 def _testcase(kind: str, engine: str) -> MatrixCase:
-    name = _NAMES[kind] + ("" if (kind, engine) == ("local", "CE") else f"_{engine.lower()}")
+    name = _NAMES[kind] + ("" if (kind, engine) == ("local", "ce") else f"_{engine}")
     arrow, text = _KINDS[kind]
     return MatrixCase(name, engine, kind, arrow, text.format(engine=_ENGINE_WORDS[engine]))
 
 
-TESTCASES = {t.name: t for t in (_testcase(kind, engine) for engine in ("CE", "SM") for kind in _KINDS)}
+TESTCASES = {t.name: t for t in (_testcase(kind, engine) for engine in ("ce", "sm") for kind in _KINDS)}
 
 
 def plan_copies(kind: str, a: int, b: int | None = None) -> tuple[Copy, ...]:
@@ -163,7 +164,7 @@ def _enqueue_all(engine: str, copies: Sequence[Copy], buffers: _Buffers, nbytes:
 
     def start(copy: Copy, stream, blocks: int) -> None:
         dst, src = buffers.dst[copy.dst], buffers.src[copy.src]
-        if engine == "CE":
+        if engine == "ce":
             cp.cuda.runtime.memcpyAsync(dst, src, nbytes, cp.cuda.runtime.memcpyDefault, stream.ptr)
         else:
             kernel((blocks,), (THREADS,), (np.uint64(dst), np.uint64(src), np.uint64(nbytes // 16)),
@@ -193,8 +194,9 @@ def bandwidth_matrix(gpus: Sequence[int] = (0, 1), nbytes: int = 512 * MiB, test
 
     `nbytes` per copy (default 512 MiB, nvbandwidth's default; keep it well above 3× the L2 so no copy is
     served from cache). Timing: `pkit.bench` over the issuing GPUs, launches queued behind a spin kernel,
-    `warmup` + `reps` calls, medians. One row per (testcase, src, dst, bytes): engine, copies (1 or 2 at
-    once), counted, bandwidth_GBps (10⁹ B/s of what `counted` says), time_{median,min,max}_us, cv, verified.
+    `warmup` + `reps` calls, medians. One row per (testcase, src, dst, bytes): engine ('ce' or 'sm'), copies
+    (1 or 2 at once), counted, bandwidth_GBps (10⁹ B/s of what `counted` says), time_{median,min,max}_us, cv,
+    verified.
 
     Example:
         >>> bandwidth_matrix((0, 1), testcases=["device_to_device_memcpy_write_ce"])     # doctest: +SKIP
@@ -265,7 +267,7 @@ def format_matrix(frame: pd.DataFrame, testcase: str) -> str:
     kind = lambda labels: "CPU" if labels == ["CPU"] else "GPU"  # noqa: E731
     index = lambda label: "0" if label == "CPU" else label[3:]  # noqa: E731
     lines = [f"Running {testcase}.",
-             f"memcpy {t.engine} {kind(row_labels)}(row) {t.arrow} {kind(col_labels)}(column) bandwidth (GB/s), "
+             f"memcpy {t.engine.upper()} {kind(row_labels)}(row) {t.arrow} {kind(col_labels)}(column) bandwidth (GB/s), "
              f"{rows['counted'].iloc[0]}, {int(rows['bytes'].iloc[0]) // MiB} MiB",
              " " * 6 + "".join(f"{index(c):>10}" for c in col_labels)]
     for r in row_labels:

@@ -1,4 +1,5 @@
-"""Transfer mechanisms study: copy engine vs register-level vs TMA, by SMs given and by message size.
+"""Transfer mechanisms study: copy engine (`ce`) vs register-level (`sm_push`, `sm_pull`) vs TMA (`tma_push`,
+`tma_pull`), by SMs given and by message size.
 
 Example:
     >>> from pkit.experiments import mechanisms
@@ -15,7 +16,7 @@ from tqdm.auto import tqdm
 from ..ops.transfers import MECHANISMS, peer_copy, split_copy, worker
 from .peer_copies import check_sizes_and_pair, time_copy
 
-SM_MECHANISMS = tuple(m for m in MECHANISMS if m != "copy_engine")
+SM_MECHANISMS = tuple(m for m in MECHANISMS if m != "ce")
 
 
 def _check(sizes: Sequence[int], mechanisms: Sequence[str], src: int, dst: int) -> list[int]:
@@ -29,7 +30,7 @@ def _measure(team, size: int, mechanism: str, blocks: int | None, src: int, dst:
     """One mechanism's verified, timed copy of `size` bytes from team rank 0 (GPU src) to rank 1 (GPU dst)."""
     row = time_copy(team, size, lambda d, s: peer_copy(d, s, mechanism, blocks), worker(mechanism, src, dst),
                     reps, warmup=3)
-    return {"mechanism": mechanism, "blocks": blocks if mechanism != "copy_engine" else 0, **row}
+    return {"mechanism": mechanism, "blocks": blocks if mechanism != "ce" else 0, **row}
 
 
 def sm_sweep(nbytes: int = 256 << 20, blocks: Sequence[int] = (1, 2, 4, 8, 12, 16, 24, 32, 48, 66, 96, 132),
@@ -44,7 +45,7 @@ def sm_sweep(nbytes: int = 256 << 20, blocks: Sequence[int] = (1, 2, 4, 8, 12, 1
     if not blocks or any(not 1 <= int(b) <= 1024 for b in blocks):
         raise ValueError(f"blocks: expected counts in [1, 1024], got {list(blocks)}")
     team = pkit.Team([src, dst])
-    rows = [_measure(team, nbytes, "copy_engine", None, src, dst, reps)]
+    rows = [_measure(team, nbytes, "ce", None, src, dst, reps)]
     for mechanism in tqdm(mechanisms, desc="mechanisms", leave=False):
         rows += [_measure(team, nbytes, mechanism, int(b), src, dst, reps) for b in blocks]
     return pd.DataFrame(rows)
@@ -66,7 +67,7 @@ def size_sweep(sizes: Sequence[int] = tuple(4096 << i for i in range(19)), mecha
     return pd.DataFrame(rows)
 
 
-SPLITS = (("register_push", "register_pull"), ("copy_engine", "register_pull"))
+SPLITS = (("sm_push", "sm_pull"), ("ce", "sm_pull"))
 
 
 def split_sweep(nbytes: int = 256 << 20, pairs: Sequence[tuple[str, str]] = SPLITS,
@@ -100,9 +101,9 @@ def sms_to_reach(sweep: pd.DataFrame, fraction: float = 0.9, reference: float | 
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction: expected a value in (0, 1], got {fraction}")
     ref = reference if reference is not None else float(
-        sweep.loc[sweep["mechanism"] == "copy_engine", "bandwidth_GBps"].max())
+        sweep.loc[sweep["mechanism"] == "ce", "bandwidth_GBps"].max())
     out = []
-    for mechanism, group in sweep[sweep["mechanism"] != "copy_engine"].groupby("mechanism"):
+    for mechanism, group in sweep[sweep["mechanism"] != "ce"].groupby("mechanism"):
         ok = group[group["bandwidth_GBps"] >= fraction * ref].sort_values("blocks")
         out.append({"mechanism": mechanism, "reference_GBps": ref, "fraction": fraction,
                     "blocks_needed": int(ok["blocks"].iloc[0]) if len(ok) else None,

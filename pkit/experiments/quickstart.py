@@ -25,9 +25,9 @@ def peer_copy_sweep(kernel, sizes_bytes: Sequence[int], src: int = 0, dst: int =
                     warmup: int = 5) -> pd.DataFrame:
     """Time one-way copies of each size from GPU `src` to GPU `dst` three ways, verifying each copy.
 
-    `kernel(dst, src, n16)` copies n16 16-byte words; it is launched on `src` (SM push) and on `dst`
-    (SM pull); `cudaMemcpyPeerAsync` gives the copy-engine baseline. Buffers rotate past the L2 for small
-    sizes, and launches queue behind a spin kernel so host overhead stays out. Columns: mechanism, bytes,
+    `kernel(dst, src, n16)` copies n16 16-byte words; it is launched on `src` (`sm_push`) and on `dst`
+    (`sm_pull`); `cudaMemcpyPeerAsync` gives the copy-engine baseline (`ce`). Buffers rotate past the L2 for
+    small sizes, and launches queue behind a spin kernel so host overhead stays out. Columns: mechanism, bytes,
     time_{median,min,max,iqr}_us, cv, bandwidth_GBps (10⁹ B/s), verified, rotations.
     """
     import pkit
@@ -48,7 +48,7 @@ def peer_copy_sweep(kernel, sizes_bytes: Sequence[int], src: int = 0, dst: int =
 
         mechanisms = {"sm_push": (lambda d, s: sm_copy(src, d, s), src),
                       "sm_pull": (lambda d, s: sm_copy(dst, d, s), dst),
-                      "copy_engine": (lambda d, s: peer_copy(d, s, "copy_engine"), src)}
+                      "ce": (lambda d, s: peer_copy(d, s, "ce"), src)}
         rows += [{"mechanism": name, **time_copy(team, size, fn, device, reps, warmup)}
                  for name, (fn, device) in mechanisms.items()]
     return pd.DataFrame(rows)

@@ -1,4 +1,5 @@
-"""Peer-to-peer transfers by mechanism: copy engine, register-level 16-byte loads/stores, TMA bulk copies.
+"""Peer-to-peer transfers by mechanism: the copy engine (`ce`), register-level 16-byte loads/stores issued by
+the SMs (`sm_push`, `sm_pull`), TMA bulk copies (`tma_push`, `tma_pull`).
 
 Each call enqueues one copy of `nbytes` from GPU `src` to GPU `dst` on the current CuPy stream of the GPU
 that does the work (the source's for push and for the copy engine, the destination's for pull).
@@ -16,7 +17,10 @@ import numpy as np
 from ..gpus import on_device as _on
 from ..launch import THREADS
 
-MECHANISMS = ("copy_engine", "register_push", "register_pull", "tma_push", "tma_pull")
+# The names pkit uses for these mechanisms everywhere (experiments, recorded results, figures): `ce` is
+# cudaMemcpyPeerAsync; `sm_*` pkit's copy16 kernel; `tma_*` its TMA kernel; `_push` runs on the source GPU,
+# `_pull` on the destination. Collectives use the same words (`sm`, `ce`; pkit.ops.collectives.MECHANISMS).
+MECHANISMS = ("ce", "sm_push", "sm_pull", "tma_push", "tma_pull")
 TMA_CHUNK = 32 << 10  # bytes per pipeline stage; the kernel keeps 4 stages in flight per block
 TMA_STAGES = 4
 
@@ -50,13 +54,13 @@ def peer_copy(dst_array, src_array, mechanism: str, blocks: int | None = None) -
         raise ValueError(f"blocks: expected an integer in [1, 1024], got {blocks!r}")
     src, dst = src_array.device.id, dst_array.device.id
     on = worker(mechanism, src, dst)
-    if mechanism == "copy_engine":
+    if mechanism == "ce":
         with cp.cuda.Device(src):
             cp.cuda.runtime.memcpyPeerAsync(dst_array.data.ptr, dst, src_array.data.ptr, src, nbytes,
                                             cp.cuda.get_current_stream().ptr)
         return
     d, s = np.uint64(dst_array.data.ptr), np.uint64(src_array.data.ptr)
-    if mechanism.startswith("register"):
+    if mechanism.startswith("sm_"):
         n16 = nbytes // 16
         grid = blocks or min(4 * _sms(on), max(1, -(-n16 // THREADS)))
         _kernel(mechanism)((grid,), (THREADS,), (d, s, np.uint64(n16)), device=on)
@@ -74,7 +78,7 @@ def split_copy(dst_array, src_array, first: str, second: str, fraction: float) -
     reads the whole copy.
 
     Example:
-        >>> split_copy(y[1], x[0], "register_push", "register_pull", 0.5)     # doctest: +SKIP
+        >>> split_copy(y[1], x[0], "sm_push", "sm_pull", 0.5)                 # doctest: +SKIP
     """
     import cupy as cp
 
