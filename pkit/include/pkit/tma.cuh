@@ -47,6 +47,25 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
                ::"r"(smem_addr(smem_dst)), "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
 }
 
+// A TMA tensor map (CUtensorMap, encoded on the host by cuTensorMapEncodeTiled: pkit/ops/gemm.py), passed to a
+// kernel as a `const __grid_constant__` parameter so its address stays in parameter space.
+struct alignas(64) TensorMap {
+  u64 opaque[16];
+};
+
+// The box of a 2D tensor map whose corner is column x, row y (elements) -> shared, completing on `bar`; parts of
+// the box outside the tensor arrive as zeros.
+__device__ __forceinline__ void tensor_load_2d(void* smem_dst, const TensorMap& map, int x, int y, u64* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               ::"r"(smem_addr(smem_dst)), "l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+               : "memory");
+}
+
+// Arrive once on `bar` (e.g. a consumer releasing a stage to its producer).
+__device__ __forceinline__ void mbarrier_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
 // Shared -> global (local or peer); completes with bulk_commit() + bulk_wait_read<N>() / bulk_wait<N>().
 __device__ __forceinline__ void bulk_store(void* gmem_dst, const void* smem_src, u32 bytes) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"

@@ -1,0 +1,90 @@
+// C = A · Bᵀ in bf16 with fp32 accumulation on Hopper tensor cores: A is M × K, B is N × K (both K-contiguous,
+// as nn.Linear keeps its weight), C is M × N, all row-major. One block computes a 128 × 256 tile of C: a
+// producer warp streams 64-wide K slices of A and B into kStages shared-memory stages with TMA, and two
+// consumer warpgroups each multiply their 64 rows with wgmma as the slices land. Full/empty mbarriers pass
+// each stage between them. Launch with 384 threads and kSmemBytes of dynamic shared memory.
+#include <cuda_bf16.h>
+#include <pkit/tma.cuh>
+#include <pkit/wgmma.cuh>
+
+using pkit::u32;
+using pkit::u64;
+
+constexpr int BM = 128, BN = 256, BK = 64, kStages = 4, kGroupM = 16;
+constexpr u32 kStageBytes = (BM + BN) * BK * 2;
+
+struct Stage {
+  __nv_bfloat16 a[BM * BK];
+  __nv_bfloat16 b[BN * BK];
+};
+constexpr int kSmemBytes = kStages * sizeof(Stage) + 2 * kStages * sizeof(u64) + 1024;  // + alignment slack
+static_assert(kSmemBytes == 197696, "pkit/ops/gemm.py SMEM_BYTES and the launch's tile sizes mirror these");
+
+// The (row, column) tile of C this block computes: groups of kGroupM row tiles sweep the columns together,
+// so the blocks running at once share their A and B slices in L2.
+__device__ int2 tile_of(int block, int m_tiles, int n_tiles) {
+  const int group = block / (kGroupM * n_tiles), first = group * kGroupM;
+  const int rows = min(kGroupM, m_tiles - first), in_group = block % (kGroupM * n_tiles);
+  return make_int2(first + in_group % rows, in_group / rows);
+}
+
+// Rows row0.. of the 64 × 256 accumulator this warpgroup holds (layout: include/pkit/wgmma.cuh), rounded to
+// bf16 and stored where they fall inside C (n is even).
+__device__ void store_tile(const float (&d)[128], __nv_bfloat16* c, int m, int n, int row0, int col0) {
+  const int t = threadIdx.x % 128, row = row0 + 16 * (t / 32) + (t % 32) / 4, col = col0 + 2 * (t % 4);
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row + 8 * half, cc = col + 8 * i;
+      if (r < m && cc < n)
+        *reinterpret_cast<__nv_bfloat162*>(c + u64(r) * n + cc) = __floats2bfloat162_rn(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ pkit::TensorMap a,
+                                                       const __grid_constant__ pkit::TensorMap b,
+                                                       __nv_bfloat16* c, int m, int n, int k) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  Stage* stages = reinterpret_cast<Stage*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  u64* full = reinterpret_cast<u64*>(stages + kStages);
+  u64* empty = full + kStages;
+  const int warpgroup = threadIdx.x / 128, k_tiles = (k + BK - 1) / BK;
+  const int2 tile = tile_of(blockIdx.x, (m + BM - 1) / BM, (n + BN - 1) / BN);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      pkit::mbarrier_init(&full[s], 1);
+      pkit::mbarrier_init(&empty[s], 2);  // one arrival per consumer warpgroup
+    }
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {  // producer
+    if (threadIdx.x != 0) return;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % kStages;
+      if (kt >= kStages) pkit::mbarrier_wait(&empty[s], (kt / kStages - 1) & 1, PKIT_SITE);
+      pkit::mbarrier_expect_bytes(&full[s], kStageBytes);
+      pkit::tensor_load_2d(stages[s].a, a, kt * BK, tile.x * BM, &full[s]);
+      pkit::tensor_load_2d(stages[s].b, b, kt * BK, tile.y * BN, &full[s]);
+    }
+    return;
+  }
+
+  float d[128];  // this consumer's 64 × 256 fp32 accumulator
+  const int half = warpgroup - 1;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % kStages;
+    pkit::mbarrier_wait(&full[s], (kt / kStages) & 1, PKIT_SITE);
+    const u64 a_desc = pkit::smem_desc(stages[s].a + half * 64 * BK), b_desc = pkit::smem_desc(stages[s].b);
+    pkit::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) pkit::mma_64x256x16_bf16(d, a_desc + 2 * kk, b_desc + 2 * kk, kt + kk > 0);
+    pkit::wgmma_commit();
+    pkit::wgmma_wait<1>();  // the previous slice's products are done: release its stage
+    if (kt > 0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&empty[(kt - 1) % kStages]);
+  }
+  pkit::wgmma_wait<0>();
+  store_tile(d, c, m, n, tile.x * BM + half * 64, tile.y * BN);
+}

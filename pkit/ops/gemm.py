@@ -1,0 +1,88 @@
+"""pkit's Hopper GEMM (pkit/kernels/gemm.cu): C = A · Bᵀ in bf16 with fp32 accumulation, TMA loads and wgmma.
+
+A is M × K, B is N × K (K-contiguous, the layout of an nn.Linear weight), C is M × N; all row-major bf16 torch
+tensors on one GPU. Tiles that do not divide the shape are handled (TMA reads zeros past the edges; stores are
+masked). It is the compute half of pkit's overlap schedules, and its rate is compared with cuBLAS's in the
+overlap study.
+
+Example:
+    >>> import torch; from pkit.ops.gemm import gemm                                    # doctest: +SKIP
+    >>> a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)                 # doctest: +SKIP
+    >>> b = torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16)                 # doctest: +SKIP
+    >>> c = gemm(a, b)   # ≈ a @ b.T                                                      # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+
+import numpy as np
+
+BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64  # tile of C per block, K slice per stage (gemm.cu)
+THREADS = 384  # a producer warpgroup and two consumer warpgroups
+SMEM_BYTES = 197696  # gemm.cu kSmemBytes: 4 stages of A and B slices, their mbarriers, alignment slack
+TENSOR_MAP = np.dtype([("opaque", np.uint64, (16,))])  # CUtensorMap: 128 bytes, passed by value
+
+
+@lru_cache(maxsize=None)
+def _kernel():
+    import pkit
+
+    return pkit.compile("gemm.cu", "gemm_bf16_tn")
+
+
+def tensor_map(tensor, box_rows: int, box_cols: int) -> np.ndarray:
+    """The TMA descriptor of a row-major bf16 matrix, read in boxes of box_rows × box_cols (128-byte swizzle:
+    box_cols × 2 bytes must be 128), as one kernel argument."""
+    from cuda.bindings import driver as cu
+
+    rows, cols = tensor.shape
+    err, encoded = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, tensor.data_ptr(),
+        [cu.cuuint64_t(cols), cu.cuuint64_t(rows)], [cu.cuuint64_t(cols * tensor.element_size())],
+        [cu.cuuint32_t(box_cols), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err!r}) for a {rows} × {cols} bf16 matrix")
+    return np.frombuffer(ctypes.string_at(encoded.getPtr(), TENSOR_MAP.itemsize), dtype=TENSOR_MAP).copy()
+
+
+def _check(a, b, out) -> tuple[int, int, int]:
+    """(M, N, K) of C = A · Bᵀ, or a ValueError naming the argument at fault."""
+    import torch
+
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or t.dim() != 2 or not t.is_cuda:
+            raise ValueError(f"{name}: expected a 2-D bfloat16 CUDA tensor, got {getattr(t, 'dtype', type(t))} "
+                             f"of shape {tuple(getattr(t, 'shape', ()))}")
+        if not t.is_contiguous() or t.data_ptr() % 16:
+            raise ValueError(f"{name}: expected a contiguous tensor starting at a 16-byte boundary (TMA reads it)")
+    (m, k), (n, kb) = a.shape, b.shape
+    if kb != k or k % 8 or k == 0:
+        raise ValueError(f"b: expected N × K with K = {k} (a's columns), a positive multiple of 8; got {tuple(b.shape)}")
+    if n % 2:
+        raise ValueError(f"b: expected an even number of rows N (C is stored in bf16 pairs), got {n}")
+    if b.device != a.device:
+        raise ValueError(f"b: expected a tensor on {a.device}, got {b.device}")
+    if out is not None and (out.shape != (m, n) or out.dtype != torch.bfloat16 or out.device != a.device
+                            or not out.is_contiguous()):
+        raise ValueError(f"out: expected a contiguous {m} × {n} bfloat16 tensor on {a.device}")
+    return m, n, k
+
+
+def gemm(a, b, out=None):
+    """C = A · Bᵀ (bf16, fp32 accumulation) on A's GPU, enqueued on CuPy's current stream there (as every pkit op;
+    by default that is the legacy stream torch uses too); returns C."""
+    import torch
+
+    m, n, k = _check(a, b, out)
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
+    if m == 0 or n == 0:
+        return out
+    tiles = -(-m // BLOCK_M) * -(-n // BLOCK_N)
+    _kernel()((tiles,), (THREADS,), (tensor_map(a, BLOCK_M, BLOCK_K), tensor_map(b, BLOCK_N, BLOCK_K),
+                                     np.uint64(out.data_ptr()), np.int32(m), np.int32(n), np.int32(k)),
+              shared_mem=SMEM_BYTES, device=a.device.index)
+    return out
