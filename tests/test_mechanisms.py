@@ -1,4 +1,6 @@
 """Transfer mechanisms: argument checks and the SM-saturation summary on CPU; real copies on 2 GPUs."""
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,6 +24,24 @@ def test_sms_to_reach_reads_the_sweep():
     assert (need["reference_GBps"] == 400.0).all()
     with pytest.raises(ValueError, match="fraction"):
         mechanisms.sms_to_reach(sweep, fraction=1.5)
+
+
+def test_recorded_results_speak_one_vocabulary():
+    """Every name a recorded result carries is one pkit uses today; names mapped after recording say so."""
+    torch = {"torch_nccl", "torch_symm_one_shot", "torch_symm_two_shot"}
+    known = {"mechanism": set(transfers.MECHANISMS), "first": set(transfers.MECHANISMS),
+             "second": set(transfers.MECHANISMS), "engine": {"ce", "sm"},
+             "implementation": set(collectives.implementation_names()) | torch | {"empty_kernel"}}
+    csvs = sorted((Path(__file__).resolve().parents[1] / "results").glob("*/*.csv"))
+    assert csvs
+    for path in csvs:
+        frame = pd.read_csv(path)
+        for column in set(known) & set(frame.columns):
+            assert set(frame[column]) <= known[column], (path.name, column, set(frame[column]) - known[column])
+        renamed = pkit.results.load(path.stem, path.parent.name).provenance.get("renamed")
+        if renamed:
+            assert {"commit", "note"} <= set(renamed) and all(
+                set(new.values()) <= known[column] for column, new in renamed.items() if column in known)
 
 
 @pytest.mark.parametrize("kwargs, text", [
