@@ -47,3 +47,77 @@ def test_gpu_argument_errors(kwargs, text):
     b = torch.zeros(kwargs["n"], kwargs["k"], device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=text):
         G.gemm(a, b)
+
+
+def test_rows_ready_struct_matches_the_kernel(cache_dir):
+    from pkit.compiler import KERNEL_DIR, compile_cubin
+
+    text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.ROWS_READY.layout_asserts() + "\n"
+    assert compile_cubin(text, arch="sm_90a", name_expressions=["gemm_bf16_tn"]).cubin
+
+
+def _randn(*shape, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [1, 7, None])
+def test_persistent_blocks_cover_every_tile(blocks):
+    a, b = _randn(1000, 520, seed=1), _randn(776, 520, seed=2)
+    out = G.gemm(a, b, blocks=blocks)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), a.float() @ b.float().T, rtol=2 ** -7, atol=1e-3 * 520 ** 0.5)
+
+
+@pytest.mark.gpu
+def test_rows_are_read_only_after_their_flag():
+    """A arrives 256 rows at a time on a side stream (a copy, then a flag write); the GEMM, launched first and
+    given all but 8 SMs, must wait for each part and still multiply the right rows."""
+    import cupy as cp
+    from cuda.bindings import driver as cu
+
+    m, n, k, rows_per_flag = 1024, 512, 768, 256
+    source, b = _randn(m, k, seed=3), _randn(n, k, seed=4)
+    a = torch.full_like(source, float("nan"))
+    flags = cp.zeros(m // rows_per_flag, dtype=cp.uint32)
+    sms = __import__("pkit").devices()[0].sms
+    out = G.gemm(a, b, blocks=sms - 8, ready=flags.data.ptr, epoch=7, rows_per_flag=rows_per_flag, first_row=512)
+    side = cp.cuda.Stream(non_blocking=True)
+    with side:
+        for f in [2, 3, 0, 1]:  # the GEMM starts at row 512: those parts come first
+            rows = slice(f * rows_per_flag, (f + 1) * rows_per_flag)
+            cp.cuda.runtime.memcpyAsync(a[rows].data_ptr(), source[rows].data_ptr(), rows_per_flag * k * 2,
+                                        cp.cuda.runtime.memcpyDeviceToDevice, side.ptr)
+            err, = cu.cuStreamWriteValue32(cu.CUstream(side.ptr), cu.CUdeviceptr(flags.data.ptr + 4 * f), 7, 0)
+            assert err == cu.CUresult.CUDA_SUCCESS
+    torch.cuda.synchronize()
+    side.synchronize()
+    torch.testing.assert_close(out.float(), source.float() @ b.float().T, rtol=2 ** -7, atol=1e-3 * k ** 0.5)
+
+
+@pytest.mark.gpu
+def test_a_flag_that_never_comes_raises_peer_timeout_in_its_own_process():
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    script = textwrap.dedent("""
+        import cupy as cp, torch, pkit, pkit.launch as L
+        from pkit.ops.gemm import gemm
+        L.set_wait_timeout(0.3)
+        a = torch.zeros(256, 64, device="cuda", dtype=torch.bfloat16); b = torch.zeros(256, 64, device="cuda", dtype=torch.bfloat16)
+        flags = cp.zeros(2, dtype=cp.uint32)
+        gemm(a, b, ready=flags.data.ptr, epoch=1, rows_per_flag=128)
+        try:
+            L.synchronize([0])
+        except pkit.PeerTimeout as e:
+            print("TIMEOUT", e.kernel, round(e.waited_s, 2))
+    """)
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert "TIMEOUT" in out.stdout, out.stdout + out.stderr
+    assert 0.3 <= float(out.stdout.split()[-1]) < 2.0

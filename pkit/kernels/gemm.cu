@@ -1,9 +1,10 @@
 // C = A · Bᵀ in bf16 with fp32 accumulation on Hopper tensor cores: A is M × K, B is N × K (both K-contiguous,
-// as nn.Linear keeps its weight), C is M × N, all row-major. One block computes a 128 × 256 tile of C: a
-// producer warp streams 64-wide K slices of A and B into kStages shared-memory stages with TMA, and two
+// as nn.Linear keeps its weight), C is M × N, all row-major. A block computes 128 × 256 tiles of C: a
+// producer thread streams 64-wide K slices of A and B into kStages shared-memory stages with TMA, and two
 // consumer warpgroups each multiply their 64 rows with wgmma as the slices land. Full/empty mbarriers pass
 // each stage between them. Launch with 384 threads and kSmemBytes of dynamic shared memory.
 #include <cuda_bf16.h>
+#include <pkit/sync.cuh>
 #include <pkit/tma.cuh>
 #include <pkit/wgmma.cuh>
 
@@ -43,15 +44,33 @@ __device__ void store_tile(const float (&d)[128], __nv_bfloat16* c, int m, int n
   }
 }
 
+// Where rows of A become ready (overlap schedules): ready[r / rows_per_flag] reaches `epoch` once rows r.. are in
+// place, written by a peer, the copy engine or a communication kernel (ready == nullptr: A is ready at launch).
+// Row tiles are taken starting at `first_row_tile`, so a rank starts with the rows it already holds.
+struct RowsReady {
+  const u32* ready;
+  u32 epoch;
+  int rows_per_flag;
+  int first_row_tile;
+
+  // Block until rows [row0, row_end) are ready; then the TMA (async proxy) may read them.
+  __device__ void wait(int row0, int row_end) const {
+    if (ready == nullptr) return;
+    for (int f = row0 / rows_per_flag; f <= (row_end - 1) / rows_per_flag; ++f) pkit::wait_until(ready + f, epoch, PKIT_SITE);
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+  }
+};
+
+// Persistent: block b computes tiles b, b + gridDim.x, ... (a grid smaller than the SMs leaves SMs to others).
 __global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ pkit::TensorMap a,
                                                        const __grid_constant__ pkit::TensorMap b,
-                                                       __nv_bfloat16* c, int m, int n, int k) {
+                                                       __nv_bfloat16* c, int m, int n, int k, const RowsReady rows) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Stage* stages = reinterpret_cast<Stage*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
   u64* full = reinterpret_cast<u64*>(stages + kStages);
   u64* empty = full + kStages;
   const int warpgroup = threadIdx.x / 128, k_tiles = (k + BK - 1) / BK;
-  const int2 tile = tile_of(blockIdx.x, (m + BM - 1) / BM, (n + BN - 1) / BN);
+  const int m_tiles = (m + BM - 1) / BM, n_tiles = (n + BN - 1) / BN;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       pkit::mbarrier_init(&full[s], 1);
@@ -60,31 +79,38 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ p
   }
   __syncthreads();
 
-  if (warpgroup == 0) {  // producer
-    if (threadIdx.x != 0) return;
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % kStages;
-      if (kt >= kStages) pkit::mbarrier_wait(&empty[s], (kt / kStages - 1) & 1, PKIT_SITE);
-      pkit::mbarrier_expect_bytes(&full[s], kStageBytes);
-      pkit::tensor_load_2d(stages[s].a, a, kt * BK, tile.x * BM, &full[s]);
-      pkit::tensor_load_2d(stages[s].b, b, kt * BK, tile.y * BN, &full[s]);
+  u32 it = 0;  // K slices this block has streamed so far: stage it % kStages, its use it / kStages
+  for (int t = blockIdx.x; t < m_tiles * n_tiles; t += gridDim.x) {
+    int2 tile = tile_of(t, m_tiles, n_tiles);
+    tile.x = (tile.x + rows.first_row_tile) % m_tiles;
+    if (warpgroup == 0) {  // producer: one thread issues the loads
+      if (threadIdx.x == 0) {
+        rows.wait(tile.x * BM, min(m, (tile.x + 1) * BM));
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = it % kStages;
+          if (it >= kStages) pkit::mbarrier_wait(&empty[s], (it / kStages - 1) & 1, PKIT_SITE);
+          pkit::mbarrier_expect_bytes(&full[s], kStageBytes);
+          pkit::tensor_load_2d(stages[s].a, a, kt * BK, tile.x * BM, &full[s]);
+          pkit::tensor_load_2d(stages[s].b, b, kt * BK, tile.y * BN, &full[s]);
+        }
+      }
+      continue;
     }
-    return;
-  }
-
-  float d[128];  // this consumer's 64 × 256 fp32 accumulator
-  const int half = warpgroup - 1;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % kStages;
-    pkit::mbarrier_wait(&full[s], (kt / kStages) & 1, PKIT_SITE);
-    const u64 a_desc = pkit::smem_desc(stages[s].a + half * 64 * BK), b_desc = pkit::smem_desc(stages[s].b);
-    pkit::wgmma_fence();
+    float d[128];  // this consumer's 64 × 256 fp32 accumulator
+    const int half = warpgroup - 1;
+    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+      const int s = it % kStages;
+      pkit::mbarrier_wait(&full[s], (it / kStages) & 1, PKIT_SITE);
+      const u64 a_desc = pkit::smem_desc(stages[s].a + half * 64 * BK), b_desc = pkit::smem_desc(stages[s].b);
+      pkit::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) pkit::mma_64x256x16_bf16(d, a_desc + 2 * kk, b_desc + 2 * kk, kt + kk > 0);
-    pkit::wgmma_commit();
-    pkit::wgmma_wait<1>();  // the previous slice's products are done: release its stage
-    if (kt > 0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&empty[(kt - 1) % kStages]);
+      for (int kk = 0; kk < BK / 16; ++kk) pkit::mma_64x256x16_bf16(d, a_desc + 2 * kk, b_desc + 2 * kk, kt + kk > 0);
+      pkit::wgmma_commit();
+      pkit::wgmma_wait<1>();  // the previous slice's products are done: release its stage
+      if (kt > 0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&empty[(it - 1) % kStages]);
+    }
+    pkit::wgmma_wait<0>();
+    if (threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&empty[(it - 1) % kStages]);
+    store_tile(d, c, m, n, tile.x * BM + half * 64, tile.y * BN);
   }
-  pkit::wgmma_wait<0>();
-  store_tile(d, c, m, n, tile.x * BM + half * 64, tile.y * BN);
 }

@@ -18,10 +18,15 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..kernel_args import KernelArgs
+
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64  # tile of C per block, K slice per stage (gemm.cu)
 THREADS = 384  # a producer warpgroup and two consumer warpgroups
 SMEM_BYTES = 197696  # gemm.cu kSmemBytes: 4 stages of A and B slices, their mbarriers, alignment slack
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (16,))])  # CUtensorMap: 128 bytes, passed by value
+# gemm.cu's RowsReady: uint32 flags saying which rows of A are in place (ready = 0: all of A at launch).
+ROWS_READY = KernelArgs("RowsReady", (("ready", "ptr"), ("epoch", "u32"), ("rows_per_flag", "i32"),
+                                      ("first_row_tile", "i32")))
 
 
 @lru_cache(maxsize=None)
@@ -72,17 +77,35 @@ def _check(a, b, out) -> tuple[int, int, int]:
     return m, n, k
 
 
-def gemm(a, b, out=None):
+def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
+         first_row: int = 0):
     """C = A · Bᵀ (bf16, fp32 accumulation) on A's GPU, enqueued on CuPy's current stream there (as every pkit op;
-    by default that is the legacy stream torch uses too); returns C."""
+    by default that is the legacy stream torch uses too); returns C.
+
+    `blocks`: persistent blocks (default one per SM, at most one per tile); fewer leave SMs to other kernels.
+    Overlap schedules pass `ready`, the device address of uint32 flags: rows r.. of A are read only once
+    flag r // rows_per_flag reaches `epoch` (a multiple of 128 rows per flag), and row tiles are taken starting
+    with the one holding `first_row` (rows this GPU already has). A flag that never comes raises
+    pkit.PeerTimeout at the next synchronize.
+    """
     import torch
 
+    import pkit
+
     m, n, k = _check(a, b, out)
+    tiles = -(-m // BLOCK_M) * -(-n // BLOCK_N)
+    sms = pkit.devices()[a.device.index].sms
+    if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= sms):
+        raise ValueError(f"blocks: expected an integer in [1, {sms}] (one block per SM at most), got {blocks!r}")
+    if ready and (rows_per_flag <= 0 or rows_per_flag % BLOCK_M or not 0 <= first_row < max(m, 1)):
+        raise ValueError(f"rows_per_flag, first_row: expected a positive multiple of {BLOCK_M} and a row of A, "
+                         f"got {rows_per_flag} and {first_row}")
     out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
     if m == 0 or n == 0:
         return out
-    tiles = -(-m // BLOCK_M) * -(-n // BLOCK_N)
-    _kernel()((tiles,), (THREADS,), (tensor_map(a, BLOCK_M, BLOCK_K), tensor_map(b, BLOCK_N, BLOCK_K),
-                                     np.uint64(out.data_ptr()), np.int32(m), np.int32(n), np.int32(k)),
-              shared_mem=SMEM_BYTES, device=a.device.index)
+    rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
+                           first_row_tile=first_row // BLOCK_M)
+    _kernel()((min(tiles, blocks or sms),), (THREADS,),
+              (tensor_map(a, BLOCK_M, BLOCK_K), tensor_map(b, BLOCK_N, BLOCK_K), np.uint64(out.data_ptr()),
+               np.int32(m), np.int32(n), np.int32(k), rows), shared_mem=SMEM_BYTES, device=a.device.index)
     return out
