@@ -57,6 +57,12 @@ class NcclCollectives:
         n, dt = int(np.prod(inp.shape)), self._dtype(inp)
         self._each(lambda r, c, s: c.allGather(inp[r].data.ptr, out[r].data.ptr, n, dt, s))
 
+    def all_gather_in_place(self, buffer) -> None:
+        """buffer[r] = every rank's share in rank order, where rank q's share starts in its place in buffer[q]."""
+        share = int(np.prod(buffer.shape)) // self.team.size
+        step, dt = share * buffer.storage_dtype.itemsize, self._dtype(buffer)
+        self._each(lambda r, c, s: c.allGather(buffer.address(r) + r * step, buffer.address(r), share, dt, s))
+
     def reduce_scatter(self, out, inp) -> None:
         n, dt = int(np.prod(out.shape)), self._dtype(out)
         self._each(lambda r, c, s: c.reduceScatter(inp[r].data.ptr, out[r].data.ptr, n, dt, NCCL_SUM, s))

@@ -1,0 +1,39 @@
+// Communication kernels of the overlap schedules (pkit/ops/overlap.py): they move rows of A into every rank's
+// gathered copy on a few SMs and release a ready flag per chunk, which pkit's GEMM (gemm.cu, RowsReady) waits for
+// while it computes on the other SMs.
+#include <pkit/peer.cuh>
+#include <pkit/sync.cuh>
+#include <pkit/vec.cuh>
+
+using pkit::u32;
+using pkit::u64;
+using pkit::vec16;
+
+// The arguments of pull_rows, passed by value (pkit/ops/overlap.py PULL_ROWS mirrors this layout).
+struct PullRows {
+  const u64* gathered;  // peer table of the gathered A (M × K bf16 per rank; rank q's rows are its shard)
+  u32* ready;           // this rank's flags, one per chunk of rows
+  u64 chunk16;          // 16-byte packs per chunk
+  int chunks_per_rank;  // chunks in one rank's shard
+  u32 epoch;
+  int rank;
+  int size;
+};
+
+// Block j pulls chunks j, j + gridDim.x, ... of the peers' shards (next rank first, the order the GEMM takes
+// them) into this rank's gathered A, and releases each chunk's flag when the whole block has copied it. Block 0
+// first flags this rank's own chunks, which are in place already.
+__global__ void pull_rows(const PullRows c) {
+  const pkit::PeerTable<vec16> gathered{c.gathered, c.rank, c.size};
+  if (blockIdx.x == 0)
+    for (int j = threadIdx.x; j < c.chunks_per_rank; j += blockDim.x)
+      pkit::store_release_sys(c.ready + c.rank * c.chunks_per_rank + j, c.epoch);
+  const int peer_chunks = (c.size - 1) * c.chunks_per_rank;
+  for (int j = blockIdx.x; j < peer_chunks; j += gridDim.x) {
+    const int q = gathered.ring(1 + j / c.chunks_per_rank);
+    const u64 chunk = u64(q) * c.chunks_per_rank + j % c.chunks_per_rank;
+    pkit::copy16_block(gathered.local() + chunk * c.chunk16, gathered[q] + chunk * c.chunk16, c.chunk16);
+    __syncthreads();
+    if (threadIdx.x == 0) pkit::signal(c.ready + chunk, c.epoch);
+  }
+}

@@ -1,0 +1,286 @@
+"""All-gather + GEMM for tensor-parallel layers, with communication hidden under compute, over a one-process Team.
+
+Every rank r holds A_r, its M/n rows of the tokens (M × K over the team), and B_r, its N_local × K shard of the
+weight (nn.Linear layout); it computes out_r = [A_0; …; A_{n−1}] · B_rᵀ, M × N_local, bf16 with fp32
+accumulation. `AllGatherGemm` owns the buffers: write A_r into `shard(r)` and B_r into `weight(r)`, call
+`run(schedule)`, read `out(r)`. Schedules (`SCHEDULES`, one line each in `list_schedules()`):
+
+  serial     NCCL all-gather, then one cuBLAS GEMM (torch.matmul): the PyTorch baseline
+  ce_chunks  peers' rows come by copy engine in chunks on a side stream; a cuBLAS GEMM per chunk as it lands,
+             ordered by events (no SM spends time on communication)
+  ce_flags   the same copies, each followed by a flag write (a stream memory operation); one pkit GEMM over
+             all rows whose producer waits for each chunk's flag (pkit/kernels/gemm.cu, RowsReady)
+  sm_pull    `comm_sms` SMs run pull_rows (pkit/kernels/overlap.cu), which copies the peers' rows and releases
+             each chunk's flag; the pkit GEMM runs on the other SMs
+
+Each run enqueues on CuPy's current stream of every GPU and returns; `team.synchronize()` waits. Every rank
+starts with its own rows, so the first chunks travel while they are multiplied.
+
+Example:
+    >>> import pkit; from pkit.ops.overlap import AllGatherGemm                          # doctest: +SKIP
+    >>> op = AllGatherGemm(pkit.Team([0, 1]), m=8192, k=8192, n_local=4096)                # doctest: +SKIP
+    >>> op.run("ce_flags"); op.team.synchronize()                                          # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from typing import Callable
+
+import numpy as np
+
+from ..gpus import on_device as _on
+from ..kernel_args import KernelArgs
+from ..launch import THREADS
+from .collectives import listing, lookup
+from .gemm import BLOCK_M, gemm
+
+PULL_ROWS = KernelArgs("PullRows", (("gathered", "ptr"), ("ready", "ptr"), ("chunk16", "u64"),
+                                    ("chunks_per_rank", "i32"), ("epoch", "u32"), ("rank", "i32"), ("size", "i32")))
+CHUNK_ROWS = 1024  # rows per copy and per ready flag (a multiple of the GEMM's 128-row tile)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One way to run all-gather + GEMM: its key, a one-line description, and `run(op, **options)`."""
+
+    name: str
+    description: str
+    run: Callable
+    sms_for_communication: str  # "none", "NCCL's", or "comm_sms"
+
+
+class AllGatherGemm:
+    """Buffers and schedules of out_r = all-gathered A · B_rᵀ on a one-process Team."""
+
+    def __init__(self, team, m: int, k: int, n_local: int, chunk_rows: int = CHUNK_ROWS):
+        if team.rank is not None:
+            raise ValueError("team: expected a one-process Team (pkit.Team([...])); the schedules drive every GPU")
+        for name, value in (("m", m), ("k", k), ("n_local", n_local), ("chunk_rows", chunk_rows)):
+            if not (isinstance(value, (int, np.integer)) and value > 0):
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if m % (team.size * chunk_rows) or chunk_rows % BLOCK_M:
+            raise ValueError(f"m, chunk_rows: expected m to split into {team.size} shards of whole chunks and "
+                             f"chunk_rows a multiple of {BLOCK_M}; got m={m}, chunk_rows={chunk_rows}")
+        if k % 8 or n_local % 2:
+            raise ValueError(f"k, n_local: expected k a multiple of 8 and n_local even, got {k} and {n_local}")
+        self.team, self.m, self.k, self.n_local, self.chunk_rows = team, m, k, n_local, chunk_rows
+        self.gathered = team.zeros((m, k), "bfloat16")
+        self.weights = team.zeros((n_local, k), "bfloat16")
+        self.outputs = team.zeros((m, n_local), "bfloat16")
+        self.ready = team.zeros((m // chunk_rows,), "uint32")
+        self._epoch = 0
+
+    @property
+    def shard_rows(self) -> int:
+        return self.m // self.team.size
+
+    def shard(self, rank: int):
+        """Rank `rank`'s own rows of A (a torch view into its gathered buffer): write A_r here."""
+        return self.gathered.torch(rank)[rank * self.shard_rows:(rank + 1) * self.shard_rows]
+
+    def weight(self, rank: int):
+        return self.weights.torch(rank)
+
+    def out(self, rank: int):
+        return self.outputs.torch(rank)
+
+    def run(self, schedule: str, **options) -> None:
+        """Schedule `schedule` (a key of SCHEDULES) once, e.g. run("sm_pull", comm_sms=16)."""
+        lookup(SCHEDULES, schedule, "schedule").run(self, **options)
+
+    # --- the schedules -------------------------------------------------------------------------------
+
+    def serial(self) -> None:
+        team = self.team
+        self._nccl.all_gather_in_place(self.gathered)
+        for r in range(team.size):
+            with _torch_stream(team.devices[r]):
+                _matmul(self.gathered.torch(r), self.weight(r), self.out(r))
+
+    def ce_chunks(self) -> None:
+        import cupy as cp
+
+        team = self.team
+        with self._exchange() as side:
+            for r in range(team.size):
+                with _torch_stream(team.devices[r]):
+                    self._matmul_rows(r, r * self.shard_rows, self.shard_rows)
+            for r in range(team.size):
+                for q, row in self._peer_chunks(r):
+                    self._copy_rows(r, q, row, side[r])
+                    landed = cp.cuda.Event(disable_timing=True)
+                    with cp.cuda.Device(team.devices[r]):
+                        landed.record(side[r])
+                        cp.cuda.get_current_stream().wait_event(landed)
+                        with _torch_stream(team.devices[r]):
+                            self._matmul_rows(r, row, self.chunk_rows)
+
+    def ce_flags(self) -> None:
+        import cupy as cp
+
+        team, epoch = self.team, self._next_epoch()
+        with self._exchange() as side:
+            for r in range(team.size):
+                with cp.cuda.Device(team.devices[r]):
+                    main = cp.cuda.get_current_stream()
+                    for row in range(r * self.shard_rows, (r + 1) * self.shard_rows, self.chunk_rows):
+                        self._write_flag(r, row, epoch, main)
+                    self._gemm(r, epoch)
+            for r in range(team.size):
+                for q, row in self._peer_chunks(r):
+                    self._copy_rows(r, q, row, side[r])
+                    self._write_flag(r, row, epoch, side[r])
+
+    def sm_pull(self, comm_sms: int = 16) -> None:
+        import cupy as cp
+
+        import pkit
+
+        team, epoch = self.team, self._next_epoch()
+        sms = min(pkit.devices()[d].sms for d in team.devices)
+        if not (isinstance(comm_sms, (int, np.integer)) and 1 <= comm_sms < sms):
+            raise ValueError(f"comm_sms: expected an integer in [1, {sms - 1}], got {comm_sms!r}")
+        kernel = _pull_kernel()
+        with self._exchange() as side:
+            for r in range(team.size):
+                call = PULL_ROWS.pack(gathered=self.gathered.table(r).data.ptr, ready=self.ready.address(r),
+                                      chunk16=self.chunk_rows * self.k * 2 // 16,
+                                      chunks_per_rank=self.shard_rows // self.chunk_rows, epoch=epoch, rank=r,
+                                      size=team.size)
+                kernel((comm_sms,), (THREADS,), (call,), device=team.devices[r], stream=side[r])
+                with cp.cuda.Device(team.devices[r]):
+                    self._gemm(r, epoch, blocks=sms - comm_sms)
+
+    # --- pieces --------------------------------------------------------------------------------------
+
+    @cached_property
+    def _nccl(self):
+        from .baselines import NcclCollectives
+
+        return NcclCollectives(self.team)
+
+    @cached_property
+    def _side(self) -> list:
+        import cupy as cp
+
+        return [_on(d, lambda: cp.cuda.Stream(non_blocking=True)) for d in self.team.devices]
+
+    @contextmanager
+    def _exchange(self):
+        """Side streams that start when every rank's inputs are ready (its current stream's work so far), and
+        current streams that end only when every rank's side stream is done (no rank overwrites rows a peer is
+        still reading)."""
+        import cupy as cp
+
+        team, side = self.team, self._side
+        started = [_record(d, cp.cuda.get_current_stream) for d in team.devices]
+        for r, d in enumerate(team.devices):
+            for event in started:
+                _on(d, lambda r=r, event=event: side[r].wait_event(event))
+        yield side
+        finished = [_record(d, lambda r=r: side[r]) for r, d in enumerate(team.devices)]
+        for d in team.devices:
+            for event in finished:
+                _on(d, lambda event=event: cp.cuda.get_current_stream().wait_event(event))
+
+    def _peer_chunks(self, rank: int):
+        """(peer, first row) of every chunk rank `rank` receives, next rank first (the GEMM's order)."""
+        n = self.team.size
+        for step in range(1, n):
+            q = (rank + step) % n
+            for row in range(q * self.shard_rows, (q + 1) * self.shard_rows, self.chunk_rows):
+                yield q, row
+
+    def _copy_rows(self, rank: int, peer: int, row: int, stream) -> None:
+        """Copy engine: chunk_rows rows of `peer`'s shard, from `row`, into rank's gathered A (on `stream`)."""
+        import cupy as cp
+
+        offset, nbytes = row * self.k * 2, self.chunk_rows * self.k * 2
+        with cp.cuda.Device(self.team.devices[rank]):
+            cp.cuda.runtime.memcpyPeerAsync(self.gathered.address(rank) + offset, self.team.devices[rank],
+                                            self.gathered.address(peer) + offset, self.team.devices[peer], nbytes,
+                                            stream.ptr)
+
+    def _write_flag(self, rank: int, row: int, epoch: int, stream) -> None:
+        """Set the ready flag of the chunk holding `row` on rank's GPU to `epoch`, in `stream` order (after the
+        stream's earlier work, with a memory barrier)."""
+        import cupy as cp
+        from cuda.bindings import driver as cu
+
+        address = self.ready.address(rank) + 4 * (row // self.chunk_rows)
+        with cp.cuda.Device(self.team.devices[rank]):
+            err, = cu.cuStreamWriteValue32(cu.CUstream(stream.ptr), cu.CUdeviceptr(address), epoch, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuStreamWriteValue32 failed: {err!r}")
+
+    def _gemm(self, rank: int, epoch: int, blocks: int | None = None) -> None:
+        gemm(self.gathered.torch(rank), self.weight(rank), self.out(rank), blocks=blocks,
+             ready=self.ready.address(rank), epoch=epoch, rows_per_flag=self.chunk_rows,
+             first_row=rank * self.shard_rows)
+
+    def _matmul_rows(self, rank: int, row: int, rows: int) -> None:
+        _matmul(self.gathered.torch(rank)[row:row + rows], self.weight(rank), self.out(rank)[row:row + rows])
+
+    def _next_epoch(self) -> int:
+        from .collectives import next_epoch
+
+        self._epoch = next_epoch(self._epoch)
+        return self._epoch
+
+
+def _matmul(a, b, out) -> None:
+    import torch
+
+    torch.matmul(a, b.T, out=out)
+
+
+def _record(device: int, stream_of):
+    import cupy as cp
+
+    def record():
+        event = cp.cuda.Event(disable_timing=True)
+        event.record(stream_of())
+        return event
+
+    return _on(device, record)
+
+
+@contextmanager
+def _torch_stream(device: int):
+    """torch work on `device` goes to CuPy's current stream there (pkit's convention)."""
+    import cupy as cp
+    import torch
+
+    with cp.cuda.Device(device):
+        stream = torch.cuda.ExternalStream(cp.cuda.get_current_stream().ptr, device=device)
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            yield
+
+
+@lru_cache(maxsize=None)
+def _pull_kernel():
+    import pkit
+
+    return pkit.compile("overlap.cu", "pull_rows")
+
+
+SCHEDULES = {s.name: s for s in (
+    Schedule("serial", "NCCL all-gather, then one cuBLAS GEMM", AllGatherGemm.serial, "NCCL's"),
+    Schedule("ce_chunks", "copy-engine chunks on a side stream, a cuBLAS GEMM per chunk as it lands",
+             AllGatherGemm.ce_chunks, "none"),
+    Schedule("ce_flags", "copy-engine chunks each followed by a flag; one pkit GEMM waits per chunk",
+             AllGatherGemm.ce_flags, "none"),
+    Schedule("sm_pull", "comm_sms SMs pull peers' chunks and flag them; the pkit GEMM on the other SMs",
+             AllGatherGemm.sm_pull, "comm_sms"),
+)}
+
+
+def list_schedules():
+    """The AG+GEMM schedules as a DataFrame.
+
+    >>> list_schedules()["name"].tolist()
+    ['serial', 'ce_chunks', 'ce_flags', 'sm_pull']
+    """
+    return listing(SCHEDULES, "name", "description", "sms_for_communication")

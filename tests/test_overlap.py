@@ -1,0 +1,74 @@
+"""All-gather + GEMM schedules: kernels and argument structs on CPU; on 2 GPUs every schedule against float32 on
+fresh random inputs, poisoned outputs, shapes whose tiles do not divide, every rank checked, repeated calls."""
+import pytest
+
+from pkit.ops import overlap as O
+
+
+def test_pull_rows_compiles_with_the_host_layout(cache_dir):
+    from pkit.compiler import KERNEL_DIR, compile_cubin
+
+    text = (KERNEL_DIR / "overlap.cu").read_text() + "\n" + O.PULL_ROWS.layout_asserts() + "\n"
+    module = compile_cubin(text, arch="sm_90a", name_expressions=["pull_rows"])
+    assert module.lowered["pull_rows"].startswith("_Z")
+
+
+def test_schedules_are_listed_with_what_they_spend_on_communication():
+    table = O.list_schedules()
+    assert table["name"].tolist() == list(O.SCHEDULES) and table["description"].str.len().min() > 20
+    assert set(table["sms_for_communication"]) == {"none", "NCCL's", "comm_sms"}
+
+
+@pytest.fixture(scope="module")
+def team():
+    import pkit
+
+    return pkit.Team([0, 1])
+
+
+def _fill(op, seed):
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shards = [torch.randn(op.shard_rows, op.k, generator=gen).bfloat16() for _ in range(op.team.size)]
+    weights = [torch.randn(op.n_local, op.k, generator=gen).bfloat16() for _ in range(op.team.size)]
+    for r in range(op.team.size):
+        with torch.cuda.device(op.team.devices[r]):
+            op.shard(r).copy_(shards[r])
+            op.weight(r).copy_(weights[r])
+            op.out(r).fill_(float("nan"))
+            others = [q for q in range(op.team.size) if q != r]
+            for q in others:  # poison the rows that must arrive from peers
+                op.gathered.torch(r)[q * op.shard_rows:(q + 1) * op.shard_rows].fill_(float("nan"))
+    op.team.synchronize()
+    return torch.cat(shards).float(), weights
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("schedule, options", [("serial", {}), ("ce_chunks", {}), ("ce_flags", {}),
+                                               ("sm_pull", {"comm_sms": 3}), ("sm_pull", {"comm_sms": 32})])
+def test_schedule_matches_float32_on_every_rank(team, schedule, options):
+    import torch
+
+    op = O.AllGatherGemm(team, m=2 * 384, k=520, n_local=776, chunk_rows=128)
+    for call in range(3):  # fresh inputs each call: a stale flag or chunk from the last call shows
+        a, weights = _fill(op, seed=call)
+        op.run(schedule, **options)
+        team.synchronize()
+        for r in range(team.size):
+            want = a @ weights[r].float().T
+            torch.testing.assert_close(op.out(r).float().cpu(), want, rtol=2 ** -7, atol=1e-3 * op.k ** 0.5,
+                                       msg=lambda m, r=r: f"rank {r}, call {call}: {m}")
+
+
+@pytest.mark.multigpu
+def test_bad_arguments_name_the_argument(team):
+    with pytest.raises(ValueError, match="m, chunk_rows: expected m to split"):
+        O.AllGatherGemm(team, m=1000, k=64, n_local=64, chunk_rows=128)
+    with pytest.raises(ValueError, match="k, n_local"):
+        O.AllGatherGemm(team, m=256, k=12, n_local=64, chunk_rows=128)
+    op = O.AllGatherGemm(team, m=256, k=64, n_local=64, chunk_rows=128)
+    with pytest.raises(ValueError, match="schedule: expected one of"):
+        op.run("fused")
+    with pytest.raises(ValueError, match="comm_sms: expected an integer"):
+        op.run("sm_pull", comm_sms=0)
