@@ -72,3 +72,26 @@ def test_bad_arguments_name_the_argument(team):
         op.run("fused")
     with pytest.raises(ValueError, match="comm_sms: expected an integer"):
         op.run("sm_pull", comm_sms=0)
+
+
+def test_variants_time_sm_pull_once_per_sm_count():
+    from pkit.experiments import overlap as E
+
+    assert E.variants(["ce_flags", "sm_pull"], [4, 8]) == [("ce_flags", {}), ("sm_pull", {"comm_sms": 4}),
+                                                          ("sm_pull", {"comm_sms": 8})]
+    with pytest.raises(ValueError, match="schedules: expected names from"):
+        E.variants(["fused"], [4])
+
+
+@pytest.mark.multigpu
+def test_sweep_and_timeline_at_a_small_shape(team):
+    from pkit.experiments import overlap as E
+
+    frame = E.sweep(team, n_locals=[512], m=1024, k=256, comm_sms=[4], chunk_rows=128, reps=3, warmup=1)
+    assert frame["schedule"].tolist() == list(O.SCHEDULES) and frame["verified"].all()
+    assert (frame["time_median_us"] > 0).all()
+    line = E.timeline(team, n_local=512, m=1024, k=256, chunk_rows=128)
+    for r in range(team.size):
+        mine = line[line["rank"] == r]
+        assert sorted(mine[mine["kind"] == "copy"]["row"]) == [q * 128 for q in range(8) if q // 4 != r]
+        assert len(mine[mine["kind"] == "gemm"]) == 1 + 4 and (mine["end_us"] >= mine["start_us"]).all()

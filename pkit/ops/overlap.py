@@ -99,22 +99,24 @@ class AllGatherGemm:
             with _torch_stream(team.devices[r]):
                 _matmul(self.gathered.torch(r), self.weight(r), self.out(r))
 
-    def ce_chunks(self) -> None:
+    def ce_chunks(self, timeline: list | None = None) -> None:
+        """`timeline`: a list that gets (rank, "copy" or "gemm", first row, start event, end event) per chunk."""
         import cupy as cp
 
-        team = self.team
+        team, stamp = self.team, _Stamps(timeline)
         with self._exchange() as side:
             for r in range(team.size):
-                with _torch_stream(team.devices[r]):
+                with _torch_stream(team.devices[r]), stamp(r, "gemm", r * self.shard_rows):
                     self._matmul_rows(r, r * self.shard_rows, self.shard_rows)
             for r in range(team.size):
                 for q, row in self._peer_chunks(r):
-                    self._copy_rows(r, q, row, side[r])
-                    landed = cp.cuda.Event(disable_timing=True)
                     with cp.cuda.Device(team.devices[r]):
+                        with stamp(r, "copy", row, side[r]):
+                            self._copy_rows(r, q, row, side[r])
+                        landed = cp.cuda.Event(disable_timing=True)
                         landed.record(side[r])
                         cp.cuda.get_current_stream().wait_event(landed)
-                        with _torch_stream(team.devices[r]):
+                        with _torch_stream(team.devices[r]), stamp(r, "gemm", row):
                             self._matmul_rows(r, row, self.chunk_rows)
 
     def ce_flags(self) -> None:
@@ -228,6 +230,28 @@ class AllGatherGemm:
 
         self._epoch = next_epoch(self._epoch)
         return self._epoch
+
+
+class _Stamps:
+    """CUDA events around pieces of a schedule, appended to `timeline` (nothing is recorded when it is None)."""
+
+    def __init__(self, timeline: list | None):
+        self.timeline = timeline
+
+    @contextmanager
+    def __call__(self, rank: int, kind: str, row: int, stream=None):
+        """Events on `stream` (default: the current stream) before and after the block."""
+        import cupy as cp
+
+        if self.timeline is None:
+            yield
+            return
+        stream = stream or cp.cuda.get_current_stream()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        yield
+        end.record(stream)
+        self.timeline.append((rank, kind, row, start, end))
 
 
 def _matmul(a, b, out) -> None:

@@ -1,0 +1,122 @@
+"""Overlap study: all-gather + GEMM schedules (pkit.ops.overlap) timed side by side over a shape sweep, each
+checked against float32, and a timeline of one overlapped run.
+
+On 2 GPUs the link time of AG+GEMM over its compute time is about 1000 / N_local (bf16, H200), so N_local from
+256 to 16384 at M = K = 8192 sweeps from link-bound to compute-bound through the balanced shape.
+
+Example:
+    >>> import pkit; from pkit.experiments import overlap                                   # doctest: +SKIP
+    >>> frame = overlap.sweep(pkit.Team([0, 1]), n_locals=[1024, 4096])                       # doctest: +SKIP
+    >>> overlap.timeline(pkit.Team([0, 1]), n_local=4096)                                    # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..ops.overlap import SCHEDULES, AllGatherGemm
+from ..timing import bench
+
+DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def variants(schedules: Sequence[str], comm_sms: Sequence[int]) -> list[tuple[str, dict]]:
+    """(schedule, options) pairs to time: every schedule once, sm_pull once per communication SM count.
+
+    >>> variants(["serial", "sm_pull"], [8, 16])
+    [('serial', {}), ('sm_pull', {'comm_sms': 8}), ('sm_pull', {'comm_sms': 16})]
+    """
+    unknown = [s for s in schedules if s not in SCHEDULES]
+    if unknown:
+        raise ValueError(f"schedules: expected names from {list(SCHEDULES)}, got {unknown}")
+    return [pair for s in schedules
+            for pair in ([(s, {"comm_sms": int(k)}) for k in comm_sms] if s == "sm_pull" else [(s, {})])]
+
+
+def fill(op: AllGatherGemm, seed: int) -> list:
+    """Fresh random shards and weights on every rank (peers' rows and outputs poisoned with NaN); returns each
+    rank's float32 reference output, computed on its GPU."""
+    import torch
+
+    team = op.team
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shards = [torch.randn(op.shard_rows, op.k, generator=gen).bfloat16() for _ in range(team.size)]
+    want = []
+    for r in range(team.size):
+        device = team.devices[r]
+        with torch.cuda.device(device):
+            gathered = op.gathered.torch(r)
+            gathered.fill_(float("nan"))
+            op.shard(r).copy_(shards[r])
+            op.weight(r).copy_(torch.randn(op.n_local, op.k, generator=gen).bfloat16())
+            op.out(r).fill_(float("nan"))
+            a = torch.cat(shards).to(device).float()
+            want.append(a @ op.weight(r).float().T)
+    team.synchronize()
+    return want
+
+
+def check(op: AllGatherGemm, want: list) -> tuple[bool, float]:
+    """(every rank within bf16 tolerance of its float32 reference, largest absolute error over the ranks)."""
+    import torch
+
+    worst, ok = 0.0, True
+    for r, expected in enumerate(want):
+        got = op.out(r).float()
+        err = (got - expected).abs()
+        worst = max(worst, float(err.max()))
+        ok &= bool(torch.isfinite(got).all()) and bool((err <= 2 ** -7 * expected.abs() + 1e-3 * op.k ** 0.5).all())
+    return ok, worst
+
+
+def sweep(team, n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: int = 8192,
+          schedules: Sequence[str] = tuple(SCHEDULES), comm_sms: Sequence[int] = (16,), chunk_rows: int = 1024,
+          reps: int = 10, warmup: int = 3) -> pd.DataFrame:
+    """Time every schedule at every N_local (one process driving `team`); each variant is checked once first.
+
+    Rows: schedule, comm_sms (0 where none), m, k, n_local, time_median_us, time_min_us, time_max_us, cv,
+    tflops_per_gpu (2·M·K·N_local / time), verified, max_abs_err.
+    """
+    pairs, rows = variants(schedules, comm_sms), []
+    for n_local in tqdm(n_locals, desc="N_local", leave=False):
+        op = AllGatherGemm(team, m=m, k=k, n_local=int(n_local), chunk_rows=chunk_rows)
+        for schedule, options in pairs:
+            want = fill(op, seed=len(rows))
+            op.run(schedule, **options)
+            team.synchronize()
+            verified, err = check(op, want)
+            del want
+            timing = bench(lambda: op.run(schedule, **options), devices=team.devices, warmup=warmup, reps=reps)
+            rows.append({"schedule": schedule, "comm_sms": options.get("comm_sms", 0), "m": m, "k": k,
+                         "n_local": int(n_local), "time_median_us": timing.median_ms * 1e3,
+                         "time_min_us": float(np.min(timing.samples_ms)) * 1e3,
+                         "time_max_us": float(np.max(timing.samples_ms)) * 1e3, "cv": timing.cv,
+                         "tflops_per_gpu": 2 * m * k * n_local / (timing.median_ms * 1e-3) / 1e12,
+                         "verified": verified, "max_abs_err": err})
+    return pd.DataFrame(rows)
+
+
+def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows: int = 1024) -> pd.DataFrame:
+    """One warm ce_chunks run with CUDA events around every chunk's copy and GEMM.
+
+    Rows: rank, kind ('copy' or 'gemm'), row (first row of the chunk), start_us, end_us, times from the rank's
+    first event (events of different GPUs are not compared).
+    """
+    op = AllGatherGemm(team, m=m, k=k, n_local=n_local, chunk_rows=chunk_rows)
+    fill(op, seed=0)
+    op.run("ce_chunks")
+    events: list = []
+    op.run("ce_chunks", timeline=events)
+    team.synchronize()
+    import cupy as cp
+
+    zero = {}
+    for rank, _, _, start, _ in events:
+        zero.setdefault(rank, start)
+    return pd.DataFrame([{"rank": rank, "kind": kind, "row": row,
+                          "start_us": cp.cuda.get_elapsed_time(zero[rank], start) * 1e3,
+                          "end_us": cp.cuda.get_elapsed_time(zero[rank], end) * 1e3}
+                         for rank, kind, row, start, end in events])
