@@ -54,6 +54,7 @@ LABELS = {
     "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
     "all_to_all": "all-to-all",
 }
+LINE_STYLES = ("-", ":", "--", "-.")
 
 
 def label(name) -> str:
@@ -101,3 +102,88 @@ def save(fig, name: str, root: str | Path | None = None) -> list[Path]:
         fig.savefig(png, metadata={"Software": None})
         fig.savefig(svg, metadata={"Date": None, "Creator": None})
     return [png, svg]
+
+
+def byte_label(nbytes: int) -> str:
+    """A byte count as figures print it: B, KiB, MiB or GiB, whole numbers (meant for powers of two).
+
+    Example:
+        >>> [byte_label(n) for n in (512, 4096, 16 << 20, 1 << 30)]
+        ['512 B', '4 KiB', '16 MiB', '1 GiB']
+    """
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if nbytes >= 1 << shift:
+            return f"{int(nbytes) >> shift} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def size_axis(ax, sizes, every: int = 3) -> None:
+    """A byte-size x axis on `ax`: log₂ scale, a tick every `every` powers of two from the smallest of `sizes`
+    up to the largest, labelled by `byte_label`."""
+    import math
+
+    low, high = math.ceil(math.log2(min(sizes))), math.floor(math.log2(max(sizes)))
+    ticks = [1 << k for k in range(low, high + 1, every)]
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [byte_label(t) for t in ticks])
+
+
+def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: str = "implementation",
+                style: str | None = None, colors: dict | None = None, title="{}", xlabel: str = "S (bytes)",
+                ylabel=None, xscale: str = "log", yscale="linear", marker: str = ".", ncols: int = 2,
+                panel_size: tuple[float, float] = (5.5, 3.75), legend: dict | None = None):
+    """A sweep drawn as small multiples; returns the figure (its panels are `fig.axes`, in order).
+
+    One panel per value of `facet` (sorted), or, when `y` is a list of columns, one panel per column; in each
+    panel one line per value of `hue` (colours from `colors`, default `PALETTE` in sorted order) and of
+    `style` (line styles `LINE_STYLES` in sorted order; labels 'hue (style)'), against `x` on an `xscale`
+    axis. `title` is a format string for the panel's facet value or column (through `label`), or a list of
+    titles; `ylabel` and `yscale` are one value or one per panel (default ylabel: the column). `legend`:
+    keyword arguments of every panel's legend, None for none. The x label goes under the bottom panels.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"op": ["all_reduce"] * 4 + ["all_gather"] * 4, "bytes": [1, 2] * 4,
+        ...                    "implementation": (["nccl"] * 2 + ["pkit_sm"] * 2) * 2, "busbw_GBps": range(8)})
+        >>> fig = facet_sweep(df, "busbw_GBps", facet="op", legend={"fontsize": 8})
+        >>> [(ax.get_title(), len(ax.lines)) for ax in fig.axes]
+        [('all-gather', 2), ('all-reduce', 2)]
+    """
+    ys = [y] if isinstance(y, str) else list(y)
+    if facet is not None and len(ys) != 1:
+        raise ValueError(f"y: expected one column when faceting by {facet!r}, got {ys}")
+    columns = [c for c in (x, hue, style, facet, *ys) if c is not None]
+    missing = sorted(set(columns) - set(frame.columns))
+    if missing:
+        raise ValueError(f"frame: missing columns {missing}")
+    panels = [(value, group, ys[0]) for value, group in frame.groupby(facet, sort=True)] if facet else \
+        [(column, frame, column) for column in ys]
+    n = len(panels)
+    cols = max(1, min(ncols, n))
+    rows = -(-n // cols)
+    colors = colors or dict(zip(sorted(frame[hue].unique()), PALETTE))
+    styles = dict(zip(sorted(frame[style].unique()), LINE_STYLES)) if style else {}
+    fig, axes = subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows), sharex=True,
+                         squeeze=False)
+
+    def each(value, i):
+        return value[i] if isinstance(value, (list, tuple)) else value
+
+    for i, (ax, (value, group, column)) in enumerate(zip(axes.flat, panels)):
+        for key, g in group.groupby([hue, style] if style else [hue], sort=True):
+            name, kind = key[0], (key[1] if style else None)
+            g = g.sort_values(x)
+            ax.plot(g[x], g[column], marker=marker, color=colors.get(name), ls=styles.get(kind, "-"),
+                    label=label(name) + (f" ({label(kind)})" if style else ""))
+        ax.set(xscale=xscale, yscale=each(yscale, i), ylabel=each(ylabel, i) or column,
+               title=each(title, i) if isinstance(title, (list, tuple)) else title.format(label(value)))
+        if legend is not None:
+            ax.legend(**legend)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for col in range(cols):  # the lowest panel of each column carries the x label and tick labels
+        bottom = axes[max(r for r in range(rows) if r * cols + col < n), col]
+        bottom.set_xlabel(xlabel)
+        bottom.xaxis.set_tick_params(labelbottom=True)
+    return fig

@@ -51,9 +51,34 @@ def discover(only: Sequence[str] | None = None) -> list[Path]:
 
 
 def gpus_needed(path: Path) -> int:
+    """How many GPUs the notebook's measurements need: its metadata `{"pkit": {"gpus": N}}`, 0 when absent."""
     import nbformat
 
     return int(nbformat.read(path, as_version=4).metadata.get("pkit", {}).get("gpus", 0))
+
+
+def strip_outputs(path: str | Path) -> bool:
+    """Remove every code cell's outputs and execution count from the notebook at `path`, in place, as
+    notebooks are kept in git; returns whether anything changed.
+
+    Example:
+        >>> import nbformat, tempfile, pathlib
+        >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1", execution_count=1,
+        ...     outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)])])
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "study.ipynb"; nbformat.write(nb, path)
+        >>> strip_outputs(path), strip_outputs(path), nbformat.read(path, as_version=4).cells[0].outputs
+        (True, False, [])
+    """
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    changed = False
+    for cell in nb.cells:
+        if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None):
+            cell.outputs, cell.execution_count, changed = [], None, True
+    if changed:
+        nbformat.write(nb, path)
+    return changed
 
 
 def resolve_mode(mode: str, needed: int) -> str:

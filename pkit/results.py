@@ -1,7 +1,10 @@
 """Recorded results: `results/<machine>/<experiment>.csv` plus a `.json` provenance file, and replay.
 
 A GPU run writes both files through `record`; replay reads them back through `load`. Numbers in `results/`
-come only from `record` called by code that measured them.
+come only from `record` called by code that measured them. When pkit renames something a result names (a
+mechanism, an implementation), the recorded names may be mapped once to the new ones, numbers untouched;
+the `.json` then carries a `renamed` entry (column → {old: new}, the commit that introduced the new names,
+a note), which `describe` mentions.
 
 Example:
     >>> import pandas as pd, pkit.results as R
@@ -165,6 +168,23 @@ def load(experiment: str, machine: str, *, root: Path | None = None) -> Recorded
         raise PkitError(f"no recorded result {experiment!r} for machine {machine!r} (looked for {csv_path} and "
                         f"its .json); recorded there: {have or 'nothing'}; machines with results: {machines}")
     return Recorded(pd.read_csv(csv_path), json.loads(json_path.read_text()), csv_path)
+
+
+def describe(provenance: dict) -> str:
+    """One line saying where recorded numbers came from (machine, GPUs, links, pkit commit, UTC time), and
+    when names in them were mapped once to pkit's current vocabulary (a `renamed` entry: per column, old
+    name → new name, with the commit that introduced the new names; the numbers are untouched).
+
+    Example:
+        >>> describe({"machine": "h200x2-nv18", "gpus": ["NVIDIA H200"] * 2, "link_matrix": [["X", "NV18"],
+        ...           ["NV18", "X"]], "pkit_commit": "0123456789abcdef", "utc_time": "2026-11-29T17:58:07Z",
+        ...           "renamed": {"commit": "fedcba9876543210", "mechanism": {"copy_engine": "ce"}}})
+        "h200x2-nv18: GPUs ['NVIDIA H200', 'NVIDIA H200'], links [['X', 'NV18'], ['NV18', 'X']], pkit 0123456789ab, recorded 2026-11-29T17:58:07Z; names mapped at fedcba987654"
+    """
+    line = (f"{provenance.get('machine')}: GPUs {provenance.get('gpus')}, links {provenance.get('link_matrix')}, "
+            f"pkit {str(provenance.get('pkit_commit'))[:12]}, recorded {provenance.get('utc_time')}")
+    renamed = provenance.get("renamed")
+    return line + (f"; names mapped at {str(renamed.get('commit'))[:12]}" if renamed else "")
 
 
 def measure_or_replay(experiment: str, measure: Callable[[], pd.DataFrame], *, mode: str, machine: str,

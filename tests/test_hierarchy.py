@@ -111,6 +111,23 @@ def test_matrix_printer_formats_like_nvbandwidth(capsys):
         M.format_matrix(df.drop(columns=["counted"]), "device_local_copy")
 
 
+def test_matrix_tables_and_ladder_summary():
+    df = recorded_style_matrix()
+    table = M.matrix_table(df)
+    assert list(table.index) == list(M.TESTCASES) and "GPU0 -> GPU1" in table.columns
+    assert table.notna().sum().sum() == len(df)
+    paths = hierarchy.key_paths(df, 0, 1)
+    assert len(paths) == len(M.KEY_PATHS) and paths["testcase"].tolist() == [t for _, t, _, _ in M.KEY_PATHS]
+    assert hierarchy.key_paths(df, 1, 0)["src"].iloc[0] == "GPU1"
+    ladder = pd.DataFrame({"level": list(LEVELS), "latency_ns": [10.0, 20.0, 100.0, 200.0, 600.0, 800.0]})
+    assert hierarchy.ladder_summary(ladder)["latency_vs_hbm"].tolist() == [0.05, 0.1, 0.5, 1.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="frame: expected a ladder"):
+        hierarchy.ladder_summary(ladder[ladder["level"] != hierarchy.HBM])
+    for call in (M.matrix_table, M.key_paths):
+        with pytest.raises(ValueError, match="frame: missing columns"):
+            call(df.drop(columns=["bytes"]))
+
+
 def test_half_bandwidth_point():
     df = pd.DataFrame({"mechanism": ["a"] * 4 + ["b"] * 2, "bytes": [1, 2, 4, 8, 1, 2],
                        "bandwidth_GBps": [1.0, 2.0, 6.0, 8.0, 5.0, 6.0]})

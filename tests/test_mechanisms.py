@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import pkit
-from pkit.experiments import collectives, mechanisms
+from pkit.experiments import collectives, mechanisms, quickstart
 from pkit.ops import transfers
 
 
@@ -62,6 +62,45 @@ def test_collective_sweep_validates_arguments():
         collectives.sweep(dtype="int8")
     with pytest.raises(ValueError, match="implementations: expected names from"):
         collectives.sweep(implementations=["pkit_magic"])
+    with pytest.raises(ValueError, match="dtype: expected 'bfloat16', 'float32' or a list of them"):
+        collectives.sweep(dtype=["bfloat16", "int8"])
+    with pytest.raises(ValueError, match="dtype: expected"):
+        collectives.torch_baselines(dtype=[])
+    assert collectives.LATENCY_IMPLEMENTATIONS == ("pkit_sm_one_shot", "pkit_sm_two_shot", "pkit_ll", "nccl")
+
+
+_ONE = pd.DataFrame({"implementation": ["nccl"], "op": ["all_reduce"], "dtype": ["bfloat16"], "bytes": [65536],
+                     "time_median_us": [7.5], "mechanism": ["sm_push"], "bandwidth_GBps": [1.0]})
+
+
+@pytest.mark.parametrize("call, text", [
+    (lambda: mechanisms.best_sm_vs_ce(_ONE.assign(bytes=1 << 30)), "expected rows of mechanism 'ce'"),
+    (lambda: mechanisms.small_message_times(_ONE.drop(columns="time_median_us")), "sizes: missing columns"),
+    (lambda: mechanisms.split_gains(_ONE), "splits: missing columns"),
+    (lambda: quickstart.summary(_ONE), "expected a row of mechanism 'ce'"),
+    (lambda: collectives.table(_ONE, dtype="float32"), "dtype: no rows of 'float32'"),
+    (lambda: collectives.at_size(_ONE, 4096), "nbytes: no all_reduce rows of 4096 bytes"),
+    (lambda: collectives.latency_floors(_ONE), "frame: no pkit all-reduce of 65536 bytes"),
+    (lambda: collectives.latency_floors(_ONE.assign(implementation="pkit_ll")), "frame: no empty_kernel"),
+])
+def test_analysis_tables_name_what_is_missing(call, text):
+    with pytest.raises(ValueError, match=text):
+        call()
+
+
+def test_analysis_tables_read_the_recorded_results():
+    """The notebooks' tables, from the 2xH200 records: what the text of notebooks 03 and 04 rests on."""
+    load = lambda name: pkit.results.load(name, "h200x2-nv18").frame  # noqa: E731
+    versus = mechanisms.best_sm_vs_ce(load("mechanisms_size_sweep"))
+    assert list(versus.index) == [64 << 20 << k for k in range(5)] and (versus["ratio"] < 1).all()
+    gains = mechanisms.split_gains(load("mechanisms_splits")).set_index("first")
+    assert gains.loc["ce", "best_over_ce"] == 1.0 and gains.loc["sm_push", "best_over_ce"] < 1
+    frame = pd.concat([load("collectives_pkit_nccl"), load("collectives_torch")], ignore_index=True)
+    best = collectives.best_pkit(frame, link_GBps=450.0)
+    assert len(best) == 2 * 4 * 8 and (best["speedup"] > 1).all() and best["implementation"].str.startswith("pkit").all()
+    latency = pd.concat([load("collectives_latency"), load("collectives_latency_torch")], ignore_index=True)
+    floors = collectives.latency_floors(latency)
+    assert floors.loc["empty_kernel", "time_us"] < floors.loc["ll_smallest", "time_us"] < floors.loc["best_pkit", "time_us"]
 
 
 @pytest.mark.multigpu

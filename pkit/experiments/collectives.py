@@ -9,8 +9,8 @@ the scattered input (reduce-scatter). Rows carry algbw and busbw in GB/s. Implem
 
 Example:
     >>> from pkit.experiments import collectives
-    >>> df = collectives.sweep(sizes=[1 << 16, 1 << 30])                  # doctest: +SKIP
-    >>> collectives.speedups(df)                                          # doctest: +SKIP
+    >>> df = collectives.sweep(sizes=[1 << 16, 1 << 30], dtype=["bfloat16", "float32"])   # doctest: +SKIP
+    >>> collectives.best_pkit(df)                                                        # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -83,15 +83,25 @@ def _matches(a, b, dtype: str) -> bool:
     return bool(cp.all(cp.isfinite(fa))) and float(cp.abs(fa - fb).max()) <= (2e-2 if dtype == "bfloat16" else 1e-4) * scale
 
 
-def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16",
+def _dtypes(dtype: str | Sequence[str]) -> list[str]:
+    """One dtype or several, as a list; each must be one the sweeps measure."""
+    dtypes = [dtype] if isinstance(dtype, str) else list(dtype)
+    if not dtypes or any(d not in ITEMSIZE for d in dtypes):
+        raise ValueError(f"dtype: expected 'bfloat16', 'float32' or a list of them, got {dtype!r}")
+    return dtypes
+
+
+def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16",
           devices: Sequence[int] = (0, 1), reps: int = 20, calls_per_sample: int = 1,
           implementations: Sequence[str] | None = None) -> pd.DataFrame:
     """pkit's collectives and single-process NCCL on the same buffers; each result checked against NCCL's (the
     registry's NumPy reference for an op NCCL lacks).
 
-    `calls_per_sample` > 1 times that many back-to-back calls per sample (nccl-tests' averaging; see
-    pkit.bench). `implementations` keeps only those names (`implementation_names()`: pkit_sm_one_shot,
-    pkit_sm_two_shot, pkit_sm, pkit_ll, pkit_ce, nccl); by default all that apply to the size.
+    `dtype`: one dtype or a list ('bfloat16', 'float32'), measured in that order. `calls_per_sample` > 1
+    times that many back-to-back calls per sample (nccl-tests' averaging; see pkit.bench). `implementations`
+    keeps only those names (`implementation_names()`: pkit_sm_one_shot, pkit_sm_two_shot, pkit_sm, pkit_ll,
+    pkit_ce, nccl); by default all that apply to the size. Columns: implementation, op, dtype, bytes,
+    calls_per_sample, time_{median,min,max}_us, cv, algbw_GBps, busbw_GBps, verified.
     """
     import pkit
 
@@ -101,19 +111,19 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     known = implementation_names()
     if implementations is not None and not set(implementations) <= set(known):
         raise ValueError(f"implementations: expected names from {known}, got {list(implementations)}")
-    if dtype not in ITEMSIZE:
-        raise ValueError(f"dtype: expected 'bfloat16' or 'float32', got {dtype!r}")
+    dtypes = _dtypes(dtype)
     team = pkit.Team(list(devices))
     quantum = 16 * team.size
     if not sizes or any(s <= 0 or s % quantum for s in sizes):
         raise ValueError(f"sizes: expected positive multiples of {quantum} bytes, got {list(sizes)}")
     coll, nccl = Collectives(team), NcclCollectives(team)
     rows = []
-    for op in tqdm(ops, desc="collectives", leave=False):
-        for nbytes in sizes:
-            rows += _measure(team, coll, nccl, op, nbytes, dtype, implementations,
-                             dict(devices=list(devices), reps=reps, warmup=5, hide_launch=True,
-                                  calls_per_sample=calls_per_sample))
+    for dt in dtypes:
+        for op in tqdm(ops, desc=f"collectives ({dt})", leave=False):
+            for nbytes in sizes:
+                rows += _measure(team, coll, nccl, op, nbytes, dt, implementations,
+                                 dict(devices=list(devices), reps=reps, warmup=5, hide_launch=True,
+                                      calls_per_sample=calls_per_sample))
     return pd.DataFrame(rows)
 
 
@@ -171,39 +181,160 @@ def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, re
                           "calls_per_sample": calls_per_sample, **r.times_us(), "verified": False}])
 
 
-def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str = "bfloat16", nproc: int = 2,
+def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16", nproc: int = 2,
                     reps: int = 20, timeout_s: float = 600, calls_per_sample: int = 1,
                     ops: Sequence[str] = TORCH_OPS) -> pd.DataFrame:
-    """torch.distributed and torch symmetric memory under torchrun (one process per GPU), same columns."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "torch.csv")
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m",
-               "pkit.experiments.torch_collectives", "--out", out, "--dtype", dtype, "--reps", str(reps),
-               "--calls-per-sample", str(calls_per_sample), "--ops", *ops, "--sizes", *map(str, sizes)]
-        env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-               "NVSHMEM_DISABLE_NVLS": "1"}
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        if done.returncode != 0:
-            raise RuntimeError(f"torch baselines failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        frame = pd.read_csv(out)
+    """torch.distributed and torch symmetric memory under torchrun (one process per GPU, one run per dtype of
+    `dtype`: one or a list), the same columns as `sweep`."""
+    frames = []
+    for dt in _dtypes(dtype):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "torch.csv")
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m",
+                   "pkit.experiments.torch_collectives", "--out", out, "--dtype", dt, "--reps", str(reps),
+                   "--calls-per-sample", str(calls_per_sample), "--ops", *ops, "--sizes", *map(str, sizes)]
+            env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                   "NVSHMEM_DISABLE_NVLS": "1"}
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+            if done.returncode != 0:
+                raise RuntimeError(f"torch baselines ({dt}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            frames.append(pd.read_csv(out))
+    frame = pd.concat(frames, ignore_index=True)
     bw = [bandwidths(op, b, nproc, t * 1e-6) for op, b, t in zip(frame["op"], frame["bytes"], frame["time_median_us"])]
     frame["algbw_GBps"], frame["busbw_GBps"] = [a for a, _ in bw], [b for _, b in bw]
     frame["verified"] = False  # timed only; correctness of torch's own collectives is torch's tests' job
     return frame
 
 
-def auto_choices(frame: pd.DataFrame, ranks: int = 2) -> pd.DataFrame:
-    """Per (op, dtype, bytes): the fastest pkit variant measured and the mechanism "auto" picks for that size."""
-    ours = frame[frame["implementation"].str.startswith("pkit")]
-    best = ours.loc[ours.groupby(["op", "dtype", "bytes"])["time_median_us"].idxmin()]
-    auto = [choose(op, per_peer_bytes(op, b, ranks), "auto") for op, b in zip(best["op"], best["bytes"])]
-    return best.assign(auto=auto)[
-        ["op", "dtype", "bytes", "implementation", "time_median_us", "auto"]].reset_index(drop=True)
+# The all-reduce latency study: sizes, and the variants timed (those that are not the copy engine's, which is
+# host-bound at small sizes), beside NCCL.
+LATENCY_SIZES = (32, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20)
+LATENCY_IMPLEMENTATIONS = tuple(name for name, options in collective("all_reduce").variants(0, 2)
+                                if options.get("mechanism") != "ce") + ("nccl",)
+TORCH_MIN_BYTES = 4096  # torch symmetric memory's smallest all-reduce
+
+
+def latency_sweep(sizes: Sequence[int] = LATENCY_SIZES, calls_per_sample: int = 20, reps: int = 20,
+                  implementations: Sequence[str] = LATENCY_IMPLEMENTATIONS,
+                  devices: Sequence[int] = (0, 1)) -> pd.DataFrame:
+    """bf16 all-reduce latency as nccl-tests times it: `calls_per_sample` back-to-back calls per sample, of
+    each of `implementations` at each size, after the launch floor (`launch_floor`, row 'empty_kernel').
+    Columns as `sweep`'s; times in µs per call."""
+    return pd.concat([launch_floor(devices, calls_per_sample=calls_per_sample, reps=reps),
+                      sweep(ops=["all_reduce"], sizes=sizes, reps=reps, calls_per_sample=calls_per_sample,
+                            implementations=implementations, devices=devices)], ignore_index=True)
+
+
+def latency_torch(sizes: Sequence[int] = LATENCY_SIZES, calls_per_sample: int = 20, reps: int = 20,
+                  nproc: int = 2) -> pd.DataFrame:
+    """`latency_sweep`'s measurement for torch.distributed and torch symmetric memory (bf16 all-reduce, sizes
+    from TORCH_MIN_BYTES up), through `torch_baselines`."""
+    return torch_baselines(sizes=[s for s in sizes if s >= TORCH_MIN_BYTES], nproc=nproc, reps=reps,
+                           calls_per_sample=calls_per_sample, ops=["all_reduce"])
 
 
 def speedups(frame: pd.DataFrame, baseline: str = "nccl") -> pd.DataFrame:
-    """Per (op, bytes): each implementation's time over its speedup against `baseline` (>1: faster)."""
+    """Per (op, dtype, bytes): each implementation's time and its speedup against `baseline` (>1: faster);
+    rows without a baseline at their size are dropped."""
     base = frame[frame["implementation"] == baseline].set_index(["op", "dtype", "bytes"])["time_median_us"]
     out = frame.join(base.rename("baseline_us"), on=["op", "dtype", "bytes"])
     out["speedup"] = out["baseline_us"] / out["time_median_us"]
     return out.dropna(subset=["speedup"])
+
+
+def best_pkit(frame: pd.DataFrame, link_GBps: float | None = None, baseline: str = "nccl",
+              ranks: int = 2) -> pd.DataFrame:
+    """Per (dtype, op, bytes): the fastest pkit implementation measured, its time (µs), busbw (GB/s), speedup
+    against `baseline` measured in the same run (×), with `link_GBps` its busbw's share of that link
+    (of_link), and `auto`: the mechanism `pkit.ops.collectives.choose` picks for that size, which should be
+    the fastest one's.
+
+    Example:
+        >>> df = pd.DataFrame({"implementation": ["nccl", "pkit_ll", "pkit_sm"], "op": ["all_gather"] * 3,
+        ...                    "dtype": ["bfloat16"] * 3, "bytes": [1 << 16] * 3, "time_median_us": [9.2, 7.8, 11.0],
+        ...                    "busbw_GBps": [3.6, 4.2, 3.0]})
+        >>> best_pkit(df)[["implementation", "speedup", "auto"]].round(2).values.tolist()
+        [['pkit_ll', 1.18, 'll']]
+    """
+    sp = speedups(frame, baseline)
+    ours = sp[sp["implementation"].str.startswith("pkit")]
+    best = ours.loc[ours.groupby(["dtype", "op", "bytes"])["time_median_us"].idxmin()]
+    best = best.assign(auto=[choose(op, per_peer_bytes(op, b, ranks), "auto") for op, b in zip(best["op"], best["bytes"])])
+    if link_GBps is not None:
+        best = best.assign(of_link=best["busbw_GBps"] / link_GBps)
+    columns = ["dtype", "op", "bytes", "implementation", "time_median_us", "busbw_GBps", "speedup"]
+    return best[columns + (["of_link"] if link_GBps is not None else []) + ["auto"]].reset_index(drop=True)
+
+
+def table(frame: pd.DataFrame, values: str = "busbw_GBps", dtype: str = "bfloat16") -> pd.DataFrame:
+    """`values` of one dtype's rows as a table: a row per (op, bytes), a column per implementation.
+
+    Example:
+        >>> df = pd.DataFrame({"implementation": ["nccl", "pkit_sm"], "op": ["all_gather"] * 2,
+        ...                    "dtype": ["bfloat16"] * 2, "bytes": [1 << 30] * 2, "busbw_GBps": [269.8, 359.1]})
+        >>> table(df).values.tolist()
+        [[269.8, 359.1]]
+    """
+    rows = frame[frame["dtype"] == dtype]
+    if rows.empty:
+        raise ValueError(f"dtype: no rows of {dtype!r}; the frame has {sorted(frame['dtype'].unique())}")
+    return rows.pivot_table(index=["op", "bytes"], columns="implementation", values=values)
+
+
+def at_size(frame: pd.DataFrame, nbytes: int, op: str = "all_reduce",
+            against: Sequence[str] = ("nccl",)) -> pd.DataFrame:
+    """Every implementation of `op` at size `nbytes`: a row per (implementation, dtype), sorted by time, with
+    time_us (median µs per call) and, for each name in `against` measured there, `<name>_over_this`: its time
+    over this one's (>1: this one is faster).
+
+    Example:
+        >>> df = pd.DataFrame({"implementation": ["nccl", "pkit_ll"], "op": ["all_reduce"] * 2,
+        ...                    "dtype": ["bfloat16"] * 2, "bytes": [65536] * 2, "time_median_us": [7.6, 4.5]})
+        >>> at_size(df, 65536).round(2).values.tolist()
+        [[4.5, 1.69], [7.6, 1.0]]
+    """
+    rows = frame[(frame["op"] == op) & (frame["bytes"] == nbytes)]
+    if rows.empty:
+        raise ValueError(f"nbytes: no {op} rows of {nbytes} bytes; sizes there: {sorted(frame['bytes'].unique())}")
+    out = rows[["implementation", "dtype", "time_median_us"]].rename(columns={"time_median_us": "time_us"})
+    for name in against:
+        theirs = out[out["implementation"] == name].set_index("dtype")["time_us"]
+        if len(theirs):
+            out[f"{name}_over_this"] = out["dtype"].map(theirs) / out["time_us"]
+    return out.sort_values(["dtype", "time_us"]).set_index(["implementation", "dtype"])
+
+
+def latency_floors(frame: pd.DataFrame, nbytes: int = 1 << 16, smallest: int = 32) -> pd.DataFrame:
+    """What bounds a small all-reduce, from a `latency_sweep` frame (µs per call), one row each: the empty
+    kernel on every GPU ('empty_kernel'), pkit's LL all-reduce of `smallest` bytes, one crossing of the link
+    and back ('ll_smallest'), half of NCCL's time at `nbytes`, the target ('nccl_half'), and the best pkit
+    time at `nbytes` ('best_pkit'). Columns: what, time_us.
+
+    Example:
+        >>> df = pd.DataFrame({"implementation": ["empty_kernel", "pkit_ll", "pkit_ll", "nccl"],
+        ...                    "op": ["all_reduce"] * 4, "bytes": [0, 32, 65536, 65536],
+        ...                    "time_median_us": [1.53, 3.46, 4.55, 7.57]})
+        >>> latency_floors(df)                                                # doctest: +NORMALIZE_WHITESPACE
+                                                what  time_us
+        empty_kernel       empty kernel on every GPU    1.530
+        ll_smallest       pkit_ll all-reduce of 32 B    3.460
+        nccl_half                NCCL at 65536 B / 2    3.785
+        best_pkit     best pkit at 65536 B (pkit_ll)    4.550
+    """
+    ar = frame[frame["op"] == "all_reduce"]
+
+    def time(implementation, size):
+        at = ar.loc[(ar["implementation"] == implementation) & (ar["bytes"] == size), "time_median_us"]
+        if at.empty:
+            raise ValueError(f"frame: no {implementation} all-reduce of {size} bytes")
+        return float(at.iloc[0])
+
+    ours = ar[ar["implementation"].str.startswith("pkit") & (ar["bytes"] == nbytes)]
+    if ours.empty:
+        raise ValueError(f"frame: no pkit all-reduce of {nbytes} bytes")
+    best = ours.loc[ours["time_median_us"].idxmin()]
+    return pd.DataFrame({"what": ["empty kernel on every GPU", f"pkit_ll all-reduce of {smallest} B",
+                                  f"NCCL at {nbytes} B / 2", f"best pkit at {nbytes} B ({best['implementation']})"],
+                         "time_us": [time("empty_kernel", 0), time("pkit_ll", smallest), time("nccl", nbytes) / 2,
+                                     float(best["time_median_us"])]},
+                        index=["empty_kernel", "ll_smallest", "nccl_half", "best_pkit"])

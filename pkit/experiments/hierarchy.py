@@ -8,7 +8,7 @@ ladder that joins it with latency, and the peer-copy size sweep with its half-ba
 Example:
     >>> from pkit.experiments import hierarchy
     >>> hierarchy.ladder(device=0, peer=1)[["level", "latency_ns", "bandwidth_GBps"]]   # doctest: +SKIP
-    >>> hierarchy.print_matrix(hierarchy.bandwidth_matrix((0, 1)))                       # doctest: +SKIP
+    >>> hierarchy.matrix_table(hierarchy.bandwidth_matrix((0, 1)))                       # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import pandas as pd
 
 from ..launch import THREADS
 from .hierarchy_chase import LADDER, latency_ladder, working_set_sweep  # noqa: F401 - the study's interface
-from .hierarchy_matrix import TESTCASES, bandwidth_matrix, format_matrix, print_matrix  # noqa: F401
+from .hierarchy_matrix import (TESTCASES, bandwidth_matrix, format_matrix, key_paths, matrix_table,  # noqa: F401
+                               print_matrix)
 from .hierarchy_memory import HBM, HOST, L1, L2, LEVELS, PEER, SHARED, pinned  # noqa: F401
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -132,6 +133,28 @@ def ladder(device: int = 0, peer: int = 1, latency_reps: int = 5, bandwidth_reps
         columns={"cv": "bandwidth_cv", "working_set_bytes": "read_working_set_bytes", "time_median_us": "read_time_us",
                  "load": "read_load"}).drop(columns=["memory"])
     return latency.merge(bandwidth, on="level", how="left")
+
+
+def ladder_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ladder as a reader compares it: per level (and L2 partition, when the frame has them) the latency
+    in ns and SM cycles, its CV, the read bandwidth in GB/s and its CV, and `latency_vs_hbm`: the latency as
+    a multiple of local HBM's (×). Columns of `ladder` that are absent are left out; level and latency_ns
+    are required, and an HBM row for the ratio.
+
+    Example:
+        >>> df = pd.DataFrame({"level": [HBM, PEER, HOST], "latency_ns": [320.0, 960.0, 1280.0],
+        ...                    "bandwidth_GBps": [4476.0, 374.0, 51.0]})
+        >>> ladder_summary(df).to_dict("list")["latency_vs_hbm"]
+        [1.0, 3.0, 4.0]
+    """
+    missing = {"level", "latency_ns"} - set(frame.columns)
+    if missing or not (frame["level"] == HBM).any():
+        raise ValueError(f"frame: expected a ladder with level and latency_ns columns and an {HBM!r} row, "
+                         f"missing {sorted(missing) or [HBM]}")
+    hbm = float(frame.loc[frame["level"] == HBM, "latency_ns"].iloc[0])
+    keep = [c for c in ("level", "kind", "load", "working_set_bytes", "latency_ns", "latency_cycles", "latency_cv",
+                        "bandwidth_GBps", "bandwidth_cv") if c in frame.columns]
+    return frame[keep].assign(latency_vs_hbm=frame["latency_ns"] / hbm).reset_index(drop=True)
 
 
 def peer_size_sweep(sizes_bytes: Sequence[int] | None = None, src: int = 0, dst: int = 1, reps: int = 20,

@@ -276,6 +276,68 @@ def format_matrix(frame: pd.DataFrame, testcase: str) -> str:
     return "\n".join(lines)
 
 
+def matrix_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every testcase of a matrix frame in one table: a row per testcase (TESTCASES order), a column per
+    'src -> dst' pair, GB/s of what the testcase counts (see `counted`) at its largest size; NaN where a
+    testcase has no such pair. The same numbers as `print_matrix`, in one screen.
+
+    Example:
+        >>> df = pd.DataFrame({"testcase": ["device_to_device_memcpy_write_ce"] * 2 + ["device_local_copy"],
+        ...                    "src": ["GPU0", "GPU1", "GPU0"], "dst": ["GPU1", "GPU0", "GPU0"],
+        ...                    "bytes": [1 << 29] * 3, "bandwidth_GBps": [395.5, 395.6, 4161.3]})
+        >>> matrix_table(df)                                                        # doctest: +NORMALIZE_WHITESPACE
+        pair                              GPU0 -> GPU0  GPU0 -> GPU1  GPU1 -> GPU0
+        testcase
+        device_to_device_memcpy_write_ce           NaN         395.5         395.6
+        device_local_copy                       4161.3           NaN           NaN
+    """
+    missing = {"testcase", "src", "dst", "bytes", "bandwidth_GBps"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame: missing columns {sorted(missing)}")
+    largest = frame[frame["bytes"] == frame.groupby("testcase")["bytes"].transform("max")]
+    table = largest.assign(pair=largest["src"] + " -> " + largest["dst"]).pivot_table(
+        index="testcase", columns="pair", values="bandwidth_GBps", aggfunc="first")
+    pairs = sorted(table.columns, key=lambda p: tuple(_label_key(side) for side in p.split(" -> ")))
+    return table.reindex(index=[t for t in TESTCASES if t in table.index], columns=pairs)
+
+
+KEY_PATHS = (  # (path, testcase, src, dst): 'device' and 'peer' stand for the two GPUs, 'CPU' for the host
+    ("peer, copy engine, one way", "device_to_device_memcpy_write_ce", "device", "peer"),
+    ("peer, copy engine, both ways", "device_to_device_bidirectional_memcpy_write_ce", "device", "peer"),
+    ("peer, SM push", "device_to_device_memcpy_write_sm", "device", "peer"),
+    ("peer, SM pull", "device_to_device_memcpy_read_sm", "device", "peer"),
+    ("local copy (read + write)", "device_local_copy", "device", "device"),
+    ("host to device (pinned)", "host_to_device_memcpy_ce", "CPU", "device"),
+    ("device to host (pinned)", "device_to_host_memcpy_ce", "device", "CPU"),
+)
+
+
+def key_paths(frame: pd.DataFrame, device: int = 0, peer: int = 1) -> pd.DataFrame:
+    """The matrix's headline numbers (`KEY_PATHS`) between GPU `device`, GPU `peer` and the host: one row per
+    path the frame measured, with its testcase, bandwidth_GBps (10⁹ B/s of what the testcase counts) and cv.
+
+    Example:
+        >>> df = pd.DataFrame({"testcase": ["device_to_device_memcpy_write_ce", "device_to_host_memcpy_ce"],
+        ...                    "src": ["GPU0", "GPU0"], "dst": ["GPU1", "CPU"], "bytes": [1 << 29] * 2,
+        ...                    "bandwidth_GBps": [395.5, 55.3], "cv": [0.001, 0.002]})
+        >>> key_paths(df)[["path", "bandwidth_GBps"]].values.tolist()
+        [['peer, copy engine, one way', 395.5], ['device to host (pinned)', 55.3]]
+    """
+    missing = {"testcase", "src", "dst", "bytes", "bandwidth_GBps", "cv"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame: missing columns {sorted(missing)}")
+    where = {"device": f"GPU{device}", "peer": f"GPU{peer}", "CPU": "CPU"}
+    largest = frame[frame["bytes"] == frame.groupby("testcase")["bytes"].transform("max")]
+    rows = []
+    for path, testcase, src, dst in KEY_PATHS:
+        match = largest[(largest["testcase"] == testcase) & (largest["src"] == where[src])
+                        & (largest["dst"] == where[dst])]
+        if len(match):
+            rows.append({"path": path, "testcase": testcase, "src": where[src], "dst": where[dst],
+                         "bandwidth_GBps": float(match["bandwidth_GBps"].iloc[0]), "cv": float(match["cv"].iloc[0])})
+    return pd.DataFrame(rows, columns=["path", "testcase", "src", "dst", "bandwidth_GBps", "cv"])
+
+
 def print_matrix(frame: pd.DataFrame) -> None:
     """Print every testcase of a matrix frame, in TESTCASES order, as nvbandwidth does."""
     for name in TESTCASES:

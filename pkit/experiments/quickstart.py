@@ -52,3 +52,24 @@ def peer_copy_sweep(kernel, sizes_bytes: Sequence[int], src: int = 0, dst: int =
         rows += [{"mechanism": name, **time_copy(team, size, fn, device, reps, warmup)}
                  for name, (fn, device) in mechanisms.items()]
     return pd.DataFrame(rows)
+
+
+def summary(frame: pd.DataFrame, link_GBps: float | None = None) -> pd.DataFrame:
+    """Each mechanism at the largest size of a `peer_copy_sweep` frame: bytes, bandwidth_GBps, vs_ce (its
+    bandwidth over the copy engine's, ×) and, with `link_GBps` (e.g. the datasheet's one-way NVLink),
+    of_link (bandwidth_GBps / link_GBps).
+
+    Example:
+        >>> df = pd.DataFrame({"mechanism": ["sm_push", "ce"] * 2, "bytes": [1 << 20] * 2 + [1 << 30] * 2,
+        ...                    "bandwidth_GBps": [120.0, 130.0, 369.0, 396.5]})
+        >>> summary(df, link_GBps=450.0)[["mechanism", "vs_ce", "of_link"]].round(3).values.tolist()
+        [['sm_push', 0.931, 0.82], ['ce', 1.0, 0.881]]
+    """
+    missing = {"mechanism", "bytes", "bandwidth_GBps"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame: missing columns {sorted(missing)}")
+    big = frame.loc[frame["bytes"] == frame["bytes"].max(), ["mechanism", "bytes", "bandwidth_GBps"]]
+    if not (big["mechanism"] == "ce").any():
+        raise ValueError("frame: expected a row of mechanism 'ce' (the copy engine) at the largest size")
+    out = big.assign(vs_ce=big["bandwidth_GBps"] / float(big.loc[big["mechanism"] == "ce", "bandwidth_GBps"].iloc[0]))
+    return (out if link_GBps is None else out.assign(of_link=out["bandwidth_GBps"] / link_GBps)).reset_index(drop=True)
