@@ -39,12 +39,18 @@ def _kernel():
 def tensor_map(tensor, box_rows: int, box_cols: int) -> np.ndarray:
     """The TMA descriptor of a row-major bf16 matrix, read in boxes of box_rows × box_cols (128-byte swizzle:
     box_cols × 2 bytes must be 128), as one kernel argument."""
+    rows, cols = tensor.shape
+    return _encoded(tensor.data_ptr(), rows, cols, box_rows, box_cols)
+
+
+@lru_cache(maxsize=256)
+def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int) -> np.ndarray:
+    """tensor_map's descriptor, encoded once per (address, shape, box): it holds no more than these."""
     from cuda.bindings import driver as cu
 
-    rows, cols = tensor.shape
     err, encoded = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, tensor.data_ptr(),
-        [cu.cuuint64_t(cols), cu.cuuint64_t(rows)], [cu.cuuint64_t(cols * tensor.element_size())],
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, address,
+        [cu.cuuint64_t(cols), cu.cuuint64_t(rows)], [cu.cuuint64_t(cols * 2)],
         [cu.cuuint32_t(box_cols), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

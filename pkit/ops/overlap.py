@@ -71,6 +71,10 @@ class AllGatherGemm:
         self.outputs = team.zeros((m, n_local), "bfloat16")
         self.ready = team.zeros((m // chunk_rows,), "uint32")
         self._epoch = 0
+        # torch views per rank, made once (DLPack on every call would cost host time inside timed schedules)
+        self._a = [self.gathered.torch(r) for r in range(team.size)]
+        self._b = [self.weights.torch(r) for r in range(team.size)]
+        self._c = [self.outputs.torch(r) for r in range(team.size)]
 
     @property
     def shard_rows(self) -> int:
@@ -78,13 +82,15 @@ class AllGatherGemm:
 
     def shard(self, rank: int):
         """Rank `rank`'s own rows of A (a torch view into its gathered buffer): write A_r here."""
-        return self.gathered.torch(rank)[rank * self.shard_rows:(rank + 1) * self.shard_rows]
+        return self._a[rank][rank * self.shard_rows:(rank + 1) * self.shard_rows]
 
     def weight(self, rank: int):
-        return self.weights.torch(rank)
+        """Rank `rank`'s N_local × K weight shard B_r (a torch view)."""
+        return self._b[rank]
 
     def out(self, rank: int):
-        return self.outputs.torch(rank)
+        """Rank `rank`'s M × N_local output (a torch view)."""
+        return self._c[rank]
 
     def run(self, schedule: str, **options) -> None:
         """Schedule `schedule` (a key of SCHEDULES) once, e.g. run("sm_pull", comm_sms=16)."""
@@ -97,7 +103,7 @@ class AllGatherGemm:
         self._nccl.all_gather_in_place(self.gathered)
         for r in range(team.size):
             with _torch_stream(team.devices[r]):
-                _matmul(self.gathered.torch(r), self.weight(r), self.out(r))
+                _matmul(self._a[r], self.weight(r), self.out(r))
 
     def ce_chunks(self, timeline: list | None = None) -> None:
         """`timeline`: a list that gets (rank, "copy" or "gemm", first row, start event, end event) per chunk."""
@@ -218,12 +224,12 @@ class AllGatherGemm:
             raise RuntimeError(f"cuStreamWriteValue32 failed: {err!r}")
 
     def _gemm(self, rank: int, epoch: int, blocks: int | None = None) -> None:
-        gemm(self.gathered.torch(rank), self.weight(rank), self.out(rank), blocks=blocks,
+        gemm(self._a[rank], self.weight(rank), self.out(rank), blocks=blocks,
              ready=self.ready.address(rank), epoch=epoch, rows_per_flag=self.chunk_rows,
              first_row=rank * self.shard_rows)
 
     def _matmul_rows(self, rank: int, row: int, rows: int) -> None:
-        _matmul(self.gathered.torch(rank)[row:row + rows], self.weight(rank), self.out(rank)[row:row + rows])
+        _matmul(self._a[rank][row:row + rows], self.weight(rank), self.out(rank)[row:row + rows])
 
     def _next_epoch(self) -> int:
         from .collectives import next_epoch
@@ -278,9 +284,16 @@ def _torch_stream(device: int):
     import torch
 
     with cp.cuda.Device(device):
-        stream = torch.cuda.ExternalStream(cp.cuda.get_current_stream().ptr, device=device)
-        with torch.cuda.device(device), torch.cuda.stream(stream):
+        with torch.cuda.device(device), torch.cuda.stream(_external(device, cp.cuda.get_current_stream().ptr)):
             yield
+
+
+@lru_cache(maxsize=64)
+def _external(device: int, pointer: int):
+    """torch's handle on a CuPy stream, made once per stream."""
+    import torch
+
+    return torch.cuda.ExternalStream(pointer, device=device)
 
 
 @lru_cache(maxsize=None)
