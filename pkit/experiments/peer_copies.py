@@ -1,6 +1,6 @@
 """Shared measurement of one GPU-to-GPU copy: verify every byte once, then time it past the L2.
 
-Used by the quickstart, mechanisms and hierarchy studies, each with its own ways of copying.
+Used by the quickstart, mechanisms, hierarchy and ceilings studies, each with its own ways of copying.
 """
 from __future__ import annotations
 
@@ -26,23 +26,36 @@ def time_copy(team, size: int, copy: Callable, worker: int, reps: int, warmup: i
 
     Returns bytes, time_{median,min,max,iqr}_us, cv, bandwidth_GBps (10⁹ B/s), verified, rotations.
     """
+    import pkit
+
+    copies = pkit.timing.rotations_past_l2(size, pkit.devices()[team.devices[0]].l2_bytes)
+    pairs = [(team.empty((size,), "uint8"), team.empty((size,), "uint8")) for _ in range(copies)]
+    return time_copies([(d[1], s[0]) for d, s in pairs], copy, worker, reps, warmup)
+
+
+def time_copies(pairs: Sequence[tuple], copy: Callable, worker: int, reps: int, warmup: int) -> dict:
+    """`time_copy` on buffers the caller made: `pairs` of (dst, src) CuPy byte arrays of one size (one pair per
+    rotation; any GPUs). Every source gets the same fresh random bytes, pair 0's copy is checked byte for byte,
+    then `copy(dst, src)` is timed on GPU `worker`, rotating through the pairs. Returns what `time_copy` does.
+    """
     import cupy as cp
 
     import pkit
 
-    copies = pkit.timing.rotations_past_l2(size, pkit.devices()[team.devices[0]].l2_bytes)
-    srcs = [team.empty((size,), "uint8") for _ in range(copies)]
-    dsts = [team.empty((size,), "uint8") for _ in range(copies)]
+    dst, src = pairs[0]
+    size = src.nbytes
     data = np.random.default_rng().integers(0, 256, size, dtype=np.uint8)
-    for a in srcs:
-        a[0].set(data)
-    dsts[0].fill(0xA5)
-    team.synchronize()
-    copy(dsts[0][1], srcs[0][0])
-    team.synchronize()
-    if not np.array_equal(cp.asnumpy(dsts[0][1]), data):
-        raise AssertionError(f"copy of {size} bytes from GPU {team.devices[0]} to GPU {team.devices[1]} is wrong")
-    r = pkit.bench(lambda d, s: copy(d[1], s[0]), devices=[worker], rotate=list(zip(dsts, srcs)), reps=reps,
-                   warmup=warmup, hide_launch=True)
+    for _, s in pairs:
+        with s.device:
+            s.set(data)
+    with dst.device:
+        dst.fill(0xA5)
+    devices = sorted({src.device.id, dst.device.id, worker})
+    pkit.synchronize(devices)
+    copy(dst, src)
+    pkit.synchronize(devices)
+    if not np.array_equal(cp.asnumpy(dst), data):
+        raise AssertionError(f"copy of {size} bytes from GPU {src.device.id} to GPU {dst.device.id} is wrong")
+    r = pkit.bench(copy, devices=[worker], rotate=list(pairs), reps=reps, warmup=warmup, hide_launch=True)
     return {"bytes": size, **r.times_us(), "time_iqr_us": r.iqr_ms * 1e3, "bandwidth_GBps": r.gbps(size),
-            "verified": True, "rotations": copies}
+            "verified": True, "rotations": len(pairs)}
