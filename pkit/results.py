@@ -178,7 +178,7 @@ def describe(provenance: dict) -> str:
     Example:
         >>> describe({"machine": "h200x2-nv18", "gpus": ["NVIDIA H200"] * 2, "link_matrix": [["X", "NV18"],
         ...           ["NV18", "X"]], "pkit_commit": "0123456789abcdef", "utc_time": "2026-11-29T17:58:07Z",
-        ...           "renamed": {"commit": "fedcba9876543210", "mechanism": {"copy_engine": "ce"}}})
+        ...           "renamed": {"commit": "fedcba9876543210", "mechanism": {"memcpy": "ce"}}})
         "h200x2-nv18: GPUs ['NVIDIA H200', 'NVIDIA H200'], links [['X', 'NV18'], ['NV18', 'X']], pkit 0123456789ab, recorded 2026-11-29T17:58:07Z; names mapped at fedcba987654"
     """
     line = (f"{provenance.get('machine')}: GPUs {provenance.get('gpus')}, links {provenance.get('link_matrix')}, "
