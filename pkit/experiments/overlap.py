@@ -18,6 +18,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..ops.overlap import SCHEDULES, AllGatherGemm
+from ..roofline import Ceilings, ag_gemm_cost, floor, overlap_efficiency
 from ..timing import bench
 
 DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -77,7 +78,7 @@ def sweep(team, n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: in
           reps: int = 10, warmup: int = 3) -> pd.DataFrame:
     """Time every schedule at every N_local (one process driving `team`); each variant is checked once first.
 
-    Rows: schedule, comm_sms (0 where none), m, k, n_local, time_median_us, time_min_us, time_max_us, cv,
+    Rows: schedule, comm_sms (0 where none), gpus, m, k, n_local, time_median_us, time_min_us, time_max_us, cv,
     tflops_per_gpu (2·M·K·N_local / time), verified, max_abs_err.
     """
     pairs, rows = variants(schedules, comm_sms), []
@@ -90,7 +91,8 @@ def sweep(team, n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: in
             verified, err = check(op, want)
             del want
             timing = bench(lambda: op.run(schedule, **options), devices=team.devices, warmup=warmup, reps=reps)
-            rows.append({"schedule": schedule, "comm_sms": options.get("comm_sms", 0), "m": m, "k": k,
+            rows.append({"schedule": schedule, "comm_sms": options.get("comm_sms", 0), "gpus": team.size,
+                         "m": m, "k": k,
                          "n_local": int(n_local), "time_median_us": timing.median_ms * 1e3,
                          "time_min_us": float(np.min(timing.samples_ms)) * 1e3,
                          "time_max_us": float(np.max(timing.samples_ms)) * 1e3, "cv": timing.cv,
@@ -120,3 +122,40 @@ def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows
                           "start_us": cp.cuda.get_elapsed_time(zero[rank], start) * 1e3,
                           "end_us": cp.cuda.get_elapsed_time(zero[rank], end) * 1e3}
                          for rank, kind, row, start, end in events])
+
+
+def with_bounds(frame: pd.DataFrame, ceilings: Ceilings | None = None) -> pd.DataFrame:
+    """`sweep`'s rows with the communication-aware roofline of each shape (`pkit.roofline.ag_gemm_cost` under
+    `ceilings`, default the H200 datasheet) and how each schedule fares against it.
+
+    Added: compute_us, link_us, hbm_us, sync_us (T_c, T_l, T_m, α·steps), bound_us (max(T_c, T_l, T_m) + α·steps),
+    serial_bound_us (T_c + T_l + α·steps), bound (the term that sets the bound), fraction_of_bound
+    (bound / time), speedup_vs_serial (the serial schedule's time at that shape / time) and
+    overlap_efficiency ((serial − time) / (serial − bound), from the measured serial time), ceilings (origin).
+
+    >>> row = {"schedule": "serial", "comm_sms": 0, "gpus": 2, "m": 8192, "k": 8192, "n_local": 1024,
+    ...        "time_median_us": 1000.0}
+    >>> out = with_bounds(pd.DataFrame([row]))
+    >>> out[["bound", "speedup_vs_serial"]].values.tolist()
+    [['link', 1.0]]
+    """
+    need = {"schedule", "gpus", "m", "k", "n_local", "time_median_us"}
+    if not need <= set(frame.columns):
+        raise ValueError(f"frame: expected sweep's columns {sorted(need)}, missing {sorted(need - set(frame.columns))}")
+    c = ceilings or Ceilings.datasheet()
+    shape = ["gpus", "m", "k", "n_local"]
+    serial = frame[frame["schedule"] == "serial"].set_index(shape)["time_median_us"]
+    rows = []
+    for row in frame.to_dict("records"):
+        f = floor(ag_gemm_cost(row["m"], row["k"], row["n_local"], row["gpus"]), c, "bfloat16")
+        key = tuple(row[s] for s in shape)
+        serial_us = float(serial[key]) if key in serial.index else np.nan
+        bound_us = f.time_s * 1e6
+        rows.append({**row, "compute_us": f.compute_s * 1e6, "link_us": f.link_s * 1e6, "hbm_us": f.hbm_s * 1e6,
+                     "sync_us": f.sync_s * 1e6, "bound_us": bound_us, "serial_bound_us": f.serial_s * 1e6,
+                     "bound": f.bound, "fraction_of_bound": bound_us / row["time_median_us"],
+                     "speedup_vs_serial": serial_us / row["time_median_us"],
+                     "overlap_efficiency": (overlap_efficiency(row["time_median_us"], serial_us, bound_us)
+                                            if serial_us > bound_us else np.nan),
+                     "ceilings": c.origin})
+    return pd.DataFrame(rows)
