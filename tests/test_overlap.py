@@ -95,3 +95,21 @@ def test_sweep_and_timeline_at_a_small_shape(team):
         mine = line[line["rank"] == r]
         assert sorted(mine[mine["kind"] == "copy"]["row"]) == [q * 128 for q in range(8) if q // 4 != r]
         assert len(mine[mine["kind"] == "gemm"]) == 1 + 4 and (mine["end_us"] >= mine["start_us"]).all()
+
+
+def test_torchrun_reports_a_failed_module():
+    from pkit.experiments.torchrun import torchrun
+
+    with pytest.raises(ValueError, match="nproc: expected"):
+        torchrun("pkit.experiments.torch_overlap", [], nproc=0)
+    with pytest.raises(RuntimeError, match="pkit.no_such_module under torchrun failed"):
+        torchrun("pkit.no_such_module", [], nproc=1, timeout_s=120)
+
+
+@pytest.mark.multigpu
+def test_torch_schedules_are_checked_and_timed():
+    from pkit.experiments import overlap as E
+
+    frame = E.torch_sweep(n_locals=[512], m=1024, k=256, reps=3)
+    assert frame["schedule"].tolist() == ["torch_serial", "torch_async_tp"] and frame["verified"].all()
+    assert (frame["time_median_us"] > 0).all() and set(frame["gpus"]) == {2}

@@ -14,10 +14,6 @@ Example:
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -30,6 +26,7 @@ from ..ops.baselines import NcclCollectives
 from ..ops.collectives import COLLECTIVES, Collectives, bandwidths, choose, collective, per_peer_bytes
 from ..timing import bench as time_calls
 from .torch_collectives import OPS as TORCH_OPS
+from .torchrun import torchrun
 
 OPS = tuple(COLLECTIVES)
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
@@ -186,19 +183,9 @@ def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[
                     ops: Sequence[str] = TORCH_OPS) -> pd.DataFrame:
     """torch.distributed and torch symmetric memory under torchrun (one process per GPU, one run per dtype of
     `dtype`: one or a list), the same columns as `sweep`."""
-    frames = []
-    for dt in _dtypes(dtype):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "torch.csv")
-            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m",
-                   "pkit.experiments.torch_collectives", "--out", out, "--dtype", dt, "--reps", str(reps),
-                   "--calls-per-sample", str(calls_per_sample), "--ops", *ops, "--sizes", *map(str, sizes)]
-            env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                   "NVSHMEM_DISABLE_NVLS": "1"}
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-            if done.returncode != 0:
-                raise RuntimeError(f"torch baselines ({dt}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
-            frames.append(pd.read_csv(out))
+    frames = [torchrun("pkit.experiments.torch_collectives",
+                       ["--dtype", dt, "--reps", reps, "--calls-per-sample", calls_per_sample, "--ops", *ops,
+                        "--sizes", *sizes], nproc=nproc, timeout_s=timeout_s) for dt in _dtypes(dtype)]
     frame = pd.concat(frames, ignore_index=True)
     bw = [bandwidths(op, b, nproc, t * 1e-6) for op, b, t in zip(frame["op"], frame["bytes"], frame["time_median_us"])]
     frame["algbw_GBps"], frame["busbw_GBps"] = [a for a, _ in bw], [b for _, b in bw]

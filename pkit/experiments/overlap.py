@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from ..ops.overlap import SCHEDULES, AllGatherGemm
 from ..roofline import Ceilings, ag_gemm_cost, floor, overlap_efficiency
 from ..timing import bench
+from .torchrun import torchrun
 
 DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
@@ -99,6 +100,15 @@ def sweep(team, n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: in
                          "tflops_per_gpu": 2 * m * k * n_local / (timing.median_ms * 1e-3) / 1e12,
                          "verified": verified, "max_abs_err": err})
     return pd.DataFrame(rows)
+
+
+def torch_sweep(n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: int = 8192, nproc: int = 2,
+                reps: int = 10, timeout_s: float = 600) -> pd.DataFrame:
+    """PyTorch's schedules (torch_serial: all_gather_into_tensor then matmul; torch_async_tp:
+    fused_all_gather_matmul on symmetric memory) under torchrun, one process per GPU; `sweep`'s columns, each
+    schedule checked once against float32 on every rank."""
+    return torchrun("pkit.experiments.torch_overlap", ["--m", m, "--k", k, "--reps", reps, "--n-locals", *n_locals],
+                    nproc=nproc, timeout_s=timeout_s)
 
 
 def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows: int = 1024) -> pd.DataFrame:

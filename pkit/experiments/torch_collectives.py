@@ -18,7 +18,7 @@ TORCH_NCCL = {"all_reduce": ("all_reduce", "x"), "all_gather": ("all_gather_into
 OPS = tuple(TORCH_NCCL)
 
 
-def _time(fn, reps: int, warmup: int, calls_per_sample: int = 1):
+def time_samples(fn, reps: int, warmup: int, calls_per_sample: int = 1):
     """Samples in ms per call; each is the mean of `calls_per_sample` back-to-back calls (see pkit.bench)."""
     import torch
 
@@ -88,7 +88,7 @@ def main(argv=None) -> None:
         for impl, op, fn in _cases(nbytes, dtype, world, rank, symm):
             if op not in args.ops:
                 continue
-            samples = torch.tensor(_time(fn, args.reps, args.warmup, args.calls_per_sample), device="cuda")
+            samples = torch.tensor(time_samples(fn, args.reps, args.warmup, args.calls_per_sample), device="cuda")
             dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # each repetition's slowest rank
             rows.append({"implementation": impl, "op": op, "dtype": args.dtype, "bytes": nbytes,
                          "calls_per_sample": args.calls_per_sample,
