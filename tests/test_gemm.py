@@ -121,3 +121,33 @@ def test_a_flag_that_never_comes_raises_peer_timeout_in_its_own_process():
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert "TIMEOUT" in out.stdout, out.stdout + out.stderr
     assert 0.3 <= float(out.stdout.split()[-1]) < 2.0
+
+
+def test_tile_targets_struct_matches_the_kernel(cache_dir):
+    from pkit.compiler import KERNEL_DIR, compile_cubin
+
+    text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.TILE_TARGETS_ASSERTS + "\n"
+    assert compile_cubin(text, arch="sm_90a", name_expressions=["gemm_bf16_tn"]).cubin
+    with pytest.raises(ValueError, match="targets: expected 1 to 8"):
+        G.tile_targets([], n=64)
+    with pytest.raises(ValueError, match="rows_per_target: expected 0 or a positive multiple of 128"):
+        G.tile_targets([(0, 64)], n=64, rows_per_target=100)
+
+
+@pytest.mark.gpu
+def test_tiles_added_into_every_target_or_scattered_by_rows():
+    m, n, k = 512, 776, 520
+    a, b = _randn(m, k, seed=5), _randn(n, k, seed=6)
+    want = a.float() @ b.float().T
+    tol = dict(rtol=2 ** -6, atol=2e-3 * k ** 0.5)  # two bf16 roundings: the product's, then the sum's
+    both = [torch.zeros(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    targets = G.tile_targets([(t.data_ptr(), m) for t in both], n=n)
+    G.gemm(a, b, add_into=targets)
+    G.gemm(a, b, add_into=targets)  # adds again: every target holds 2 · A · Bᵀ
+    torch.cuda.synchronize()
+    for t in both:
+        torch.testing.assert_close(t.float(), 2 * want, **tol)
+    halves = [torch.full((m // 2, n), 1.0, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    G.gemm(a, b, add_into=G.tile_targets([(t.data_ptr(), m // 2) for t in halves], n=n, rows_per_target=m // 2))
+    torch.cuda.synchronize()
+    torch.testing.assert_close(torch.cat(halves).float(), want + 1, **tol)

@@ -2,7 +2,9 @@
 // as nn.Linear keeps its weight), C is M × N, all row-major. A block computes 128 × 256 tiles of C: a
 // producer thread streams 64-wide K slices of A and B into kStages shared-memory stages with TMA, and two
 // consumer warpgroups each multiply their 64 rows with wgmma as the slices land. Full/empty mbarriers pass
-// each stage between them. Launch with 384 threads and kSmemBytes of dynamic shared memory.
+// each stage between them. Launch with 384 threads and kSmemBytes of dynamic shared memory. Finished tiles are
+// stored to C, or (TileTargets) added by TMA reduce into other tensors, a peer's included: the epilogue of
+// GEMM + reduce-scatter and GEMM + all-reduce.
 #include <cuda_bf16.h>
 #include <pkit/sync.cuh>
 #include <pkit/tma.cuh>
@@ -11,15 +13,29 @@
 using pkit::u32;
 using pkit::u64;
 
-constexpr int BM = 128, BN = 256, BK = 64, kStages = 4, kGroupM = 16;
+constexpr int BM = 128, BN = 256, BK = 64, kStages = 4, kGroupM = 16, kMaxTargets = 8;
 constexpr u32 kStageBytes = (BM + BN) * BK * 2;
 
 struct Stage {
   __nv_bfloat16 a[BM * BK];
   __nv_bfloat16 b[BN * BK];
 };
-constexpr int kSmemBytes = kStages * sizeof(Stage) + 2 * kStages * sizeof(u64) + 1024;  // + alignment slack
-static_assert(kSmemBytes == 197696, "pkit/ops/gemm.py SMEM_BYTES and the launch's tile sizes mirror these");
+// A consumer's staging for the TMA epilogue: 64 rows × 128 columns, as two 64 × 64 boxes with 128-byte rows.
+struct Outbox {
+  __nv_bfloat16 box[2][64 * 64];
+};
+constexpr int kSmemBytes = kStages * sizeof(Stage) + 2 * sizeof(Outbox) + 2 * kStages * sizeof(u64) + 1024;
+static_assert(kSmemBytes == 230464, "pkit/ops/gemm.py SMEM_BYTES and the launch's tile sizes mirror these");
+
+// Where finished tiles go instead of C: added (TMA reduce) into `count` bf16 tensors of N columns, each read and
+// written in 64 × 64 boxes (pkit/ops/gemm.py TILE_TARGETS). With rows_per_target > 0, row r of the product goes
+// to target r / rows_per_target at row r % rows_per_target (reduce-scatter: a tile never straddles two);
+// with 0, every row goes to every target (all-reduce).
+struct TileTargets {
+  pkit::TensorMap maps[kMaxTargets];
+  int count;
+  int rows_per_target;
+};
 
 // The (row, column) tile of C this block computes: groups of kGroupM row tiles sweep the columns together,
 // so the blocks running at once share their A and B slices in L2.
@@ -62,12 +78,56 @@ struct RowsReady {
 };
 
 // Persistent: block b computes tiles b, b + gridDim.x, ... (a grid smaller than the SMs leaves SMs to others).
+// Barrier among the 128 threads of this consumer warpgroup (named barriers 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_sync() {
+  if (threadIdx.x < 256) {
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+  } else {
+    asm volatile("bar.sync 2, 128;" ::: "memory");
+  }
+}
+
+// Rows row0.. (64) of this warpgroup's accumulator, added into the targets through `out`, 128 columns at a time:
+// each thread writes its fragment into the boxes (128-byte swizzle: 16-byte chunk c of row r sits at c ^ (r % 8)),
+// then one thread issues the reduce of both boxes into every target the rows belong to.
+__device__ void add_tile(const float (&d)[128], Outbox& out, const TileTargets& targets, int row0, int col0) {
+  const int t = threadIdx.x % 128;
+  const int row = 16 * (t / 32) + (t % 32) / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int i = 16 * h; i < 16 * h + 16; ++i) {
+      const int col = 8 * (i - 16 * h) + 2 * (t % 4), box = col / 64, chunk = (col % 64) / 8;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = row + 8 * half;
+        auto* at = reinterpret_cast<unsigned char*>(out.box[box]) + r * 128 + ((chunk ^ (r % 8)) * 16) + (col % 8) * 2;
+        *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]);
+      }
+    }
+    pkit::fence_async_shared();
+    warpgroup_sync();
+    if (t == 0) {
+      const int first = targets.rows_per_target ? row0 / targets.rows_per_target : 0;
+      const int last = targets.rows_per_target ? first : targets.count - 1;
+      const int y = targets.rows_per_target ? row0 % targets.rows_per_target : row0;
+      for (int q = first; q <= last; ++q)
+        for (int box = 0; box < 2; ++box) pkit::tensor_add_2d(targets.maps[q], col0 + 128 * h + 64 * box, y, out.box[box]);
+      pkit::bulk_commit();
+      pkit::bulk_wait_read<0>();  // the boxes are free again
+    }
+    warpgroup_sync();
+  }
+}
+
 __global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ pkit::TensorMap a,
                                                        const __grid_constant__ pkit::TensorMap b,
-                                                       __nv_bfloat16* c, int m, int n, int k, const RowsReady rows) {
+                                                       __nv_bfloat16* c, int m, int n, int k, const RowsReady rows,
+                                                       const __grid_constant__ TileTargets targets) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Stage* stages = reinterpret_cast<Stage*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
-  u64* full = reinterpret_cast<u64*>(stages + kStages);
+  Outbox* outboxes = reinterpret_cast<Outbox*>(stages + kStages);
+  u64* full = reinterpret_cast<u64*>(outboxes + 2);
   u64* empty = full + kStages;
   const int warpgroup = threadIdx.x / 128, k_tiles = (k + BK - 1) / BK;
   const int m_tiles = (m + BM - 1) / BM, n_tiles = (n + BN - 1) / BN;
@@ -111,6 +171,11 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ p
     }
     pkit::wgmma_wait<0>();
     if (threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&empty[(it - 1) % kStages]);
-    store_tile(d, c, m, n, tile.x * BM + half * 64, tile.y * BN);
+    if (targets.count == 0) {
+      store_tile(d, c, m, n, tile.x * BM + half * 64, tile.y * BN);
+    } else {
+      add_tile(d, outboxes[half], targets, tile.x * BM + half * 64, tile.y * BN);
+    }
   }
+  if (targets.count > 0 && threadIdx.x % 128 == 0) pkit::bulk_wait<0>();  // the adds are done before the block ends
 }

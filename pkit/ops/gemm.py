@@ -22,8 +22,18 @@ from ..kernel_args import KernelArgs
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64  # tile of C per block, K slice per stage (gemm.cu)
 THREADS = 384  # a producer warpgroup and two consumer warpgroups
-SMEM_BYTES = 197696  # gemm.cu kSmemBytes: 4 stages of A and B slices, their mbarriers, alignment slack
+SMEM_BYTES = 230464  # gemm.cu kSmemBytes: 4 stages of A and B slices, 2 epilogue boxes, mbarriers, alignment
+MAX_TARGETS = 8  # gemm.cu kMaxTargets
+EPILOGUE_BOX = 64  # rows and columns of the epilogue's TMA boxes
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (16,))])  # CUtensorMap: 128 bytes, passed by value
+# gemm.cu's TileTargets: MAX_TARGETS tensor maps (64-byte aligned, so the struct pads to a multiple of 64), then
+# count and rows_per_target (tests compile TILE_TARGETS_ASSERTS against the kernel).
+TILE_TARGETS = np.dtype({"names": ["maps", "count", "rows_per_target"],
+                         "formats": [(TENSOR_MAP, (MAX_TARGETS,)), np.int32, np.int32],
+                         "offsets": [0, MAX_TARGETS * 128, MAX_TARGETS * 128 + 4], "itemsize": 1088})
+TILE_TARGETS_ASSERTS = ("static_assert(sizeof(TileTargets) == 1088, \"TileTargets size\");\n"
+                        "static_assert(__builtin_offsetof(TileTargets, count) == 1024, \"TileTargets::count\");\n"
+                        "static_assert(__builtin_offsetof(TileTargets, rows_per_target) == 1028, \"rows_per_target\");")
 # gemm.cu's RowsReady: uint32 flags saying which rows of A are in place (ready = 0: all of A at launch).
 ROWS_READY = KernelArgs("RowsReady", (("ready", "ptr"), ("epoch", "u32"), ("rows_per_flag", "i32"),
                                       ("first_row_tile", "i32")))
@@ -60,6 +70,9 @@ def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int) -
     return np.frombuffer(ctypes.string_at(encoded.getPtr(), TENSOR_MAP.itemsize), dtype=TENSOR_MAP).copy()
 
 
+_NO_TARGETS = np.zeros(1, dtype=TILE_TARGETS)
+
+
 def _check(a, b, out) -> tuple[int, int, int]:
     """(M, N, K) of C = A · Bᵀ, or a ValueError naming the argument at fault."""
     import torch
@@ -83,8 +96,26 @@ def _check(a, b, out) -> tuple[int, int, int]:
     return m, n, k
 
 
+def tile_targets(targets, n: int, rows_per_target: int = 0) -> np.ndarray:
+    """gemm.cu's TileTargets for bf16 tensors of `n` columns given as (device address, rows) pairs (a peer's
+    address as this GPU sees it is fine): tiles are added into all of them, or with `rows_per_target` > 0 row r
+    into target r // rows_per_target at row r % rows_per_target."""
+    targets = list(targets)
+    if not 1 <= len(targets) <= MAX_TARGETS:
+        raise ValueError(f"targets: expected 1 to {MAX_TARGETS} (address, rows) pairs, got {len(targets)}")
+    if rows_per_target < 0 or rows_per_target % BLOCK_M:
+        raise ValueError(f"rows_per_target: expected 0 or a positive multiple of {BLOCK_M}, got {rows_per_target}")
+    packed = np.zeros(1, dtype=TILE_TARGETS)
+    for q, (address, rows) in enumerate(targets):
+        if address % 16:
+            raise ValueError(f"targets: address {address:#x} is not 16-byte aligned (TMA writes it)")
+        packed["maps"][0, q] = _encoded(address, rows, n, EPILOGUE_BOX, EPILOGUE_BOX)[0]
+    packed["count"], packed["rows_per_target"] = len(targets), rows_per_target
+    return packed
+
+
 def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
-         first_row: int = 0):
+         first_row: int = 0, add_into: np.ndarray | None = None):
     """C = A · Bᵀ (bf16, fp32 accumulation) on A's GPU, enqueued on CuPy's current stream there (as every pkit op;
     by default that is the legacy stream torch uses too); returns C.
 
@@ -93,6 +124,8 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     flag r // rows_per_flag reaches `epoch` (a multiple of 128 rows per flag), and row tiles are taken starting
     with the one holding `first_row` (rows this GPU already has). A flag that never comes raises
     pkit.PeerTimeout at the next synchronize.
+    `add_into` (`tile_targets(...)`): instead of storing C, add its tiles into those tensors (TMA reduce-add;
+    the epilogue of GEMM + reduce-scatter and GEMM + all-reduce); `out` is then left untouched.
     """
     import torch
 
@@ -106,12 +139,14 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     if ready and (rows_per_flag <= 0 or rows_per_flag % BLOCK_M or not 0 <= first_row < max(m, 1)):
         raise ValueError(f"rows_per_flag, first_row: expected a positive multiple of {BLOCK_M} and a row of A, "
                          f"got {rows_per_flag} and {first_row}")
-    out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
+    if out is None and add_into is None:
+        out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     if m == 0 or n == 0:
         return out
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)
     _kernel()((min(tiles, blocks or sms),), (THREADS,),
-              (tensor_map(a, BLOCK_M, BLOCK_K), tensor_map(b, BLOCK_N, BLOCK_K), np.uint64(out.data_ptr()),
-               np.int32(m), np.int32(n), np.int32(k), rows), shared_mem=SMEM_BYTES, device=a.device.index)
+              (tensor_map(a, BLOCK_M, BLOCK_K), tensor_map(b, BLOCK_N, BLOCK_K), np.uint64(0 if out is None else out.data_ptr()),
+               np.int32(m), np.int32(n), np.int32(k), rows, _NO_TARGETS if add_into is None else add_into),
+              shared_mem=SMEM_BYTES, device=a.device.index)
     return out
