@@ -15,7 +15,8 @@ def test_pull_rows_compiles_with_the_host_layout(cache_dir):
 
 def test_schedules_are_listed_with_what_they_spend_on_communication():
     table = O.list_schedules()
-    assert table["name"].tolist() == list(O.SCHEDULES) and table["description"].str.len().min() > 20
+    assert table["name"].tolist() == list(O.SCHEDULES) + list(O.PARTIAL_SCHEDULES)
+    assert table["description"].str.len().min() > 20
     assert set(table["sms_for_communication"]) == {"none", "NCCL's", "comm_sms"}
 
 
@@ -113,3 +114,30 @@ def test_torch_schedules_are_checked_and_timed():
     frame = E.torch_sweep(n_locals=[512], m=1024, k=256, reps=3)
     assert frame["schedule"].tolist() == ["torch_serial", "torch_async_tp"] and frame["verified"].all()
     assert (frame["time_median_us"] > 0).all() and set(frame["gpus"]) == {2}
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("scatter", [True, False], ids=["gemm_rs", "gemm_ar"])
+@pytest.mark.parametrize("schedule", list(O.PARTIAL_SCHEDULES))
+def test_partial_products_sum_on_every_rank(team, schedule, scatter):
+    import torch
+
+    op = O.PartialGemm(team, m=2 * 256, k_local=264, n=776, scatter=scatter)
+    for call in range(2):
+        gen = torch.Generator(device="cpu").manual_seed(call)
+        lhs = [torch.randn(op.m, op.k_local, generator=gen).bfloat16() for _ in range(team.size)]
+        rhs = [torch.randn(op.n, op.k_local, generator=gen).bfloat16() for _ in range(team.size)]
+        for r in range(team.size):
+            with torch.cuda.device(team.devices[r]):
+                op.lhs(r).copy_(lhs[r])
+                op.weight(r).copy_(rhs[r])
+                op.out(r).fill_(float("nan"))
+        team.synchronize()
+        op.run(schedule)
+        team.synchronize()
+        total = sum(x.float() @ w.float().T for x, w in zip(lhs, rhs))
+        for r in range(team.size):
+            want = total[r * op.out_rows:(r + 1) * op.out_rows] if scatter else total
+            # each partial rounded to bf16, then summed in bf16
+            torch.testing.assert_close(op.out(r).float().cpu(), want, rtol=2 ** -6, atol=4e-3 * op.k_local ** 0.5,
+                                       msg=lambda m, r=r: f"rank {r}, call {call}: {m}")

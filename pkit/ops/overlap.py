@@ -1,4 +1,5 @@
-"""All-gather + GEMM for tensor-parallel layers, with communication hidden under compute, over a one-process Team.
+"""Tensor-parallel GEMMs with communication hidden under compute, over a one-process Team: all-gather + GEMM
+(`AllGatherGemm`), GEMM + reduce-scatter and GEMM + all-reduce (`PartialGemm`, schedules in PARTIAL_SCHEDULES).
 
 Every rank r holds A_r, its M/n rows of the tokens (M × K over the team), and B_r, its N_local × K shard of the
 weight (nn.Linear layout); it computes out_r = [A_0; …; A_{n−1}] · B_rᵀ, M × N_local, bf16 with fp32
@@ -34,7 +35,7 @@ from ..gpus import on_device as _on
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
 from .collectives import listing, lookup
-from .gemm import BLOCK_M, gemm
+from .gemm import BLOCK_M, gemm, tile_targets
 
 PULL_ROWS = KernelArgs("PullRows", (("gathered", "ptr"), ("ready", "ptr"), ("chunk16", "u64"),
                                     ("chunks_per_rank", "i32"), ("epoch", "u32"), ("rank", "i32"), ("size", "i32")))
@@ -238,6 +239,99 @@ class AllGatherGemm:
         return self._epoch
 
 
+class PartialGemm:
+    """GEMM + reduce-scatter and GEMM + all-reduce: K-sharded operands, partial products summed across ranks.
+
+    Rank r holds A_r (M × K/n, its slice of the activations' K) and B_r (N × K/n); the partial products
+    P_r = A_r · B_rᵀ sum to A · Bᵀ. `scatter=True` (GEMM+RS): rank r's output is rows [r·M/n, (r+1)·M/n) of the
+    sum (M/n × N); `scatter=False` (GEMM+AR): every rank's output is the whole sum (M × N). Write `lhs(r)` and
+    `weight(r)`, call `run(schedule)` ("serial" or "tma_add", see PARTIAL_SCHEDULES), read `out(r)`.
+    """
+
+    def __init__(self, team, m: int, k_local: int, n: int, scatter: bool):
+        if team.rank is not None:
+            raise ValueError("team: expected a one-process Team (pkit.Team([...])); the schedules drive every GPU")
+        for name, value in (("m", m), ("k_local", k_local), ("n", n)):
+            if not (isinstance(value, (int, np.integer)) and value > 0):
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if scatter and m % (team.size * BLOCK_M):
+            raise ValueError(f"m: expected {team.size} shards of whole {BLOCK_M}-row tiles, got m={m}")
+        if k_local % 8 or n % 8:
+            raise ValueError(f"k_local, n: expected multiples of 8, got {k_local} and {n}")
+        self.team, self.m, self.k_local, self.n, self.scatter = team, m, k_local, n, scatter
+        self.out_rows = m // team.size if scatter else m
+        self.lhs_buffers = team.zeros((m, k_local), "bfloat16")
+        self.weights = team.zeros((n, k_local), "bfloat16")
+        self.partials = team.zeros((m, n), "bfloat16")  # the serial schedule's P_r
+        self.outputs = team.zeros((self.out_rows, n), "bfloat16")
+        self._a = [self.lhs_buffers.torch(r) for r in range(team.size)]
+        self._b = [self.weights.torch(r) for r in range(team.size)]
+        self._p = [self.partials.torch(r) for r in range(team.size)]
+        self._c = [self.outputs.torch(r) for r in range(team.size)]
+
+    def lhs(self, rank: int):
+        """A_r, rank `rank`'s M × K/n slice of the activations (a torch view)."""
+        return self._a[rank]
+
+    def weight(self, rank: int):
+        """B_r, rank `rank`'s N × K/n slice of the weight (a torch view)."""
+        return self._b[rank]
+
+    def out(self, rank: int):
+        return self._c[rank]
+
+    def run(self, schedule: str) -> None:
+        lookup(PARTIAL_SCHEDULES, schedule, "schedule").run(self)
+
+    def serial(self) -> None:
+        """cuBLAS partial products, then NCCL's reduce-scatter or all-reduce (bf16)."""
+        for r in range(self.team.size):
+            with _torch_stream(self.team.devices[r]):
+                _matmul(self._a[r], self._b[r], self._p[r])
+        collective = self._nccl.reduce_scatter if self.scatter else self._nccl.all_reduce
+        collective(self.outputs, self.partials)
+
+    def tma_add(self) -> None:
+        """Every rank's outputs zeroed; each GPU's pkit GEMM adds its tiles into the owners' outputs (its own and
+        its peers', over NVLink) from its epilogue: no partial product is stored, no separate collective runs."""
+        import cupy as cp
+
+        team = self.team
+        for r in range(team.size):
+            with _torch_stream(team.devices[r]):
+                self._c[r].zero_()
+        with self._all_streams_meet():
+            for r in range(team.size):
+                targets = tile_targets([(self.outputs.addresses[r][q], self.out_rows) for q in range(team.size)],
+                                       self.n, rows_per_target=self.out_rows if self.scatter else 0)
+                with cp.cuda.Device(team.devices[r]):
+                    gemm(self._a[r], self._b[r], add_into=targets)
+
+    @cached_property
+    def _nccl(self):
+        from .baselines import NcclCollectives
+
+        return NcclCollectives(self.team)
+
+    @contextmanager
+    def _all_streams_meet(self):
+        """Every rank's current stream waits for every rank's work so far before the block's work (no GPU adds into
+        an output its owner is still zeroing or reading), and again after it (no owner reads before every add)."""
+        _meet(self.team)
+        yield
+        _meet(self.team)
+
+
+def _meet(team) -> None:
+    """Each local GPU's current stream waits for what every local GPU's current stream has enqueued so far."""
+    import cupy as cp
+
+    events = [_record(d, cp.cuda.get_current_stream) for d in team.devices]
+    for d in team.devices:
+        for event in events:
+            _on(d, lambda event=event: cp.cuda.get_current_stream().wait_event(event))
+
+
 class _Stamps:
     """CUDA events around pieces of a schedule, appended to `timeline` (nothing is recorded when it is None)."""
 
@@ -314,10 +408,22 @@ SCHEDULES = {s.name: s for s in (
 )}
 
 
-def list_schedules():
-    """The AG+GEMM schedules as a DataFrame.
+PARTIAL_SCHEDULES = {s.name: s for s in (
+    Schedule("serial", "cuBLAS partial products, then NCCL reduce-scatter or all-reduce", PartialGemm.serial,
+             "NCCL's"),
+    Schedule("tma_add", "the pkit GEMM's epilogue adds each tile into its owners' outputs (TMA reduce, NVLink)",
+             PartialGemm.tma_add, "none"),
+)}
 
-    >>> list_schedules()["name"].tolist()
-    ['serial', 'ce_chunks', 'ce_flags', 'sm_pull']
+
+def list_schedules():
+    """The schedules of every pattern as a DataFrame: pattern, name, description, sms_for_communication.
+
+    >>> list_schedules()[["pattern", "name"]].values.tolist()[:2]
+    [['ag_gemm', 'serial'], ['ag_gemm', 'ce_chunks']]
     """
-    return listing(SCHEDULES, "name", "description", "sms_for_communication")
+    import pandas as pd
+
+    frames = [listing(SCHEDULES, "name", "description", "sms_for_communication").assign(pattern="ag_gemm"),
+              listing(PARTIAL_SCHEDULES, "name", "description", "sms_for_communication").assign(pattern="gemm_rs, gemm_ar")]
+    return pd.concat(frames, ignore_index=True)[["pattern", "name", "description", "sms_for_communication"]]
