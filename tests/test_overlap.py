@@ -1,5 +1,6 @@
 """All-gather + GEMM schedules: kernels and argument structs on CPU; on 2 GPUs every schedule against float32 on
 fresh random inputs, poisoned outputs, shapes whose tiles do not divide, every rank checked, repeated calls."""
+import pandas as pd
 import pytest
 
 from pkit.ops import overlap as O
@@ -91,6 +92,11 @@ def test_sweep_and_timeline_at_a_small_shape(team):
     frame = E.sweep(team, n_locals=[512], m=1024, k=256, comm_sms=[4], chunk_rows=128, reps=3, warmup=1)
     assert frame["schedule"].tolist() == list(O.SCHEDULES) and frame["verified"].all()
     assert (frame["time_median_us"] > 0).all()
+    for scatter in (True, False):
+        partial = E.sweep_partial(team, k_locals=[256], m=512, n=512, scatter=scatter, reps=3, warmup=1)
+        assert partial["schedule"].tolist() == list(O.PARTIAL_SCHEDULES) and partial["verified"].all()
+    bounds = E.with_bounds(pd.concat([frame, partial]))
+    assert bounds["bound_us"].gt(0).all() and set(bounds["pattern"]) == {"ag_gemm", "gemm_ar"}
     line = E.timeline(team, n_local=512, m=1024, k=256, chunk_rows=128)
     for r in range(team.size):
         mine = line[line["rank"] == r]
@@ -111,9 +117,12 @@ def test_torchrun_reports_a_failed_module():
 def test_torch_schedules_are_checked_and_timed():
     from pkit.experiments import overlap as E
 
-    frame = E.torch_sweep(n_locals=[512], m=1024, k=256, reps=3)
-    assert frame["schedule"].tolist() == ["torch_serial", "torch_async_tp"] and frame["verified"].all()
-    assert (frame["time_median_us"] > 0).all() and set(frame["gpus"]) == {2}
+    for pattern in ("ag_gemm", "gemm_rs"):
+        frame = E.torch_sweep([512], pattern=pattern, m=1024, k=256, n=512, reps=3)
+        assert frame["schedule"].tolist() == ["torch_serial", "torch_async_tp"] and frame["verified"].all()
+        assert (frame["time_median_us"] > 0).all() and set(frame["gpus"]) == {2}
+    with pytest.raises(ValueError, match="pattern: expected"):
+        E.torch_sweep([512], pattern="gemm_ar")
 
 
 @pytest.mark.multigpu

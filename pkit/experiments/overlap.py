@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..ops.overlap import SCHEDULES, AllGatherGemm
-from ..roofline import Ceilings, ag_gemm_cost, floor, overlap_efficiency
+from ..ops.overlap import PARTIAL_SCHEDULES, SCHEDULES, AllGatherGemm, PartialGemm
+from ..roofline import PATTERNS, Ceilings, floor, overlap_efficiency
 from ..timing import bench
 from .torchrun import torchrun
 
@@ -50,19 +50,41 @@ def fill(op: AllGatherGemm, seed: int) -> list:
     for r in range(team.size):
         device = team.devices[r]
         with torch.cuda.device(device):
-            gathered = op.gathered.torch(r)
-            gathered.fill_(float("nan"))
+            op.gathered.torch(r).fill_(float("nan"))
             op.shard(r).copy_(shards[r])
             op.weight(r).copy_(torch.randn(op.n_local, op.k, generator=gen).bfloat16())
             op.out(r).fill_(float("nan"))
-            a = torch.cat(shards).to(device).float()
-            want.append(a @ op.weight(r).float().T)
+            want.append(torch.cat(shards).to(device).float() @ op.weight(r).float().T)
     team.synchronize()
     return want
 
 
-def check(op: AllGatherGemm, want: list) -> tuple[bool, float]:
-    """(every rank within bf16 tolerance of its float32 reference, largest absolute error over the ranks)."""
+def fill_partial(op: PartialGemm, seed: int) -> list:
+    """Fresh random K slices on every rank (outputs poisoned with NaN); returns each rank's float32 reference
+    output (its rows of the sum for reduce-scatter, the whole sum for all-reduce), computed on its GPU."""
+    import torch
+
+    team = op.team
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    lhs = [torch.randn(op.m, op.k_local, generator=gen).bfloat16() for _ in range(team.size)]
+    rhs = [torch.randn(op.n, op.k_local, generator=gen).bfloat16() for _ in range(team.size)]
+    want = []
+    for r in range(team.size):
+        device = team.devices[r]
+        with torch.cuda.device(device):
+            op.lhs(r).copy_(lhs[r])
+            op.weight(r).copy_(rhs[r])
+            op.out(r).fill_(float("nan"))
+            total = sum(x.to(device).float() @ w.to(device).float().T for x, w in zip(lhs, rhs))
+            want.append(total[r * op.out_rows:(r + 1) * op.out_rows] if op.scatter else total)
+    team.synchronize()
+    return want
+
+
+def check(op, want: list, terms: int, roundings: int = 1) -> tuple[bool, float]:
+    """(every rank within bf16 tolerance of its float32 reference, largest absolute error over the ranks).
+    `terms`: products summed per output element; `roundings`: bf16 roundings on the way (2 when partial
+    products are rounded, then summed in bf16)."""
     import torch
 
     worst, ok = 0.0, True
@@ -70,17 +92,30 @@ def check(op: AllGatherGemm, want: list) -> tuple[bool, float]:
         got = op.out(r).float()
         err = (got - expected).abs()
         worst = max(worst, float(err.max()))
-        ok &= bool(torch.isfinite(got).all()) and bool((err <= 2 ** -7 * expected.abs() + 1e-3 * op.k ** 0.5).all())
+        bound = roundings * (2 ** -7 * expected.abs() + 1e-3 * terms ** 0.5)
+        ok &= bool(torch.isfinite(got).all()) and bool((err <= bound).all())
     return ok, worst
+
+
+def _row(team, op, pattern: str, schedule: str, options: dict, shape: dict, verdict: tuple, reps: int,
+         warmup: int) -> dict:
+    """One timed variant as a row: the schedule timed with pkit.bench on every GPU after its check."""
+    timing = bench(lambda: op.run(schedule, **options), devices=team.devices, warmup=warmup, reps=reps)
+    flops = 2 * shape["m"] * shape["k"] * shape["n"] / (team.size if pattern != "ag_gemm" else 1)
+    return {"pattern": pattern, "schedule": schedule, "comm_sms": options.get("comm_sms", 0), "gpus": team.size,
+            **shape, "time_median_us": timing.median_ms * 1e3, "time_min_us": float(np.min(timing.samples_ms)) * 1e3,
+            "time_max_us": float(np.max(timing.samples_ms)) * 1e3, "cv": timing.cv,
+            "tflops_per_gpu": flops / (timing.median_ms * 1e-3) / 1e12, "verified": verdict[0],
+            "max_abs_err": verdict[1]}
 
 
 def sweep(team, n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: int = 8192,
           schedules: Sequence[str] = tuple(SCHEDULES), comm_sms: Sequence[int] = (16,), chunk_rows: int = 1024,
           reps: int = 10, warmup: int = 3) -> pd.DataFrame:
-    """Time every schedule at every N_local (one process driving `team`); each variant is checked once first.
+    """AG+GEMM: time every schedule at every N_local (one process driving `team`), each checked once first.
 
-    Rows: schedule, comm_sms (0 where none), gpus, m, k, n_local, time_median_us, time_min_us, time_max_us, cv,
-    tflops_per_gpu (2·M·K·N_local / time), verified, max_abs_err.
+    Rows: pattern ('ag_gemm'), schedule, comm_sms (0 where none), gpus, m, k, n (= N_local), time_median_us,
+    time_min_us, time_max_us, cv, tflops_per_gpu (2·M·K·N_local / time), verified, max_abs_err.
     """
     pairs, rows = variants(schedules, comm_sms), []
     for n_local in tqdm(n_locals, desc="N_local", leave=False):
@@ -89,25 +124,45 @@ def sweep(team, n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: in
             want = fill(op, seed=len(rows))
             op.run(schedule, **options)
             team.synchronize()
-            verified, err = check(op, want)
+            verdict = check(op, want, terms=k)
             del want
-            timing = bench(lambda: op.run(schedule, **options), devices=team.devices, warmup=warmup, reps=reps)
-            rows.append({"schedule": schedule, "comm_sms": options.get("comm_sms", 0), "gpus": team.size,
-                         "m": m, "k": k,
-                         "n_local": int(n_local), "time_median_us": timing.median_ms * 1e3,
-                         "time_min_us": float(np.min(timing.samples_ms)) * 1e3,
-                         "time_max_us": float(np.max(timing.samples_ms)) * 1e3, "cv": timing.cv,
-                         "tflops_per_gpu": 2 * m * k * n_local / (timing.median_ms * 1e-3) / 1e12,
-                         "verified": verified, "max_abs_err": err})
+            rows.append(_row(team, op, "ag_gemm", schedule, options, {"m": m, "k": k, "n": int(n_local)}, verdict,
+                             reps, warmup))
     return pd.DataFrame(rows)
 
 
-def torch_sweep(n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: int = 8192, nproc: int = 2,
-                reps: int = 10, timeout_s: float = 600) -> pd.DataFrame:
-    """PyTorch's schedules (torch_serial: all_gather_into_tensor then matmul; torch_async_tp:
-    fused_all_gather_matmul on symmetric memory) under torchrun, one process per GPU; `sweep`'s columns, each
-    schedule checked once against float32 on every rank."""
-    return torchrun("pkit.experiments.torch_overlap", ["--m", m, "--k", k, "--reps", reps, "--n-locals", *n_locals],
+def sweep_partial(team, k_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, n: int = 8192,
+                  scatter: bool = True, schedules: Sequence[str] = tuple(PARTIAL_SCHEDULES), reps: int = 10,
+                  warmup: int = 3) -> pd.DataFrame:
+    """GEMM+RS (`scatter`) or GEMM+AR: time every schedule at every K_local (each GPU's slice of K), each checked
+    once first. `sweep`'s columns, with pattern 'gemm_rs' or 'gemm_ar', k = K_local × GPUs and n = N."""
+    unknown = [s for s in schedules if s not in PARTIAL_SCHEDULES]
+    if unknown:
+        raise ValueError(f"schedules: expected names from {list(PARTIAL_SCHEDULES)}, got {unknown}")
+    pattern, rows = ("gemm_rs" if scatter else "gemm_ar"), []
+    for k_local in tqdm(k_locals, desc="K_local", leave=False):
+        op = PartialGemm(team, m=m, k_local=int(k_local), n=n, scatter=scatter)
+        for schedule in schedules:
+            want = fill_partial(op, seed=len(rows))
+            op.run(schedule)
+            team.synchronize()
+            verdict = check(op, want, terms=int(k_local), roundings=2)
+            del want
+            rows.append(_row(team, op, pattern, schedule, {}, {"m": m, "k": int(k_local) * team.size, "n": n},
+                             verdict, reps, warmup))
+    return pd.DataFrame(rows)
+
+
+def torch_sweep(inner: Sequence[int] = DEFAULT_N_LOCALS, pattern: str = "ag_gemm", m: int = 8192, k: int = 8192,
+                n: int = 8192, nproc: int = 2, reps: int = 10, timeout_s: float = 600) -> pd.DataFrame:
+    """PyTorch's schedules under torchrun, one process per GPU (torch_serial: the NCCL collective and matmul one
+    after the other; torch_async_tp: fused_all_gather_matmul or fused_matmul_reduce_scatter on symmetric
+    memory), each checked once against float32 on every rank. `inner`: N_local for 'ag_gemm' (K = `k`),
+    K_local for 'gemm_rs' (N = `n`). `sweep`'s columns."""
+    if pattern not in ("ag_gemm", "gemm_rs"):
+        raise ValueError(f"pattern: expected 'ag_gemm' or 'gemm_rs' (PyTorch has no fused GEMM+AR), got {pattern!r}")
+    return torchrun("pkit.experiments.torch_overlap", ["--pattern", pattern, "--m", m, "--k", k, "--n", n,
+                                                       "--reps", reps, "--inner", *inner],
                     nproc=nproc, timeout_s=timeout_s)
 
 
@@ -135,29 +190,29 @@ def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows
 
 
 def with_bounds(frame: pd.DataFrame, ceilings: Ceilings | None = None) -> pd.DataFrame:
-    """`sweep`'s rows with the communication-aware roofline of each shape (`pkit.roofline.ag_gemm_cost` under
-    `ceilings`, default the H200 datasheet) and how each schedule fares against it.
+    """`sweep`'s (or `sweep_partial`'s) rows with the communication-aware roofline of each shape (the pattern's
+    cost in `pkit.roofline.PATTERNS` under `ceilings`, default the H200 datasheet) and how each schedule fares.
 
     Added: compute_us, link_us, hbm_us, sync_us (T_c, T_l, T_m, α·steps), bound_us (max(T_c, T_l, T_m) + α·steps),
     serial_bound_us (T_c + T_l + α·steps), bound (the term that sets the bound), fraction_of_bound
     (bound / time), speedup_vs_serial (the serial schedule's time at that shape / time) and
     overlap_efficiency ((serial − time) / (serial − bound), from the measured serial time), ceilings (origin).
 
-    >>> row = {"schedule": "serial", "comm_sms": 0, "gpus": 2, "m": 8192, "k": 8192, "n_local": 1024,
-    ...        "time_median_us": 1000.0}
+    >>> row = {"pattern": "ag_gemm", "schedule": "serial", "comm_sms": 0, "gpus": 2, "m": 8192, "k": 8192,
+    ...        "n": 1024, "time_median_us": 1000.0}
     >>> out = with_bounds(pd.DataFrame([row]))
     >>> out[["bound", "speedup_vs_serial"]].values.tolist()
     [['link', 1.0]]
     """
-    need = {"schedule", "gpus", "m", "k", "n_local", "time_median_us"}
+    need = {"pattern", "schedule", "gpus", "m", "k", "n", "time_median_us"}
     if not need <= set(frame.columns):
         raise ValueError(f"frame: expected sweep's columns {sorted(need)}, missing {sorted(need - set(frame.columns))}")
     c = ceilings or Ceilings.datasheet()
-    shape = ["gpus", "m", "k", "n_local"]
+    shape = ["pattern", "gpus", "m", "k", "n"]
     serial = frame[frame["schedule"] == "serial"].set_index(shape)["time_median_us"]
     rows = []
     for row in frame.to_dict("records"):
-        f = floor(ag_gemm_cost(row["m"], row["k"], row["n_local"], row["gpus"]), c, "bfloat16")
+        f = floor(PATTERNS[row["pattern"]](row["m"], row["k"], row["n"], row["gpus"]), c, "bfloat16")
         key = tuple(row[s] for s in shape)
         serial_us = float(serial[key]) if key in serial.index else np.nan
         bound_us = f.time_s * 1e6

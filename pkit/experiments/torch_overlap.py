@@ -1,10 +1,11 @@
-"""PyTorch's all-gather + GEMM, one process per GPU: serial (all_gather_into_tensor, then matmul) and async
-tensor parallelism (`torch.ops.symm_mem.fused_all_gather_matmul` on symmetric memory, no multicast).
+"""PyTorch's tensor-parallel GEMMs, one process per GPU, each schedule serial (the collective, then matmul, or
+matmul then the collective) and async tensor parallelism on symmetric memory (no multicast):
+all-gather + GEMM (`fused_all_gather_matmul`) and GEMM + reduce-scatter (`fused_matmul_reduce_scatter`).
 
 Run under torchrun; rank 0 writes a CSV with `pkit.experiments.overlap.sweep`'s columns (the slowest rank's
-time per repetition):
+time per repetition); `--inner` is N_local for ag_gemm and K_local for gemm_rs:
     python -m torch.distributed.run --nproc_per_node=2 -m pkit.experiments.torch_overlap \
-        --out torch.csv --n-locals 1024 4096
+        --out torch.csv --pattern ag_gemm --inner 1024 4096
 `pkit.experiments.overlap.torch_sweep` does this and returns the DataFrame.
 """
 from __future__ import annotations
@@ -17,29 +18,55 @@ from .torch_collectives import time_samples
 SCHEDULES = ("torch_serial", "torch_async_tp")
 
 
-def _cases(m: int, k: int, n_local: int, rank: int, world: int, group_name: str, seed: int):
-    """(schedule, call, output) for one shape, on fresh random inputs, and this rank's float32 reference."""
+def _ag_gemm(m: int, k: int, n_local: int, rank: int, world: int, group_name: str, gen):
+    """(schedule, call) pairs of AG+GEMM on fresh random inputs, and this rank's float32 reference."""
     import torch
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
     dev = torch.device("cuda", rank)
-    gen = torch.Generator(device=dev).manual_seed(seed * world + rank)
     shard = symm_mem.empty((m // world, k), dtype=torch.bfloat16, device=dev)
     shard.copy_(torch.randn(m // world, k, device=dev, generator=gen))
     weight = torch.randn(n_local, k, device=dev, generator=gen).bfloat16()
     gathered = torch.empty(m, k, dtype=torch.bfloat16, device=dev)
-    out = torch.full((m, n_local), float("nan"), dtype=torch.bfloat16, device=dev)
+    out = torch.empty((m, n_local), dtype=torch.bfloat16, device=dev)
     dist.all_gather_into_tensor(gathered, shard)
     want = gathered.float() @ weight.float().T
 
     def serial():
         dist.all_gather_into_tensor(gathered, shard)
-        torch.matmul(gathered, weight.T, out=out)
-        return out
+        return torch.matmul(gathered, weight.T, out=out)
 
     def async_tp():
         return torch.ops.symm_mem.fused_all_gather_matmul(shard, [weight.T], 0, group_name)[1][0]
+
+    return [("torch_serial", serial), ("torch_async_tp", async_tp)], want
+
+
+def _gemm_rs(m: int, n: int, k_local: int, rank: int, world: int, group_name: str, gen):
+    """(schedule, call) pairs of GEMM+RS on fresh random K slices, and this rank's float32 reference (its rows
+    of the sum, reduced in float32 across ranks)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    dev = torch.device("cuda", rank)
+    lhs = symm_mem.empty((m, k_local), dtype=torch.bfloat16, device=dev)
+    lhs.copy_(torch.randn(m, k_local, device=dev, generator=gen))
+    weight = torch.randn(n, k_local, device=dev, generator=gen).bfloat16()
+    partial = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+    out = torch.empty(m // world, n, dtype=torch.bfloat16, device=dev)
+    total = lhs.float() @ weight.float().T
+    want = torch.empty(m // world, n, device=dev)
+    dist.reduce_scatter_tensor(want, total)
+
+    def serial():
+        torch.matmul(lhs, weight.T, out=partial)
+        dist.reduce_scatter_tensor(out, partial)
+        return out
+
+    def async_tp():
+        return torch.ops.symm_mem.fused_matmul_reduce_scatter(lhs, weight.T, "sum", 0, group_name)
 
     return [("torch_serial", serial), ("torch_async_tp", async_tp)], want
 
@@ -51,9 +78,11 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--n-locals", type=int, nargs="+", required=True)
+    parser.add_argument("--pattern", choices=("ag_gemm", "gemm_rs"), default="ag_gemm")
+    parser.add_argument("--inner", type=int, nargs="+", required=True, help="N_local (ag_gemm) or K_local (gemm_rs)")
     parser.add_argument("--m", type=int, default=8192)
-    parser.add_argument("--k", type=int, default=8192)
+    parser.add_argument("--k", type=int, default=8192, help="K of ag_gemm")
+    parser.add_argument("--n", type=int, default=8192, help="N of gemm_rs")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args(argv)
@@ -62,23 +91,31 @@ def main(argv=None) -> None:
     dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
     group_name = dist.group.WORLD.group_name
     rows = []
-    for i, n_local in enumerate(args.n_locals):
-        cases, want = _cases(args.m, args.k, n_local, rank, world, group_name, seed=i)
+    for i, inner in enumerate(args.inner):
+        gen = torch.Generator(device=torch.device("cuda", rank)).manual_seed(i * world + rank)
+        if args.pattern == "ag_gemm":
+            cases, want = _ag_gemm(args.m, args.k, inner, rank, world, group_name, gen)
+            shape, terms, roundings = {"m": args.m, "k": args.k, "n": inner}, args.k, 1
+        else:
+            cases, want = _gemm_rs(args.m, args.n, inner, rank, world, group_name, gen)
+            shape, terms, roundings = {"m": args.m, "k": inner * world, "n": args.n}, inner, 2
+        flops = 2 * shape["m"] * shape["k"] * shape["n"] / (1 if args.pattern == "ag_gemm" else world)
         for schedule, call in cases:
             got = call().float()
             err = (got - want).abs()
-            ok = bool(torch.isfinite(got).all()) and bool((err <= 2 ** -7 * want.abs() + 1e-3 * args.k ** 0.5).all())
+            bound = roundings * (2 ** -7 * want.abs() + 1e-3 * terms ** 0.5)
+            ok = bool(torch.isfinite(got).all()) and bool((err <= bound).all())
             verdict = torch.tensor([float(ok), float(err.max())], device="cuda")
             dist.all_reduce(verdict[:1], op=dist.ReduceOp.MIN)
             dist.all_reduce(verdict[1:], op=dist.ReduceOp.MAX)
             samples = torch.tensor(time_samples(call, args.reps, args.warmup), device="cuda")
             dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # each repetition's slowest rank
             median_us = float(samples.median()) * 1e3
-            rows.append({"schedule": schedule, "comm_sms": 0, "gpus": world, "m": args.m, "k": args.k,
-                         "n_local": n_local, "time_median_us": median_us,
-                         "time_min_us": float(samples.min()) * 1e3, "time_max_us": float(samples.max()) * 1e3,
+            rows.append({"pattern": args.pattern, "schedule": schedule, "comm_sms": 0, "gpus": world, **shape,
+                         "time_median_us": median_us, "time_min_us": float(samples.min()) * 1e3,
+                         "time_max_us": float(samples.max()) * 1e3,
                          "cv": float(samples.std(unbiased=False) / samples.mean()),
-                         "tflops_per_gpu": 2 * args.m * args.k * n_local / (median_us * 1e-6) / 1e12,
+                         "tflops_per_gpu": flops / (median_us * 1e-6) / 1e12,
                          "verified": bool(verdict[0] > 0), "max_abs_err": float(verdict[1])})
         del cases, want
     if rank == 0:
