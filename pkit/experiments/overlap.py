@@ -161,8 +161,8 @@ def torch_sweep(inner: Sequence[int] = DEFAULT_N_LOCALS, pattern: str = "ag_gemm
     K_local for 'gemm_rs' (N = `n`). `sweep`'s columns."""
     if pattern not in ("ag_gemm", "gemm_rs"):
         raise ValueError(f"pattern: expected 'ag_gemm' or 'gemm_rs' (PyTorch has no fused GEMM+AR), got {pattern!r}")
-    return torchrun("pkit.experiments.torch_overlap", ["--pattern", pattern, "--m", m, "--k", k, "--n", n,
-                                                       "--reps", reps, "--inner", *inner],
+    return torchrun("pkit.experiments.torch_overlap", ["--pattern", pattern, "--shape", m, k, n, "--reps", reps,
+                                                       "--inner", *inner],
                     nproc=nproc, timeout_s=timeout_s)
 
 

@@ -80,13 +80,14 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--pattern", choices=("ag_gemm", "gemm_rs"), default="ag_gemm")
     parser.add_argument("--inner", type=int, nargs="+", required=True, help="N_local (ag_gemm) or K_local (gemm_rs)")
-    parser.add_argument("--m", type=int, default=8192)
-    parser.add_argument("--k", type=int, default=8192, help="K of ag_gemm")
-    parser.add_argument("--n", type=int, default=8192, help="N of gemm_rs")
+    # (torchrun reads abbreviations of its own options among the script's: no --m, --k or --n here)
+    parser.add_argument("--shape", type=int, nargs=3, default=(8192, 8192, 8192), metavar=("M", "K", "N"),
+                        help="M; K of ag_gemm; N of gemm_rs")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    m, k, n = args.shape
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
     group_name = dist.group.WORLD.group_name
@@ -94,11 +95,11 @@ def main(argv=None) -> None:
     for i, inner in enumerate(args.inner):
         gen = torch.Generator(device=torch.device("cuda", rank)).manual_seed(i * world + rank)
         if args.pattern == "ag_gemm":
-            cases, want = _ag_gemm(args.m, args.k, inner, rank, world, group_name, gen)
-            shape, terms, roundings = {"m": args.m, "k": args.k, "n": inner}, args.k, 1
+            cases, want = _ag_gemm(m, k, inner, rank, world, group_name, gen)
+            shape, terms, roundings = {"m": m, "k": k, "n": inner}, k, 1
         else:
-            cases, want = _gemm_rs(args.m, args.n, inner, rank, world, group_name, gen)
-            shape, terms, roundings = {"m": args.m, "k": inner * world, "n": args.n}, inner, 2
+            cases, want = _gemm_rs(m, n, inner, rank, world, group_name, gen)
+            shape, terms, roundings = {"m": m, "k": inner * world, "n": n}, inner, 2
         flops = 2 * shape["m"] * shape["k"] * shape["n"] / (1 if args.pattern == "ag_gemm" else world)
         for schedule, call in cases:
             got = call().float()
