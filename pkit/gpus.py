@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import html
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -192,3 +193,23 @@ def on_device(device: int, thunk):
 
     with cp.cuda.Device(device):
         return thunk()
+
+
+@contextmanager
+def torch_stream(device: int):
+    """torch work inside the block goes to GPU `device`'s current CuPy stream, where pkit ops and `pkit.bench`
+    enqueue, so both order and time together."""
+    import cupy as cp
+    import torch
+
+    with cp.cuda.Device(device):
+        with torch.cuda.device(device), torch.cuda.stream(_torch_handle(device, cp.cuda.get_current_stream().ptr)):
+            yield
+
+
+@lru_cache(maxsize=64)
+def _torch_handle(device: int, pointer: int):
+    """torch's handle on a CuPy stream, made once per stream."""
+    import torch
+
+    return torch.cuda.ExternalStream(pointer, device=device)

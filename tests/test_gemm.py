@@ -151,3 +151,14 @@ def test_tiles_added_into_every_target_or_scattered_by_rows():
     G.gemm(a, b, add_into=G.tile_targets([(t.data_ptr(), m // 2) for t in halves], n=n, rows_per_target=m // 2))
     torch.cuda.synchronize()
     torch.testing.assert_close(torch.cat(halves).float(), want + 1, **tol)
+
+
+@pytest.mark.gpu
+def test_gemm_rates_checks_both_and_compares_them():
+    from pkit.experiments import overlap as E
+
+    frame = E.gemm_rates([(256, 512, 264)], reps=3, warmup=1)
+    assert frame["implementation"].tolist() == ["pkit_gemm", "cublas"] and frame["verified"].all()
+    assert frame.loc[frame["implementation"] == "cublas", "ratio_to_cublas"].tolist() == [1.0]
+    with pytest.raises(ValueError, match="study: expected one of"):
+        E.measure("fused")

@@ -1,13 +1,18 @@
-"""Overlap study: all-gather + GEMM schedules (pkit.ops.overlap) timed side by side over a shape sweep, each
-checked against float32, and a timeline of one overlapped run.
+"""Overlap study: the tensor-parallel GEMM schedules of pkit.ops.overlap timed side by side over shape sweeps,
+each checked against float32, beside PyTorch's (torchrun), with the communication-aware roofline per point.
+
+- `gemm_rates`: pkit's GEMM against cuBLAS (one GPU), the gate of the fused schedules;
+- `sweep` (AG+GEMM over N_local), `sweep_partial` (GEMM+RS or GEMM+AR over K_local), `torch_sweep`;
+- `with_bounds`: each row against max(T_c, T_l, T_m) + α and the serial time; `timeline`: one ce_chunks run.
 
 On 2 GPUs the link time of AG+GEMM over its compute time is about 1000 / N_local (bf16, H200), so N_local from
 256 to 16384 at M = K = 8192 sweeps from link-bound to compute-bound through the balanced shape.
+`python -m pkit.experiments.overlap STUDY... [--record]` measures (and records) from a shell.
 
 Example:
     >>> import pkit; from pkit.experiments import overlap                                   # doctest: +SKIP
     >>> frame = overlap.sweep(pkit.Team([0, 1]), n_locals=[1024, 4096])                       # doctest: +SKIP
-    >>> overlap.timeline(pkit.Team([0, 1]), n_local=4096)                                    # doctest: +SKIP
+    >>> overlap.with_bounds(frame)                                                           # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -23,6 +28,64 @@ from ..timing import bench
 from .torchrun import torchrun
 
 DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+GEMM_SHAPES = ((8192, 8192, 8192), (8192, 4096, 8192), (8192, 16384, 8192), (4096, 4096, 4096))
+
+
+def gemm_rates(shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, device: int = 0, reps: int = 20,
+               warmup: int = 5) -> pd.DataFrame:
+    """pkit's GEMM (pkit.ops.gemm) against cuBLAS (torch.matmul) on the same bf16 inputs, C = A · Bᵀ for each
+    (M, N, K): the gate of the fused schedules (pkit's GEMM should reach 70% of cuBLAS at 8192³ before its
+    overlap numbers mean anything). Inputs of these sizes exceed the L2, so calls repeat on one set.
+
+    Rows: implementation ('pkit_gemm', 'cublas'), m, n, k, time_median_us, time_min_us, time_max_us, cv,
+    tflops, verified (within bf16 rounding of a float32 product), max_abs_err, and ratio_to_cublas.
+    """
+    rows = [row for m, n, k in tqdm(shapes, desc="GEMM shapes", leave=False)
+            for row in _gemm_pair(m, n, k, device, reps, warmup)]
+    frame = pd.DataFrame(rows)
+    cublas_tflops = frame[frame["implementation"] == "cublas"].set_index(["m", "n", "k"])["tflops"]
+    frame["ratio_to_cublas"] = [t / cublas_tflops[(m, n, k)] for t, m, n, k in
+                                zip(frame["tflops"], frame["m"], frame["n"], frame["k"])]
+    return frame
+
+
+def _gemm_pair(m: int, n: int, k: int, device: int, reps: int, warmup: int) -> list[dict]:
+    """gemm_rates' two rows for one shape, on fresh random inputs with a NaN-poisoned output."""
+    import torch
+
+    from ..gpus import torch_stream
+    from ..ops.gemm import gemm
+
+    gen = torch.Generator(device=f"cuda:{device}").manual_seed(m + n + k)
+    with torch.cuda.device(device):
+        a = torch.randn(m, k, device=device, generator=gen).bfloat16()
+        b = torch.randn(n, k, device=device, generator=gen).bfloat16()
+        want = a.float() @ b.float().T
+        out = torch.empty((m, n), device=device, dtype=torch.bfloat16)
+
+    def pkit_gemm():
+        gemm(a, b, out)
+
+    def cublas():
+        with torch_stream(device):
+            torch.matmul(a, b.T, out=out)
+
+    rows = []
+    for name, call in (("pkit_gemm", pkit_gemm), ("cublas", cublas)):
+        out.fill_(float("nan"))
+        call()
+        torch.cuda.synchronize(device)
+        err = (out.float() - want).abs()
+        verified = bool(torch.isfinite(out).all()) and bool((err <= 2 ** -7 * want.abs() + 1e-3 * k ** 0.5).all())
+        timing = bench(call, devices=[device], warmup=warmup, reps=reps)
+        rows.append({"implementation": name, "m": m, "n": n, "k": k, "time_median_us": timing.median_ms * 1e3,
+                     "time_min_us": float(np.min(timing.samples_ms)) * 1e3,
+                     "time_max_us": float(np.max(timing.samples_ms)) * 1e3, "cv": timing.cv,
+                     "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12, "verified": verified,
+                     "max_abs_err": float(err.max())})
+    return rows
 
 
 def variants(schedules: Sequence[str], comm_sms: Sequence[int]) -> list[tuple[str, dict]]:
@@ -224,3 +287,50 @@ def with_bounds(frame: pd.DataFrame, ceilings: Ceilings | None = None) -> pd.Dat
                                             if serial_us > bound_us else np.nan),
                      "ceilings": c.origin})
     return pd.DataFrame(rows)
+
+
+STUDIES = ("gemm", "ag_gemm", "gemm_rs", "gemm_ar", "torch_ag_gemm", "torch_gemm_rs", "timeline")
+
+
+def measure(study: str, gpus: Sequence[int] = (0, 1), reps: int = 10) -> pd.DataFrame:
+    """One of STUDIES at its default shapes: 'gemm' (gemm_rates, one GPU), the three patterns' sweeps, PyTorch's
+    two fused schedules (torchrun), or the ce_chunks timeline."""
+    import pkit
+
+    if study not in STUDIES:
+        raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
+    if study == "gemm":
+        return gemm_rates(device=gpus[0], reps=reps)
+    if study.startswith("torch_"):
+        return torch_sweep(pattern=study.removeprefix("torch_"), nproc=len(gpus), reps=reps)
+    team = pkit.Team(list(gpus))
+    if study == "timeline":
+        return timeline(team)
+    if study == "ag_gemm":
+        return sweep(team, reps=reps)
+    return sweep_partial(team, scatter=study == "gemm_rs", reps=reps)
+
+
+def main(argv=None) -> None:
+    """Measure studies, print them; --record writes results/<machine>/overlap_<study>.{csv,json}."""
+    import argparse
+
+    import pkit
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("studies", nargs="+", choices=STUDIES)
+    parser.add_argument("--gpus", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--record", action="store_true", help="write results/<machine>/overlap_<study>.{csv,json}")
+    args = parser.parse_args(argv)
+    for study in args.studies:
+        frame = measure(study, args.gpus, args.reps)
+        with pd.option_context("display.width", 200, "display.max_columns", None):
+            print(frame, flush=True)
+        if args.record:
+            parameters = {"gpus": args.gpus, "reps": args.reps}
+            print(f"recorded {pkit.results.record(f'overlap_{study}', frame, parameters).csv_path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

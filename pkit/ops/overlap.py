@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from ..gpus import on_device as _on
+from ..gpus import torch_stream as _torch_stream
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
 from .collectives import listing, lookup
@@ -369,25 +370,6 @@ def _record(device: int, stream_of):
         return event
 
     return _on(device, record)
-
-
-@contextmanager
-def _torch_stream(device: int):
-    """torch work on `device` goes to CuPy's current stream there (pkit's convention)."""
-    import cupy as cp
-    import torch
-
-    with cp.cuda.Device(device):
-        with torch.cuda.device(device), torch.cuda.stream(_external(device, cp.cuda.get_current_stream().ptr)):
-            yield
-
-
-@lru_cache(maxsize=64)
-def _external(device: int, pointer: int):
-    """torch's handle on a CuPy stream, made once per stream."""
-    import torch
-
-    return torch.cuda.ExternalStream(pointer, device=device)
 
 
 @lru_cache(maxsize=None)
