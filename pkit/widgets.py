@@ -135,12 +135,12 @@ def roofline_html(point: dict) -> str:
     """The text the roofline explorer shows for `roofline_point`'s result (HTML)."""
     p = point
     link_gb = p["cost"]["link_bytes"] / 1e9
-    rows = [("compute (T_c)", f"{p['flops']:.3g} FLOP at {p['flops_per_s'] / 1e12:.4g} TFLOP/s "
-             f"({figures.label(p['dtype'])} dense)", p["compute_s"]),
+    rows = [("compute (T_c)", (f"{p['flops']:.3g} FLOP at {p['flops_per_s'] / 1e12:.4g} TFLOP/s "
+                               f"({figures.label(p['dtype'])} dense)"), p["compute_s"]),
             ("HBM (T_m)", f"{p['cost']['hbm_bytes'] / 1e9:.3g} GB at {p['hbm_bytes_per_s'] / 1e12:.3g} TB/s",
              p["hbm_s"]),
-            ("NVLink (T_l)", f"{link_gb:.3g} GB ({COLLECTIVES[p['collective']][1]}) at "
-             f"{p['link_bytes_per_s'] / 1e9:.4g} GB/s one direction", p["link_s"])]
+            ("NVLink (T_l)", (f"{link_gb:.3g} GB ({COLLECTIVES[p['collective']][1]}) at "
+                              f"{p['link_bytes_per_s'] / 1e9:.4g} GB/s one direction"), p["link_s"])]
     body = "".join(f"<tr><td>{html.escape(name)}</td><td>{html.escape(what)}</td>"
                    f"<td style='text-align:right'>{_seconds(t) if t > 0 else '0'}</td></tr>" for name, what, t in rows)
     balance = (f"Compute and the link take equally long at {p['balance_flops']:.3g} FLOP per GPU; more FLOPs than "
