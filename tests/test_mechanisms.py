@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import pkit
-from pkit.experiments import collectives, mechanisms, quickstart
+from pkit.experiments import collectives, mechanisms, overlap, quickstart
 from pkit.ops import transfers
 
 
@@ -31,7 +31,8 @@ def test_recorded_results_speak_one_vocabulary():
     torch = {"torch_nccl", "torch_symm_one_shot", "torch_symm_two_shot"}
     known = {"mechanism": set(transfers.MECHANISMS), "first": set(transfers.MECHANISMS),
              "second": set(transfers.MECHANISMS), "engine": {"ce", "sm"},
-             "implementation": set(collectives.implementation_names()) | torch | {"empty_kernel"}}
+             "implementation": set(collectives.implementation_names()) | torch | {"empty_kernel"}
+             | set(overlap.GEMM_IMPLEMENTATIONS)}
     csvs = sorted((Path(__file__).resolve().parents[1] / "results").glob("*/*.csv"))
     assert csvs
     for path in csvs:

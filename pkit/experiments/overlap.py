@@ -30,6 +30,7 @@ from .torchrun import torchrun
 DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
+GEMM_IMPLEMENTATIONS = ("pkit_gemm", "cublas")  # gemm_rates' implementation names
 GEMM_SHAPES = ((8192, 8192, 8192), (8192, 4096, 8192), (8192, 16384, 8192), (4096, 4096, 4096))
 
 
@@ -73,7 +74,7 @@ def _gemm_pair(m: int, n: int, k: int, device: int, reps: int, warmup: int) -> l
             torch.matmul(a, b.T, out=out)
 
     rows = []
-    for name, call in (("pkit_gemm", pkit_gemm), ("cublas", cublas)):
+    for name, call in zip(GEMM_IMPLEMENTATIONS, (pkit_gemm, cublas)):
         out.fill_(float("nan"))
         call()
         torch.cuda.synchronize(device)
