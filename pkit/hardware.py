@@ -6,13 +6,15 @@ quotes it (one direction is half). Network is the per-GPU scale-out NIC of the m
 are vendor figures, not measurements: pkit's measured numbers live in `results/`.
 
 Example:
-    >>> from pkit.hardware import GPUS, trend
+    >>> from pkit.hardware import GPUS, NICS, SUPERCHIP_GPUS, trend
     >>> GPUS["B200"].bf16_dense_tflops / GPUS["A100"].bf16_dense_tflops
     7.211538461538462
     >>> float(trend().loc["B200", "nvlink_x"])
     3.0
     >>> GPUS["H200"].dense_tflops["tfloat32"]
     494.7
+    >>> SUPERCHIP_GPUS["GB200"].nvlink_gbps_per_direction, NICS["ConnectX-7"].gbps_per_direction  # GB/s one way
+    (900.0, 50.0)
 """
 from __future__ import annotations
 
@@ -75,6 +77,45 @@ GPUS: dict[str, GPU] = {
                 "75 TFLOPS)",
                 fp16_dense_tflops=2250.0, tf32_dense_tflops=1100.0, fp32_tflops=75.0),
 }
+
+
+SUPERCHIP_GPUS: dict[str, GPU] = {
+    "GB200": GPU("GB200", 2024, 2500.0, 8.0, 186, 1800.0, 400.0, 148, 126,
+                 "NVIDIA GB200 NVL72 specifications (per 72 GPUs: FP16/BF16 Tensor 360 PFLOPS and TF32 Tensor 180 "
+                 "PFLOPS with sparsity = 2,500 and 1,250 TFLOPS dense per GPU, FP32 5,760 TFLOPS = 80 per GPU, up to "
+                 "13.4 TB HBM3e = 186 GB per GPU at 576 TB/s = 8 TB/s per GPU, NVLink 130 TB/s = 1.8 TB/s per GPU: "
+                 "72 GPUs in one NVLink domain through NVLink Switch trays); NVIDIA multi-node NVLink tuning guide "
+                 "(GB200 72x1: 18 compute trays of 4 GPUs with ConnectX-7, 400 Gb/s per GPU); SMs and L2 as the B200 "
+                 "entry (the same Blackwell GPU; the NVL72 specifications state neither)",
+                 fp16_dense_tflops=2500.0, tf32_dense_tflops=1250.0, fp32_tflops=80.0),
+}
+"""GPUs sold only on Grace superchips in rack-scale NVLink systems (the NVL72's GPU is rated above the HGX B200's:
+2,500 vs 2,250 dense BF16 TFLOPS). Kept out of `GPUS`, the discrete SXM line whose trend notebook 01 plots."""
+
+
+@dataclass(frozen=True)
+class NIC:
+    """A scale-out network adapter: line rate of one port in Gb/s, each direction, and where it comes from."""
+
+    name: str
+    gbitps: float
+    source: str
+
+    @property
+    def gbps_per_direction(self) -> float:
+        """GB/s each direction (8 bits per byte)."""
+        return self.gbitps / 8
+
+
+NICS: dict[str, NIC] = {
+    "ConnectX-6": NIC("ConnectX-6", 200.0, "NVIDIA ConnectX-6 VPI product brief (HDR InfiniBand, 200 Gb/s per port); "
+                      "DGX A100 datasheet (8x single-port ConnectX-6 for 8 GPUs)"),
+    "ConnectX-7": NIC("ConnectX-7", 400.0, "NVIDIA ConnectX-7 product brief (NDR InfiniBand, up to 400 Gb/s); DGX "
+                      "H100, DGX H200 and DGX B200 datasheets (8x ConnectX-7 400 Gb/s for 8 GPUs)"),
+    "ConnectX-8": NIC("ConnectX-8", 800.0, "NVIDIA ConnectX-8 SuperNIC product brief (XDR InfiniBand, up to 800 Gb/s); "
+                      "DGX B300 datasheet (8x ConnectX-8 800 Gb/s for 8 GPUs)"),
+}
+"""Per-GPU scale-out NICs of NVIDIA's DGX systems, one NIC per GPU."""
 
 
 def table() -> pd.DataFrame:
