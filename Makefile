@@ -1,10 +1,11 @@
 # pkit's tasks, run from the repository root:
-#   make install     a venv in .venv (VENV=...) with pkit editable, CuPy, torch and the test tools
+#   make install     a venv in .venv (VENV=...) with pkit editable, CuPy, torch, JupyterLab, ipywidgets, seaborn
+#                    and the test tools; `source .venv/bin/activate` then puts `pkit` on the PATH
 #   make test        the whole suite; tests marked gpu/multigpu skip where the GPUs they need are missing
 #   make test-gpu    only the GPU tests: `gpu` needs one CUDA GPU, `multigpu` two with peer access
 #   make figures     every notebook through papermill, rewriting figures/; MODE=auto measures a notebook when
 #                    this machine has the GPUs it needs (rewriting results/<machine>/), else replays results/
-#   make lab         JupyterLab on notebooks/
+#   make lab         JupyterLab on notebooks/ (LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888" adds options)
 # CUDA_VISIBLE_DEVICES picks the GPUs. scripts/gpu_run.sh runs the GPU tests and chosen notebooks in one batch.
 PY ?= python3
 VENV ?= .venv
@@ -38,9 +39,12 @@ test: install
 test-gpu:
 	$(NO_MULTICAST) PYTHONPATH=$(CURDIR):$(PYTHONPATH) $(RUN_PY) -m pytest -q -m "gpu or multigpu"
 
+# JupyterLab refuses to start as root (containers, cloud VMs) unless told --allow-root: passed only when uid is 0.
+LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_ARGS ?=
+
 lab: install
-	$(BIN)/pip install -q -e ".[lab]"
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(LAB_ROOT) $(LAB_ARGS) notebooks/
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,0 +1,151 @@
+"""The user's surface: the lab packages are declared alike in pyproject.toml and environment.yml and installed by
+`make install`, `make lab` starts JupyterLab as root and as a user, and the README says how to get `pkit` on
+the PATH."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB_PACKAGES = ("jupyterlab", "ipywidgets", "seaborn")
+
+
+def _by_name(requirements) -> dict:
+    """Requirement strings keyed by their normalised distribution name ('ipywidgets>=8.1' → 'ipywidgets')."""
+    return {re.match(r"[A-Za-z0-9._-]+", r).group(0).lower().replace("_", "-"): r for r in requirements}
+
+
+def test_lab_packages_agree_in_pyproject_and_environment_yml():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    lab, dev, conda = _by_name(extras["lab"]), _by_name(extras["dev"]), _by_name(p for p in pip if p != "-e .")
+    for name in LAB_PACKAGES:
+        assert name in lab, f"pyproject.toml: the lab extra lacks {name}"
+        assert dev.get(name) == lab[name], f"pyproject.toml: dev must carry lab's {lab[name]!r} (the tests use it)"
+        assert conda.get(name) == lab[name], f"environment.yml: expected {lab[name]!r}, got {conda.get(name)!r}"
+
+
+def test_make_install_installs_what_the_tests_import():
+    """`make test` runs the install target, which installs the dev extra: the lab packages are importable, and
+    tqdm's notebook bar finds its widget (without it, executed notebooks warn 'IProgress not found')."""
+    install = re.search(r'pip install -q -e "\.\[([\w,]+)\]"', (ROOT / "Makefile").read_text())
+    assert install and "dev" in install.group(1).split(",")
+    for module in ("jupyterlab", "ipywidgets", "seaborn"):
+        __import__(module)
+    from tqdm import notebook
+
+    assert notebook.IProgress is not None
+
+
+def _dry_run_lab(env=None) -> str:
+    out = subprocess.run(["make", "-n", "-o", "install", "lab"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_make_lab_passes_allow_root_only_as_root(tmp_path):
+    command = _dry_run_lab()
+    assert "jupyter lab" in command and command.rstrip().endswith("notebooks/")
+    assert ("--allow-root" in command) == (os.getuid() == 0)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for uid in ("0", "1000"):  # `make lab` asks `id -u`; a stand-in answers for the other kind of user
+        (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+        (fake / "id").chmod(0o755)
+        command = _dry_run_lab({**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"})
+        assert ("--allow-root" in command) == (uid == "0"), command
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live (not zombie) processes in process group `pgid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append((int(stat.parent.name), cmd))
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended while being read
+    return found
+
+
+def _get(url: str) -> tuple[int, str]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 never goes through a proxy
+    with opener.open(url, timeout=5) as response:
+        return response.status, response.read().decode(errors="replace")
+
+
+@pytest.mark.timeout(240)
+def test_make_lab_serves_jupyterlab_and_stops_by_its_pid(tmp_path):
+    """`make lab` under this uid (root in CI: --allow-root) on 127.0.0.1, a free port, no browser; the test waits
+    for the server to answer, then ends the process group it started and checks that nothing is left."""
+    port, token = _free_port(), "pkit-test-" + os.urandom(8).hex()
+    env = {**os.environ, "JUPYTER_TOKEN": token, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
+    args = f"--no-browser --ip=127.0.0.1 --port={port} --port-retries=0"
+    # -o install: the venv this test runs in is the one `make lab` uses (VENV), and it is not reinstalled here
+    command = ["make", "-s", "-o", "install", "lab", f"VENV={sys.prefix}", f"LAB_ARGS={args}"]
+    log = tmp_path / "lab.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    pgid = proc.pid  # a new session: the make process leads its own process group
+    try:
+        deadline, answer = time.monotonic() + 180, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                answer = _get(f"http://127.0.0.1:{port}/api")
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert answer is not None, f"no answer on port {port} (exit {proc.poll()}):\n{log.read_text()[-3000:]}"
+        assert answer[0] == 200 and "version" in json.loads(answer[1])
+        status, page = _get(f"http://127.0.0.1:{port}/lab?token={token}")
+        assert status == 200 and "JupyterLab" in page
+        servers = [cmd for _, cmd in _group_members(pgid) if "jupyter" in cmd]
+        assert servers, _group_members(pgid)
+        assert all(("--allow-root" in cmd) == (os.getuid() == 0) for cmd in servers), servers
+    finally:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _group_members(pgid)
+        for pid, _ in left:
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+
+
+def test_readme_says_how_to_get_pkit_on_the_path():
+    readme = (ROOT / "README.md").read_text()
+    assert "source .venv/bin/activate" in readme and ".venv/bin/pkit" in readme
+    assert "make lab" in readme and "--allow-root" in readme
