@@ -5,8 +5,8 @@ Example:
     >>> from pkit.problem_kit import generator, randn, cost
     >>> g = generator(seed=0, rank=1)
     >>> x = randn((4, 8), "bfloat16", g)
-    >>> cost(flops=2 * 4 * 8, hbm_bytes=x.numel() * 2, link_bytes=0)["flops"]
-    64
+    >>> cost(flops=2 * 4 * 8, hbm_bytes=x.numel() * 2, link_bytes=0, sync_steps=1)
+    {'flops': 64, 'hbm_bytes': 64, 'link_bytes': 0, 'sync_steps': 1}
 """
 from __future__ import annotations
 
@@ -42,9 +42,13 @@ def randn(shape, dtype, gen: torch.Generator, device="cpu", scale: float = 1.0) 
     return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(parse_dtype(dtype)).to(device)
 
 
-def cost(flops: float = 0, hbm_bytes: float = 0, link_bytes: float = 0) -> dict:
-    """A per-GPU cost record: FLOPs, HBM bytes (read + write) and bytes each GPU sends over links."""
-    return {"flops": int(flops), "hbm_bytes": int(hbm_bytes), "link_bytes": int(link_bytes)}
+def cost(flops: float = 0, hbm_bytes: float = 0, link_bytes: float = 0, sync_steps: int = 0) -> dict:
+    """A per-GPU cost record: FLOPs, HBM bytes (read + write), bytes each GPU sends over links, and the
+    dependent cross-GPU synchronisation rounds of the algorithm those bytes count (docs/problems.md), each of
+    which costs `pkit.roofline`'s latency α."""
+    if not (isinstance(sync_steps, int) and not isinstance(sync_steps, bool) and sync_steps >= 0):
+        raise ValueError(f"sync_steps: expected a count of rounds (an int >= 0), got {sync_steps!r}")
+    return {"flops": int(flops), "hbm_bytes": int(hbm_bytes), "link_bytes": int(link_bytes), "sync_steps": sync_steps}
 
 
 def row_parallel_linear_inputs(size: dict, world_size: int, dtype, gen: torch.Generator, device="cpu"):

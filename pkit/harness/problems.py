@@ -85,19 +85,102 @@ def open_source(source: dict):
     raise ValueError(f"source: expected kind 'pkit' or 'pkb', got {source['kind']!r}")
 
 
-def cost_table(problems: list[Problem], world_size: int, dtype: str | None = None,
-               sizes: Iterable[str] | None = None, ceilings: str = "H200"):
-    """A DataFrame: per problem and size, the per-GPU cost (FLOPs, HBM bytes, link bytes) and roofline time.
+def flops_dtype(dtype: str) -> str | None:
+    """The `pkit.roofline` dtype whose rate bounds a problem's FLOPs when it runs in `dtype`.
 
-    `dtype` None takes each problem's first dtype; `sizes` None takes every size the problem has. The
-    roofline time (ms) and its bound come from `pkit.roofline.floor` under `ceilings`' datasheet figures.
-    Problems without a cost model (PKB) get empty cost columns.
+    bfloat16, float16 and float32 name themselves (float32 is the rate without tensor cores: PyTorch runs
+    float32 matmuls without TF32 unless asked to); dtypes with no matmul rate (integer sort keys) give None,
+    which `flops_time` accepts only for costs declaring no FLOPs.
+
+    >>> flops_dtype("bf16"), flops_dtype("float32"), flops_dtype("int64")
+    ('bfloat16', 'float32', None)
+    """
+    from ..roofline import dtype_name
+
+    try:
+        return dtype_name(dtype)
+    except ValueError:
+        return None
+
+
+def roofline_floor(cost: dict, dtype: str, ceilings):
+    """`pkit.roofline.floor` of a problem's `cost` in `dtype` under `ceilings`: FLOPs at that dtype's rate
+    (`flops_dtype`), plus α x cost['sync_steps']. A cost with FLOPs in a dtype without a rate is a ValueError."""
+    from ..roofline import floor
+
+    name = flops_dtype(dtype)
+    if name is None and cost.get("flops", 0) > 0:
+        raise ValueError(f"dtype: {dtype!r} has no FLOP rate in pkit.roofline, but the cost declares "
+                         f"{cost['flops']} FLOPs")
+    return floor(cost, ceilings, name)
+
+
+def measured_ceilings(machine: str | None = None):
+    """(`pkit.roofline.Ceilings.measured` from results/<machine>/ceilings.csv, their origin: machine and
+    commit), or (None, 'none: <path> not recorded'). `machine` None: this machine's slug
+    (`pkit.results.machine_slug`); results/ is $PKIT_RESULTS when set. The file is recorded on the GPU
+    machine by `python -m pkit.experiments.ceilings --record`."""
+    from .. import results
+    from ..roofline import Ceilings
+
+    machine = machine or results.machine_slug()
+    path = results.results_root() / machine / "ceilings.csv"
+    if not path.exists():
+        return None, f"none: {path} not recorded"
+    recorded = results.load("ceilings", machine)
+    ceilings = Ceilings.measured(recorded.frame, {"machine": machine, **recorded.provenance})
+    return ceilings, ceilings.origin
+
+
+ROOFLINE_COLUMNS = ("sync_steps", "roofline_datasheet_ms", "roofline_datasheet_bound", "roofline_measured_ms",
+                    "roofline_measured_bound", "measured_ceilings")
+"""Roofline columns of `cost_table` and `roofline_report`, beside the older roofline_time_ms and bound (the
+datasheet ones): under the datasheet and under measured ceilings (NaN/None without a ceilings.csv; then
+`measured_ceilings` says why)."""
+
+
+def rooflines(cost: dict | None, dtype: str, datasheet, measured=None, note: str = "") -> dict:
+    """The `ROOFLINE_COLUMNS` of one cost: floors (ms) and bounds under `datasheet` and `measured` ceilings
+    (None: NaN and no bound); `note` fills `measured_ceilings`. A None cost (PKB) gives NaN everywhere."""
+    nan = float("nan")
+    row = {"sync_steps": cost.get("sync_steps", 0) if cost else None, "roofline_datasheet_ms": nan,
+           "roofline_datasheet_bound": None, "roofline_measured_ms": nan, "roofline_measured_bound": None,
+           "measured_ceilings": note}
+    if not cost:
+        return row
+    for name, ceilings in (("datasheet", datasheet), ("measured", measured)):
+        if ceilings is not None:
+            f = roofline_floor(cost, dtype, ceilings)
+            row[f"roofline_{name}_ms"], row[f"roofline_{name}_bound"] = f.time_s * 1e3, f.bound
+    return row
+
+
+def cost_table(problems: list[Problem], world_size: int, dtype: str | None = None,
+               sizes: Iterable[str] | None = None, ceilings: str = "H200", machine: str | None = None):
+    """A DataFrame: per problem and size, the per-GPU cost (FLOPs, HBM bytes, link bytes, sync steps) and its
+    roofline under `ceilings`' datasheet and under the ceilings measured on `machine`.
+
+    `dtype` None takes each problem's first (default) dtype; `sizes` None takes every size the problem has.
+    FLOPs run at the dtype's rate (`flops_dtype`); sync steps cost α each (0 on a datasheet).
+    roofline_time_ms and bound are the datasheet floor (the columns older tables had); `ROOFLINE_COLUMNS`
+    add the measured floor from results/<machine>/ceilings.csv (`measured_ceilings`; NaN when there is
+    none, the `measured_ceilings` column then says why). Problems without a cost model (PKB) get empty
+    cost columns.
+
+    >>> from pkit.harness.problems import cost_table, discover
+    >>> t = cost_table(discover(), 2, sizes=["large"], machine="no-such-machine").set_index("problem")
+    >>> row = t.loc["05_allgather_gemm"]
+    >>> row["dtype"], int(row["sync_steps"]), row["bound"], round(float(row["roofline_datasheet_ms"]), 3)
+    ('bfloat16', 1, 'compute', 0.972)
+    >>> bool(t["roofline_measured_ms"].isna().all()), t["measured_ceilings"].iloc[0].split(":")[0]
+    (True, 'none')
     """
     import pandas as pd
 
-    from ..roofline import Ceilings, floor
+    from ..roofline import Ceilings
 
-    ceil = Ceilings.datasheet(ceilings)
+    datasheet = Ceilings.datasheet(ceilings)
+    measured, note = measured_ceilings(machine)
     rows = []
     for p in problems:
         d = dtype or p.dtypes[0]
@@ -105,10 +188,55 @@ def cost_table(problems: list[Problem], world_size: int, dtype: str | None = Non
             if p.sizes and size not in p.sizes:
                 continue
             cost = p.cost(world_size, size, d) or {}
-            f = floor(cost, ceil) if cost else None
+            roof = rooflines(cost, d, datasheet, measured, note)
             rows.append({"problem": p.name, "category": p.category, "size": size, "dtype": d,
                          "world_size": world_size, "flops": cost.get("flops"), "hbm_bytes": cost.get("hbm_bytes"),
-                         "link_bytes": cost.get("link_bytes"), "roofline_time_ms": f.time_s * 1e3 if f else None,
-                         "bound": f.bound if f else None})
+                         "link_bytes": cost.get("link_bytes"),
+                         "roofline_time_ms": roof["roofline_datasheet_ms"] if cost else None,
+                         "bound": roof["roofline_datasheet_bound"], **roof})
     return pd.DataFrame(rows, columns=["problem", "category", "size", "dtype", "world_size", "flops", "hbm_bytes",
-                                       "link_bytes", "roofline_time_ms", "bound"])
+                                       "link_bytes", "roofline_time_ms", "bound", *ROOFLINE_COLUMNS])
+
+
+def roofline_report(frame, problems: list[Problem], *, time_column: str = "ref_time_ms_median",
+                    ceilings: str = "H200", machine: str | None = None):
+    """`frame` (one row per problem, size, dtype, world_size and a time in ms, e.g. baselines.csv) with the
+    `ROOFLINE_COLUMNS` of each row's problem and the fractions of both floors: roofline_datasheet_fraction and
+    roofline_measured_fraction = floor / `time_column` (1 reaches the floor). Rows whose problem is not in
+    `problems`, or has no cost model, get NaN; so do the measured columns without results/<machine>/ceilings.csv
+    (`measured_ceilings` says why). The frame's own columns are kept as they are.
+
+    >>> import pandas as pd
+    >>> from pkit.harness.problems import discover, roofline_report
+    >>> times = pd.DataFrame({"problem": ["01_all_reduce"], "size": ["large"], "dtype": ["bfloat16"],
+    ...                       "world_size": [2], "ref_time_ms_median": [0.5]})
+    >>> r = roofline_report(times, discover(), machine="no-such-machine")
+    >>> round(float(r.loc[0, "roofline_datasheet_ms"]), 3), round(float(r.loc[0, "roofline_datasheet_fraction"]), 3)
+    (0.298, 0.597)
+    >>> float(r.loc[0, "roofline_measured_fraction"])
+    nan
+    """
+    import pandas as pd
+
+    from ..roofline import Ceilings
+
+    missing = {"problem", "size", "dtype", "world_size", time_column} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame: expected columns problem, size, dtype, world_size and {time_column!r}; "
+                         f"missing {sorted(missing)}")
+    datasheet = Ceilings.datasheet(ceilings)
+    measured, note = measured_ceilings(machine)
+    by_name = {p.name: p for p in problems}
+    rows = []
+    for r in frame.itertuples(index=False):
+        p = by_name.get(r.problem)
+        cost = p.cost(int(r.world_size), r.size, r.dtype) if p is not None else None
+        roof = rooflines(cost, r.dtype, datasheet, measured, note)
+        time_ms = getattr(r, time_column)
+        for name in ("datasheet", "measured"):
+            roof[f"roofline_{name}_fraction"] = (roof[f"roofline_{name}_ms"] / time_ms
+                                                 if time_ms is not None and time_ms > 0 else float("nan"))
+        rows.append(roof)
+    extra = pd.DataFrame(rows, index=frame.index, columns=[*ROOFLINE_COLUMNS, "roofline_datasheet_fraction",
+                                                          "roofline_measured_fraction"])
+    return pd.concat([frame.drop(columns=[c for c in extra.columns if c in frame.columns]), extra], axis=1)

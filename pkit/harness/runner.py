@@ -125,13 +125,15 @@ def problem_dtype(problem: Problem, dtype: str | None) -> str:
 
 
 def roofline_ms(problem: Problem, world_size: int, size: str, dtype: str, ceilings: str) -> tuple:
-    """(roofline time in ms, bound) of the problem's cost model under a GPU's datasheet; (None, None) without one."""
-    from ..roofline import Ceilings, floor
+    """(roofline time in ms, bound) of the problem's cost model in `dtype` (FLOPs at that dtype's rate,
+    `pkit.harness.problems.roofline_floor`) under a GPU's datasheet; (None, None) without a cost model."""
+    from ..roofline import Ceilings
+    from .problems import roofline_floor
 
     cost = problem.cost(world_size, size, dtype)
     if cost is None:
         return None, None
-    f = floor(cost, Ceilings.datasheet(ceilings))
+    f = roofline_floor(cost, dtype, Ceilings.datasheet(ceilings))
     return f.time_s * 1e3, f.bound
 
 

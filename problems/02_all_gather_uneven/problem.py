@@ -13,7 +13,9 @@ META = {
     "name": "all_gather_uneven",
     "category": "collectives",
     "models": "Megatron-LM gather_along_first_dim with output_split_sizes (packed variable-length sequences)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: the gathered rows are activations of bf16 training (sequence-parallel packed "
+                     "tokens)"),
     "world_sizes": [2, 4, 8],
     "description": "Rank r holds x (counts[r], hidden) and the list counts of all ranks' row counts; return "
                    "all ranks' rows concatenated in rank order, (sum(counts), hidden).",
@@ -49,9 +51,10 @@ def cost(world_size, size, dtype="bfloat16"):
     # over the W senders ((W-1)/W * total each); and each rank must send its own rows at least once, so
     # the busiest GPU sends max((W-1)/W * total, max(counts)) rows. HBM (busiest rank): read its x, write
     # the output.
+    # Sync steps: 1, one all-gather round (every rank knows the counts).
     s = SIZES[size]
     counts = row_counts(world_size, s["rows"])
     row_bytes = s["hidden"] * parse_dtype(dtype).itemsize
     total = sum(counts)
     busiest = max(-(-(world_size - 1) * total // world_size), max(counts))
-    return _cost(flops=0, hbm_bytes=(max(counts) + total) * row_bytes, link_bytes=busiest * row_bytes)
+    return _cost(flops=0, hbm_bytes=(max(counts) + total) * row_bytes, link_bytes=busiest * row_bytes, sync_steps=1)

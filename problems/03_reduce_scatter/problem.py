@@ -12,7 +12,9 @@ META = {
     "name": "reduce_scatter",
     "category": "collectives",
     "models": "DeepSpeed ZeRO-2 / PyTorch FSDP reduce-scatter of a flat gradient bucket onto its shard owners",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: gradients reduce-scattered in bf16, as FSDP with reduce_dtype=bf16 and ZeRO-2 on "
+                     "bf16 gradients do (PKB's default); float32 for fp32 gradient reduction"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds grad (numel,); rank r returns chunk r (numel/W,) of the sum over ranks.",
 }
@@ -36,6 +38,7 @@ def reference(grad):
 def cost(world_size, size, dtype="bfloat16"):
     # Each GPU sends the W-1 chunks it does not own ((W-1)/W of the buffer, directly or along a ring)
     # and adds (W-1) incoming chunks into its own. HBM: read the input, write the 1/W output.
+    # Sync steps: 1, one reduce-scatter round.
     n, b = SIZES[size]["numel"], parse_dtype(dtype).itemsize
     return _cost(flops=(world_size - 1) * n // world_size, hbm_bytes=n * b + n * b // world_size,
-                 link_bytes=(world_size - 1) * n * b // world_size)
+                 link_bytes=(world_size - 1) * n * b // world_size, sync_steps=1)

@@ -14,7 +14,9 @@ META = {
     "category": "collectives",
     "models": "torch.distributed.all_to_all_single as used by GShard fixed-capacity MoE dispatch and "
               "DeepSpeed-Ulysses re-sharding",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: the exchanged blocks are bf16 activations (MoE tokens, Ulysses heads) in training "
+                     "and inference"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds x (tokens, hidden) split into W row blocks; rank r returns (tokens, hidden) "
                    "whose block j is block r of rank j.",
@@ -40,6 +42,7 @@ def reference(x):
 def cost(world_size, size, dtype="bfloat16"):
     # Pure data movement: every GPU sends the W-1 blocks that belong to other ranks, (W-1)/W of x.
     # HBM: read x, write the output.
+    # Sync steps: 1, one all-to-all round.
     s = SIZES[size]
     nbytes = s["tokens"] * s["hidden"] * parse_dtype(dtype).itemsize
-    return _cost(flops=0, hbm_bytes=2 * nbytes, link_bytes=(world_size - 1) * nbytes // world_size)
+    return _cost(flops=0, hbm_bytes=2 * nbytes, link_bytes=(world_size - 1) * nbytes // world_size, sync_steps=1)

@@ -13,7 +13,9 @@ META = {
     "name": "allgather_gemm",
     "category": "fused",
     "models": "Megatron-LM ColumnParallelLinear with sequence_parallel=True (MLP up-projection of LLaMA-70B)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: Megatron's tensor-parallel layers keep activations and weights in bf16 "
+                     "(tensor-core GEMM, fp32 accumulation)"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds x (tokens/W, in_features) and weight (out_features/W, in_features); "
                    "return all_gather(x along tokens) @ weight.T, (tokens, out_features/W).",
@@ -38,8 +40,9 @@ def reference(x, weight):
 def cost(world_size, size, dtype="bfloat16"):
     # GEMM (tokens x in) @ (in x out/W): 2 * tokens * in * out/W FLOPs. Link: this rank's x slice goes to
     # the W-1 other ranks. HBM: read x slice and weight shard, write the output.
+    # Sync steps: 1, the shards have landed (as pkit.roofline.ag_gemm_cost).
     s, b = SIZES[size], parse_dtype(dtype).itemsize
     t, k, n = s["tokens"], s["in_features"], s["out_features"] // world_size
     x_bytes = t // world_size * k * b
     return _cost(flops=2 * t * k * n, hbm_bytes=x_bytes + (n * k + t * n) * b,
-                 link_bytes=(world_size - 1) * x_bytes)
+                 link_bytes=(world_size - 1) * x_bytes, sync_steps=1)

@@ -13,7 +13,9 @@ META = {
     "name": "gemm_reduce_scatter",
     "category": "fused",
     "models": "Megatron-LM RowParallelLinear with sequence_parallel=True (MLP down-projection of LLaMA-70B)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: Megatron's tensor-parallel layers keep activations and weights in bf16 and "
+                     "reduce-scatter the bf16 partial sums"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds x (tokens, in_features/W) and weight (out_features, in_features/W); return "
                    "rows r*tokens/W.. of sum over ranks of x @ weight.T, (tokens/W, out_features).",
@@ -40,8 +42,9 @@ def cost(world_size, size, dtype="bfloat16"):
     # GEMM: 2 * tokens * in/W * out FLOPs, plus (W-1)/W * tokens * out additions for the reduction.
     # Link: each GPU sends its partial sums for the W-1 token slices it does not own. HBM: read x and
     # weight shards, write the (tokens/W, out) output.
+    # Sync steps: 1, one reduce-scatter round (as pkit.roofline.gemm_rs_cost).
     s, b = SIZES[size], parse_dtype(dtype).itemsize
     t, k, n = s["tokens"], s["in_features"] // world_size, s["out_features"]
     foreign = (world_size - 1) * t // world_size * n
     return _cost(flops=2 * t * k * n + foreign, hbm_bytes=(t * k + n * k + t // world_size * n) * b,
-                 link_bytes=foreign * b)
+                 link_bytes=foreign * b, sync_steps=1)

@@ -12,7 +12,9 @@ META = {
     "name": "gemm_all_reduce",
     "category": "fused",
     "models": "Megatron-LM RowParallelLinear (sequence_parallel=False): LLaMA-70B MLP down-projection",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: Megatron's tensor-parallel layers keep activations and weights in bf16 and "
+                     "all-reduce the bf16 partial sums"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds x (tokens, in_features/W) and weight (out_features, in_features/W); return "
                    "the sum over ranks of x @ weight.T, (tokens, out_features).",
@@ -38,8 +40,9 @@ def cost(world_size, size, dtype="bfloat16"):
     # GEMM: 2 * tokens * in/W * out FLOPs plus (W-1)/W * tokens * out additions. Link: reduce-scatter +
     # all-gather of the (tokens, out) partial, 2 (W-1)/W of it per GPU. HBM: read x and weight shards,
     # write the output.
+    # Sync steps: 2, reduce-scatter then all-gather (as pkit.roofline.gemm_ar_cost).
     s, b = SIZES[size], parse_dtype(dtype).itemsize
     t, k, n = s["tokens"], s["in_features"] // world_size, s["out_features"]
     foreign = (world_size - 1) * t * n // world_size
     return _cost(flops=2 * t * k * n + foreign, hbm_bytes=(t * k + n * k + t * n) * b,
-                 link_bytes=2 * foreign * b)
+                 link_bytes=2 * foreign * b, sync_steps=2)

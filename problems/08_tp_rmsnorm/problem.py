@@ -17,7 +17,9 @@ META = {
     "name": "tp_rmsnorm",
     "category": "fused",
     "models": "LLaMA RMSNorm with the hidden dimension tensor-parallel (Megatron-style partial-sum all-reduce)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: activations and gain are bf16 as in LLaMA training; the sum of squares (the norm's "
+                     "statistic) is accumulated and all-reduced in fp32"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds x (tokens, hidden/W) and weight (hidden/W,); return its columns of the "
                    "RMSNorm over the full hidden dimension, (tokens, hidden/W).",
@@ -49,7 +51,8 @@ def reference(x, weight):
 def cost(world_size, size, dtype="bfloat16"):
     # Per element: square, accumulate, normalise, scale (4 FLOPs). Link: all-reduce of one fp32 partial
     # sum per token, 2 (W-1)/W * tokens * 4 bytes. HBM: read x and weight, write the output.
+    # Sync steps: 2, the reduce-scatter then the all-gather of the all-reduce counted above.
     s, b = SIZES[size], parse_dtype(dtype).itemsize
     t, h = s["tokens"], s["hidden"] // world_size
     return _cost(flops=4 * t * h, hbm_bytes=(2 * t * h + h) * b,
-                 link_bytes=2 * (world_size - 1) * t * 4 // world_size)
+                 link_bytes=2 * (world_size - 1) * t * 4 // world_size, sync_steps=2)

@@ -14,7 +14,9 @@ META = {
     "name": "vocab_parallel_cross_entropy",
     "category": "fused",
     "models": "Megatron-LM tensor_parallel.vocab_parallel_cross_entropy (LLaMA-3 vocabulary, 128256)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: the logits come out of the bf16 LM head; the loss math runs in fp32 (Megatron "
+                     "upcasts the logits), so the output is float32"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds logits (tokens, vocab/W), its vocab shard, and target (tokens,) global ids; "
                    "return the per-token cross-entropy over the full vocabulary, (tokens,) float32.",
@@ -50,11 +52,13 @@ def reference(logits, target):
 
 
 def cost(world_size, size, dtype="bfloat16"):
-    # Per logit: max, subtract, exp, add (4 FLOPs). Link, the cheaper of: three fp32 all-reduces of one
-    # value per token (max, sum of exp, target logit: 2 (W-1)/W * 3 * 4 bytes per token), or one
-    # all-gather of two values per token (local logsumexp, target logit: (W-1) * 2 * 4 bytes per token).
-    # HBM: read the logits shard and targets, write the fp32 loss.
+    # Per logit: max, subtract, exp, add (4 FLOPs). Link: each rank computes, in fp32, its shard's logsumexp
+    # and target logit per token, and one all-gather sends these two values to the W-1 others ((W-1) * 2 * 4
+    # bytes per token); a reduce-scatter + all-gather of the pairs would send 2/W of that in two rounds, a
+    # difference that never matters here (the logits dominate). HBM: read the logits shard and targets, write
+    # the fp32 loss.
+    # Sync steps: 1, the one all-gather round counted above.
     s = SIZES[size]
     t, v = s["tokens"], s["vocab"] // world_size
-    link = min(2 * (world_size - 1) * t * 12 // world_size, (world_size - 1) * t * 8)
-    return _cost(flops=4 * t * v, hbm_bytes=t * v * parse_dtype(dtype).itemsize + t * (8 + 4), link_bytes=link)
+    return _cost(flops=4 * t * v, hbm_bytes=t * v * parse_dtype(dtype).itemsize + t * (8 + 4),
+                 link_bytes=(world_size - 1) * t * 8, sync_steps=1)

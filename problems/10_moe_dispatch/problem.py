@@ -19,7 +19,9 @@ META = {
     "category": "moe",
     "models": "Megatron-LM MoEAlltoAllTokenDispatcher.token_permutation (permute, all-to-all, sort chunks "
               "by local expert)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: tokens are dispatched in bf16 (Megatron's all-to-all dispatcher, DeepEP's normal "
+                     "kernels)"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds x (tokens, hidden), topk_ids (tokens, top_k) and num_experts; return the rows "
                    "routed to its experts ordered (local expert, source rank, token, slot) and the "
@@ -49,8 +51,9 @@ def cost(world_size, size, dtype="bfloat16"):
     # its experts live there (the receiver duplicates it per expert): probability 1 - C(E-L, k) / C(E, k).
     # Link: tokens * (W-1) * that probability rows of hidden per GPU (routing metadata neglected).
     # HBM: read x and topk_ids, write the tokens * top_k rows received on average.
+    # Sync steps: 2, the row counts (a receiver needs them to place rows), then the rows.
     s, b = SIZES[size], parse_dtype(dtype).itemsize
     t, h, e, k = s["tokens"], s["hidden"], s["num_experts"], s["top_k"]
     p_remote = 1 - math.comb(e - e // world_size, k) / math.comb(e, k)
     return _cost(flops=0, hbm_bytes=t * h * b + t * k * 8 + t * k * h * b,
-                 link_bytes=t * (world_size - 1) * p_remote * h * b)
+                 link_bytes=t * (world_size - 1) * p_remote * h * b, sync_steps=2)

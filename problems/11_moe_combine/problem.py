@@ -19,7 +19,9 @@ META = {
     "category": "moe",
     "models": "Megatron-LM MoEAlltoAllTokenDispatcher.token_unpermutation (un-sort, all-to-all, weighted "
               "scatter-add)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: expert outputs travel back in bf16; the gate-weighted sum accumulates in fp32 and "
+                     "is cast back, as Megatron's and DeepEP's combine do"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds expert_out (rows, hidden) in dispatch order, its tokens' topk_ids and "
                    "topk_weights (tokens, top_k) and num_experts; return the gate-weighted sum of each token's "
@@ -66,8 +68,9 @@ def cost(world_size, size, dtype="bfloat16"):
     # weights, the outputs of a token's experts it holds, so one row per (token, remote rank holding any of
     # its experts) crosses a link: tokens * (W-1) * (1 - C(E-L, k) / C(E, k)) rows per GPU. FLOPs: one
     # multiply-add per element of the tokens * top_k rows. HBM: read expert_out, routing, write y.
+    # Sync steps: 2, the row counts (an expert rank needs them to split its rows by source), then the rows.
     s, b = SIZES[size], parse_dtype(dtype).itemsize
     t, h, e, k = s["tokens"], s["hidden"], s["num_experts"], s["top_k"]
     p_remote = 1 - math.comb(e - e // world_size, k) / math.comb(e, k)
     return _cost(flops=2 * t * k * h, hbm_bytes=t * k * h * b + t * k * (8 + 4) + t * h * b,
-                 link_bytes=t * (world_size - 1) * p_remote * h * b)
+                 link_bytes=t * (world_size - 1) * p_remote * h * b, sync_steps=2)

@@ -16,7 +16,9 @@ META = {
     "name": "moe_dispatch_expert_gemm",
     "category": "moe",
     "models": "Megatron-LM MoE layer: MoEAlltoAllTokenDispatcher dispatch then GroupedMLP up-projection",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: tokens and expert weights are bf16 (grouped GEMM on tensor cores, fp32 "
+                     "accumulation)"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds x (tokens, hidden), topk_ids (tokens, top_k), its experts' weights "
                    "(L, hidden, ffn) and num_experts; return the rows routed to its experts, each multiplied "
@@ -49,9 +51,10 @@ def cost(world_size, size, dtype="bfloat16"):
     # FLOPs: 2 * rows * hidden * ffn. Link: as 10_moe_dispatch, one row per (token, remote rank holding any
     # of its experts): tokens * (W-1) * (1 - C(E-L, k) / C(E, k)) rows. HBM: read x, topk_ids and the
     # local expert weights, write the (rows, ffn) output.
+    # Sync steps: 2, the row counts, then the rows (as 10_moe_dispatch).
     s, b = SIZES[size], parse_dtype(dtype).itemsize
     t, h, f, e, k = s["tokens"], s["hidden"], s["ffn"], s["num_experts"], s["top_k"]
     p_remote = 1 - math.comb(e - e // world_size, k) / math.comb(e, k)
     return _cost(flops=2 * t * k * h * f,
                  hbm_bytes=t * h * b + t * k * 8 + (e // world_size * h * f + t * k * f) * b,
-                 link_bytes=t * (world_size - 1) * p_remote * h * b)
+                 link_bytes=t * (world_size - 1) * p_remote * h * b, sync_steps=2)

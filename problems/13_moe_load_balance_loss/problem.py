@@ -18,6 +18,8 @@ META = {
     "models": "Megatron-LM switch_load_balancing_loss_func with global (data-parallel) token statistics; "
               "DeepSeek-V3 routing sizes",
     "dtypes": ["float32", "bfloat16"],
+    "dtype_reason": ("float32: a loss over global routing statistics; router logits are kept in fp32 (Megatron's "
+                     "moe_router_dtype='fp32', DeepSeek-V3's fp32 gating)"),
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds router_logits (tokens, num_experts) and topk_ids (tokens, top_k); return the "
                    "Switch load-balancing loss over all ranks' tokens, a 0-dim float32 tensor.",
@@ -46,10 +48,11 @@ def reference(router_logits, topk_ids):
     return num_experts * ((counts / (tokens * topk_ids.shape[1])) * (prob_sums / tokens)).sum()
 
 
-def cost(world_size, size, dtype="bfloat16"):
+def cost(world_size, size, dtype="float32"):
     # Softmax and column sum: ~5 FLOPs per logit. Link: all-reduce of 2 * num_experts + 1 fp32 statistics,
     # 2 (W-1)/W of them per GPU. HBM: read logits and topk_ids.
+    # Sync steps: 2, the reduce-scatter then the all-gather of the all-reduce counted above.
     s = SIZES[size]
     t, e = s["tokens"], s["num_experts"]
     return _cost(flops=5 * t * e, hbm_bytes=t * e * parse_dtype(dtype).itemsize + t * s["top_k"] * 8,
-                 link_bytes=2 * (world_size - 1) * (2 * e + 1) * 4 // world_size)
+                 link_bytes=2 * (world_size - 1) * (2 * e + 1) * 4 // world_size, sync_steps=2)

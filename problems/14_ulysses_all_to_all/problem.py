@@ -14,7 +14,8 @@ META = {
     "name": "ulysses_all_to_all",
     "category": "sequence",
     "models": "DeepSpeed-Ulysses DistributedAttention (_SeqAllToAll before the local attention)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": "bfloat16: q, k and v are bf16 activations in DeepSpeed-Ulysses training",
     "world_sizes": [2, 4, 8],
     "description": "Each rank holds q, k, v of shape (batch, seq/W, heads, head_dim); return them re-sharded "
                    "on heads: (batch, seq, heads/W, head_dim) for this rank's head group.",
@@ -48,6 +49,7 @@ def reference(q, k, v):
 def cost(world_size, size, dtype="bfloat16"):
     # Pure data movement. Each rank reads its three local tensors and writes three outputs of the same
     # size; the best all-to-all sends the (W-1)/W of each tensor that belongs to other ranks' heads.
+    # Sync steps: 1, the three all-to-alls are independent and go in one round.
     s = SIZES[size]
     local = 3 * s["batch"] * (s["seq"] // world_size) * s["heads"] * s["head_dim"] * parse_dtype(dtype).itemsize
-    return _cost(flops=0, hbm_bytes=2 * local, link_bytes=local * (world_size - 1) // world_size)
+    return _cost(flops=0, hbm_bytes=2 * local, link_bytes=local * (world_size - 1) // world_size, sync_steps=1)

@@ -15,7 +15,9 @@ META = {
     "name": "ring_attention",
     "category": "sequence",
     "models": "Ring Attention (Liu et al. 2023) / ring-flash-attention forward, causal, contiguous blocks",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: q, k and v are bf16 as flash-attention kernels take them; scores, softmax and "
+                     "accumulation run in fp32"),
     "world_sizes": [2, 4, 8],
     "description": "Rank r holds q, k, v (batch, heads, seq/W, head_dim) for sequence block r; return the "
                    "causal attention output of its queries over the whole sequence, same shape and dtype.",
@@ -74,9 +76,11 @@ def cost(world_size, size, dtype="bfloat16"):
     # Links: the last rank needs the K and V blocks of all W-1 ranks before it, so some link carries
     # 2*(W-1) blocks; a ring sends that much per GPU. HBM: read q, k, v, write out, and write + read each
     # of the (up to) 2*(W-1) received blocks once.
+    # Sync steps: 1, every rank can push its K/V block to all later ranks in one round (the same 2(W-1) blocks
+    # on the busiest GPU; the ring's W-1 dependent hops are the reference's choice).
     s = SIZES[size]
     block = s["batch"] * s["heads"] * (s["seq"] // world_size) * s["head_dim"]
     e = parse_dtype(dtype).itemsize
     return _cost(flops=2 * block * s["seq"],
                  hbm_bytes=e * block * (4 + 4 * (world_size - 1)),
-                 link_bytes=e * block * 2 * (world_size - 1))
+                 link_bytes=e * block * 2 * (world_size - 1), sync_steps=1)

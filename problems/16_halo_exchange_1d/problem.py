@@ -15,7 +15,8 @@ META = {
     "name": "halo_exchange_1d",
     "category": "sequence",
     "models": "sequence-parallel short convolutions (Mamba conv1d, Hyena) on a sequence-sharded activation",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": "bfloat16: the sequence-sharded activations (Mamba's conv1d input) are bf16 in training",
     "world_sizes": [2, 4, 8],
     "description": "Rank r holds x (batch, seq/W, channels) and halo width h; return (batch, seq/W + 2h, "
                    "channels): h rows from rank r-1, x, h rows from rank r+1, zeros beyond the sequence ends.",
@@ -50,8 +51,9 @@ def reference(x, halo):
 def cost(world_size, size, dtype="bfloat16"):
     # No arithmetic. HBM: read the local block and write the padded block. Links: an interior rank sends
     # h rows to each of its two neighbours (an end rank to one), each row batch*channels elements.
+    # Sync steps: 1, both neighbours' halos arrive in one round.
     s = SIZES[size]
     row = s["batch"] * s["channels"] * parse_dtype(dtype).itemsize
     local = s["seq"] // world_size
     return _cost(flops=0, hbm_bytes=row * (2 * local + 2 * s["halo"]),
-                 link_bytes=row * s["halo"] * min(2, world_size - 1))
+                 link_bytes=row * s["halo"] * min(2, world_size - 1), sync_steps=1)

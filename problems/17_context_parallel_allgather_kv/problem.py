@@ -17,7 +17,9 @@ META = {
     "name": "context_parallel_allgather_kv",
     "category": "sequence",
     "models": "Llama 3 context parallelism (all-gather K/V, zigzag chunks); torchtitan / Megatron CP with GQA",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: q, k and v are bf16 as in Llama 3 training; attention accumulates in fp32 inside "
+                     "its kernel"),
     "world_sizes": [2, 4, 8],
     "description": "Rank r holds q (batch, q_heads, seq/W, head_dim), k, v (batch, kv_heads, seq/W, head_dim) "
                    "for sequence chunks r and 2W-1-r; return causal GQA attention of its queries over the "
@@ -65,6 +67,7 @@ def cost(world_size, size, dtype="bfloat16"):
     # the zigzag layout gives every rank exactly seq*seq/(2W) pairs per head. Links: ring all-gather of
     # the local K and V (each GPU forwards W-1 blocks). HBM: read q, write out, read local k, v, write the
     # W-1 received K/V blocks and read them back.
+    # Sync steps: 1, one all-gather round for K and V together.
     s = SIZES[size]
     e = parse_dtype(dtype).itemsize
     local = s["seq"] // world_size
@@ -72,4 +75,4 @@ def cost(world_size, size, dtype="bfloat16"):
     kv_bytes = 2 * s["batch"] * s["kv_heads"] * local * s["head_dim"] * e
     flops = 2 * s["batch"] * s["q_heads"] * s["head_dim"] * s["seq"] * local
     return _cost(flops=flops, hbm_bytes=2 * q_bytes + kv_bytes * (2 * world_size - 1),
-                 link_bytes=kv_bytes * (world_size - 1))
+                 link_bytes=kv_bytes * (world_size - 1), sync_steps=1)

@@ -15,7 +15,9 @@ META = {
     "name": "ddp_bucketed_all_reduce",
     "category": "data_parallel",
     "models": "torch DistributedDataParallel Reducer (gradient buckets, default allreduce comm hook)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: DDP buckets take the gradients' dtype, bf16 for a bf16 model (PKB's default); "
+                     "float32 for DDP under autocast (fp32 parameters and gradients)"),
     "world_sizes": [2, 4, 8],
     "description": "Rank holds bucket_bytes and a list of gradients (transformer-layer shapes); return the "
                    "gradients averaged over ranks, bucketed in reverse order and all-reduced bucket by bucket.",
@@ -52,7 +54,8 @@ def reference(bucket_bytes, *grads):
 def cost(world_size, size, dtype="bfloat16"):
     # N gradient elements. Ring all-reduce: each GPU sends 2(W-1)/W * N elements and adds (W-1)/W * N;
     # plus one division per element. HBM: read the gradients once and write the averages once.
+    # Sync steps: 2, the buckets are independent, so one reduce-scatter then one all-gather round covers them.
     n = sum(torch.Size(shape).numel() for shape in transformer_param_shapes(SIZES[size]))
     e = parse_dtype(dtype).itemsize
     return _cost(flops=n + n * (world_size - 1) // world_size, hbm_bytes=2 * n * e,
-                 link_bytes=2 * (world_size - 1) * n * e // world_size)
+                 link_bytes=2 * (world_size - 1) * n * e // world_size, sync_steps=2)

@@ -18,6 +18,8 @@ META = {
     "category": "data_parallel",
     "models": "DeepSpeed ZeRO-1 / torch ZeroRedundancyOptimizer with AdamW",
     "dtypes": ["float32", "bfloat16"],
+    "dtype_reason": ("float32: the parameters here are the optimizer's master copy and the moments its state, fp32 "
+                     "in ZeRO; one step (~1e-4 of a weight) is below bf16's resolution"),
     "world_sizes": [2, 4, 8],
     "description": "Rank holds params (N,) replicated, its grads (N,), float32 Adam moments for its N/W shard "
                    "and hyper-parameters; return the updated full params after AdamW on each shard and an all-gather.",
@@ -57,14 +59,15 @@ def reference(params, grads, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, w
     return torch.cat(gathered)
 
 
-def cost(world_size, size, dtype="bfloat16"):
+def cost(world_size, size, dtype="float32"):
     # N parameters, S = N/W per shard. Links: reduce-scatter of the gradients plus all-gather of the
     # parameters, (W-1)/W * N elements each. FLOPs: (W-1)/W * N adds in the reduce-scatter and about 16
     # per shard element for AdamW. HBM: read all gradients, write all parameters, read the parameter
     # shard, read and write the two float32 moments (a real step persists them).
+    # Sync steps: 2, the gradient reduce-scatter, then the parameter all-gather (after the local update).
     n = SIZES[size]["params"]
     shard = n // world_size
     e = parse_dtype(dtype).itemsize
     return _cost(flops=n * (world_size - 1) // world_size + 16 * shard,
                  hbm_bytes=2 * n * e + shard * e + 4 * shard * 4,
-                 link_bytes=2 * (world_size - 1) * n * e // world_size)
+                 link_bytes=2 * (world_size - 1) * n * e // world_size, sync_steps=2)

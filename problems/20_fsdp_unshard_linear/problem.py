@@ -13,7 +13,9 @@ META = {
     "name": "fsdp_unshard_linear",
     "category": "data_parallel",
     "models": "PyTorch FSDP / FSDP2 forward: unshard (all-gather) a linear weight, then the local GEMM",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: FSDP all-gathers bf16 parameters (MixedPrecisionPolicy param_dtype) for a bf16 "
+                     "forward GEMM"),
     "world_sizes": [2, 4, 8],
     "description": "Rank holds x (tokens/W, in) and weight rows (out/W, in); return x @ W^T of the "
                    "all-gathered weight, shape (tokens/W, out).",
@@ -39,8 +41,9 @@ def cost(world_size, size, dtype="bfloat16"):
     # FLOPs: 2 * tokens/W * in * out. Links: all-gather, each GPU sends its shard to W-1 peers
     # ((W-1)/W of the weight with a ring). HBM: read x, write y, write the received (W-1)/W of the
     # weight and read the whole weight once for the GEMM.
+    # Sync steps: 1, one all-gather round.
     s = SIZES[size]
     e = parse_dtype(dtype).itemsize
     t, i, o = s["tokens"] // world_size, s["in_features"], s["out_features"]
     remote = o * i * e * (world_size - 1) // world_size
-    return _cost(flops=2 * t * i * o, hbm_bytes=e * (t * i + t * o + o * i) + remote, link_bytes=remote)
+    return _cost(flops=2 * t * i * o, hbm_bytes=e * (t * i + t * o + o * i) + remote, link_bytes=remote, sync_steps=1)

@@ -15,6 +15,8 @@ META = {
     "category": "data_parallel",
     "models": "FSDP clip_grad_norm_ / Megatron clip_grad_norm_fp32 over sharded gradients",
     "dtypes": ["float32", "bfloat16"],
+    "dtype_reason": ("float32: a norm over the fp32 gradients the optimizer sees (Megatron's main_grad, FSDP's "
+                     "fp32 sharded parameters), accumulated in fp32"),
     "world_sizes": [2, 4, 8],
     "description": "Rank holds max_norm and row shards of a list of gradients; return (global L2 norm as a "
                    "0-d float32 tensor, shards scaled by min(1, max_norm / (norm + 1e-6))).",
@@ -44,9 +46,11 @@ def reference(max_norm, *grads):
     return (norm, *((g.float() * scale).to(g.dtype) for g in grads))
 
 
-def cost(world_size, size, dtype="bfloat16"):
+def cost(world_size, size, dtype="float32"):
     # N local elements. FLOPs: square + add for the norm, one multiply for the clip (3N). HBM: the norm
     # must be known before scaling, so the shards are read twice and written once. Links: one float32
     # partial sum sent to each of the W-1 other ranks.
+    # Sync steps: 1, each rank's partial sum goes to every other rank in one round.
     n = sum(torch.Size(shape).numel() for shape in _shard_shapes(SIZES[size], world_size))
-    return _cost(flops=3 * n, hbm_bytes=3 * n * parse_dtype(dtype).itemsize, link_bytes=4 * (world_size - 1))
+    return _cost(flops=3 * n, hbm_bytes=3 * n * parse_dtype(dtype).itemsize, link_bytes=4 * (world_size - 1),
+                 sync_steps=1)

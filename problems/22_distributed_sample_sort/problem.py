@@ -19,6 +19,8 @@ META = {
     "category": "applications",
     "models": "sample sort / PSRS as in distributed sorting benchmarks (e.g. Thrust/CUB-based GPU sorters)",
     "dtypes": ["int64", "float32"],
+    "dtype_reason": ("int64: sort keys must order exactly; float32 for float keys (bf16's 8-bit mantissa would tie "
+                     "distinct keys)"),
     "world_sizes": [2, 4, 8],
     "description": "Rank holds n/W distinct keys and an oversampling factor; return its bucket of the "
                    "globally sorted keys (regular sampling, splitter rule in the docstring), sorted.",
@@ -55,6 +57,7 @@ def reference(keys, oversample):
 def cost(world_size, size, dtype="int64"):
     # Sorting is comparisons and data movement, no FLOPs. HBM: read the local keys and write the bucket
     # (about n/W keys each). Links: with evenly spread keys, (W-1)/W of the local keys leave the rank.
+    # Sync steps: 3, the samples (splitters), the bucket counts (to place the keys), then the keys.
     s = SIZES[size]
     local = s["keys"] // world_size * parse_dtype(dtype).itemsize
-    return _cost(flops=0, hbm_bytes=2 * local, link_bytes=local * (world_size - 1) // world_size)
+    return _cost(flops=0, hbm_bytes=2 * local, link_bytes=local * (world_size - 1) // world_size, sync_steps=3)

@@ -14,6 +14,8 @@ META = {
     "category": "applications",
     "models": "top-k gradient sparsification (Deep Gradient Compression) / magnitude pruning over a sharded vector",
     "dtypes": ["float32"],
+    "dtype_reason": ("float32: selection needs distinct, exactly ordered values; bf16's 8-bit mantissa would tie "
+                     "them"),
     "world_sizes": [2, 4, 8],
     "description": "Rank holds a slice (n/W,) of a float32 vector with distinct values and k; return the "
                    "global top-k (values descending, int64 global indices), the same on every rank.",
@@ -45,6 +47,7 @@ def reference(x, k):
 def cost(world_size, size, dtype="float32"):
     # Selection is comparisons, no FLOPs. HBM: read the local slice once (outputs are negligible).
     # Links: each rank's local top-k (4-byte value + 8-byte index) must reach the W-1 other ranks.
+    # Sync steps: 1, one all-gather round of the local top-k.
     s = SIZES[size]
     return _cost(flops=0, hbm_bytes=4 * s["n"] // world_size + 2 * 12 * s["k"],
-                 link_bytes=12 * s["k"] * (world_size - 1))
+                 link_bytes=12 * s["k"] * (world_size - 1), sync_steps=1)

@@ -16,6 +16,8 @@ META = {
     "category": "applications",
     "models": "sharded exact vector search (FAISS IndexShards / brute-force GPU kNN), merge of per-shard top-k",
     "dtypes": ["float32"],
+    "dtype_reason": ("float32: integer coordinates give exact squared distances (up to 2^15 here) in fp32, not in "
+                     "bf16"),
     "world_sizes": [2, 4, 8],
     "description": "Rank holds a database shard (n/W, dim) of integer-valued float32 vectors, the queries "
                    "(q, dim) and k; return each query's k nearest rows: (squared L2 distances, global ids), "
@@ -52,8 +54,9 @@ def cost(world_size, size, dtype="float32"):
     # FLOPs: the distance GEMM, 2 * q * n/W * dim (the norm terms are lower order). HBM: read the shard
     # and the queries, write the outputs. Links: each rank's q*k local candidates (4-byte distance,
     # 8-byte id) go to the W-1 other ranks.
+    # Sync steps: 1, one all-gather round of the local candidates.
     s = SIZES[size]
     local = s["n"] // world_size
     return _cost(flops=2 * s["queries"] * local * s["dim"],
                  hbm_bytes=4 * (local + s["queries"]) * s["dim"] + 12 * s["queries"] * s["k"],
-                 link_bytes=12 * s["queries"] * s["k"] * (world_size - 1))
+                 link_bytes=12 * s["queries"] * s["k"] * (world_size - 1), sync_steps=1)

@@ -17,7 +17,9 @@ META = {
     "category": "applications",
     "models": "spatially partitioned convolution / stencil codes (halo exchange as in MPI stencils, "
               "spatial parallelism for large-image CNNs)",
-    "dtypes": ["float32", "bfloat16"],
+    "dtypes": ["bfloat16", "float32"],
+    "dtype_reason": ("bfloat16: activations and weights of bf16 CNN training (cuDNN convolution in bf16, fp32 "
+                     "accumulation)"),
     "world_sizes": [2, 4, 8],
     "description": "Rank holds image rows x (batch, c_in, H/W, width) and a replicated 3x3 conv weight and "
                    "bias; return its rows of the zero-padded 3x3 convolution of the global image.",
@@ -58,6 +60,7 @@ def cost(world_size, size, dtype="bfloat16"):
     # FLOPs: 2 * 9 * c_in * c_out per output pixel. HBM: read the local rows and the weights, write
     # the output. Links: an interior rank sends one row (batch * c_in * width) to each neighbour, an
     # end rank to one.
+    # Sync steps: 1, both neighbours' rows arrive in one round.
     s = SIZES[size]
     e = parse_dtype(dtype).itemsize
     rows = s["height"] // world_size
@@ -66,4 +69,4 @@ def cost(world_size, size, dtype="bfloat16"):
     return _cost(flops=2 * 9 * s["in_channels"] * s["out_channels"] * plane,
                  hbm_bytes=e * (plane * (s["in_channels"] + s["out_channels"])
                                 + s["out_channels"] * (9 * s["in_channels"] + 1)),
-                 link_bytes=row * min(2, world_size - 1))
+                 link_bytes=row * min(2, world_size - 1), sync_steps=1)
