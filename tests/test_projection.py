@@ -137,6 +137,18 @@ def test_a_cost_that_fails_at_a_world_size_says_so():
     assert projection._cost_at(fake_problem(cost), 72, "huge", "bfloat16")[1] == "no size 'huge' (sizes ['large'])"
 
 
+@pytest.mark.parametrize("system, dtype, flops, reason", [
+    ("dgx_b200", "int64", 1, "dtype 'int64' has no FLOP rate"),
+    ("dgx_b200_512", "bfloat16", 0, "no traffic pattern for this problem"),
+])
+def test_a_row_the_model_cannot_bound_says_why(system, dtype, flops, reason):
+    module = fake_problem(lambda w, size, d: {"flops": flops, "hbm_bytes": 0, "link_bytes": 0})
+    problem = SimpleNamespace(name="99_not_in_problem_traffic", category="applications")
+    row = projection._row(problem, module, system, SYSTEMS[system], "large", dtype)
+    assert row["evaluable"] is False and row["not_evaluable"].startswith(reason) and row["modelled"] is True
+    assert projection._row(problem, module, "dgx_b200", SYSTEMS["dgx_b200"], "large", "bfloat16")["evaluable"]
+
+
 def test_every_problem_gets_a_row_per_system_or_a_reason(frame):
     problems = [p.name for p in discover()]
     assert len(frame) == len(problems) * len(SYSTEMS)

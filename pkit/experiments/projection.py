@@ -40,7 +40,8 @@ Assumptions (each row's `assumptions` names its own): the datasheet rates are re
 pipelined over chunks, so T_l is their maximum (stage by stage takes their sum); the network is a rail-optimised,
 non-blocking fat tree; each term is the busiest GPU's; α per synchronisation step is an assumption per system
 (`System.alpha_source`) times the steps the cost declares (no extra steps for the hierarchy); FLOPs run at the
-matmul rate of the problem's dtype, or the bf16 rate for a dtype without one (int64 sort keys, no FLOPs).
+rate of the problem's dtype as the harness's roofline takes it (`pkit.harness.problems.flops_dtype`: float32
+without tensor cores), and a dtype without a rate (int64 sort keys) only evaluates costs without FLOPs.
 
 Example:
     >>> from pkit.experiments.projection import SYSTEMS, project, project_cost, split
@@ -68,8 +69,8 @@ import pandas as pd
 
 from ..hardware import GPU, GPUS, NIC, NICS, SUPERCHIP_GPUS
 from ..harness.problem import load_module
-from ..harness.problems import discover, select
-from ..roofline import DTYPES, Ceilings, dtype_name, floor
+from ..harness.problems import discover, flops_dtype, select
+from ..roofline import Ceilings, dtype_name, floor
 
 
 def _aggregated(gpus: int, domain_gpus: int) -> tuple[float, float]:
@@ -363,12 +364,14 @@ def _row(problem, module, name: str, system: System, size: str, dtype: str) -> d
            "gpu": system.gpu.name, "gpus": system.gpus, "domain_gpus": system.domain_gpus, "traffic": traffic,
            "modelled": True, "assumptions": _assumptions(system, traffic, size)}
     cost, reason = _cost_at(module, system.gpus, size, dtype)
+    rate = flops_dtype(dtype)
     if not reason and traffic is None and system.nic:
         reason = "no traffic pattern for this problem in PROBLEM_TRAFFIC, needed across NVLink domains"
+    if not reason and rate is None and cost["flops"] > 0:
+        reason = f"dtype {dtype!r} has no FLOP rate in pkit.roofline, but the cost declares FLOPs"
     if reason:
         return {**row, "evaluable": False, "not_evaluable": reason}
-    rate_dtype = dtype if dtype in DTYPES else None
-    return {**row, **project_cost(cost, system, traffic, rate_dtype), "evaluable": True, "not_evaluable": ""}
+    return {**row, **project_cost(cost, system, traffic, rate), "evaluable": True, "not_evaluable": ""}
 
 
 def project(problems: Iterable[str] | str | None = None, systems: Mapping[str, System] | Iterable[str] = SYSTEMS,
