@@ -11,8 +11,9 @@ accumulation. `AllGatherGemm` owns the buffers: write A_r into `shard(r)` and B_
              ordered by events (no SM spends time on communication)
   ce_flags   the same copies, each followed by a flag write (a stream memory operation); one pkit GEMM over
              all rows whose producer waits for each chunk's flag (pkit/kernels/gemm.cu, RowsReady)
-  sm_pull    `comm_sms` SMs run pull_rows (pkit/kernels/overlap.cu), which copies the peers' rows and releases
-             each chunk's flag; the pkit GEMM runs on the other SMs
+  sm_pull    `comm_sms` SMs run pull_rows (pkit/kernels/overlap.cu), which copies the peers' rows chunk by
+             chunk, all its blocks on each chunk, and releases each chunk's flag; the pkit GEMM runs on the
+             other SMs
 
 Each run enqueues on CuPy's current stream of every GPU and returns; `team.synchronize()` waits. Every rank
 starts with its own rows, so the first chunks travel while they are multiplied.
@@ -38,8 +39,9 @@ from ..launch import THREADS
 from .collectives import listing, lookup
 from .gemm import BLOCK_M, gemm, tile_targets
 
-PULL_ROWS = KernelArgs("PullRows", (("gathered", "ptr"), ("ready", "ptr"), ("chunk16", "u64"),
-                                    ("chunks_per_rank", "i32"), ("epoch", "u32"), ("rank", "i32"), ("size", "i32")))
+PULL_ROWS = KernelArgs("PullRows", (("gathered", "ptr"), ("ready", "ptr"), ("arrivals", "ptr"),
+                                    ("chunk16", "u64"), ("chunks_per_rank", "i32"), ("epoch", "u32"),
+                                    ("rank", "i32"), ("size", "i32")))
 CHUNK_ROWS = 1024  # rows per copy and per ready flag (a multiple of the GEMM's 128-row tile)
 
 
@@ -72,6 +74,7 @@ class AllGatherGemm:
         self.weights = team.zeros((n_local, k), "bfloat16")
         self.outputs = team.zeros((m, n_local), "bfloat16")
         self.ready = team.zeros((m // chunk_rows,), "uint32")
+        self.arrivals = team.zeros((m // chunk_rows,), "uint32")  # pull_rows' blocks done per chunk
         self._epoch = 0
         # torch views per rank, made once (DLPack on every call would cost host time inside timed schedules)
         self._a = [self.gathered.torch(r) for r in range(team.size)]
@@ -156,6 +159,7 @@ class AllGatherGemm:
         with self._exchange() as side:
             for r in range(team.size):
                 call = PULL_ROWS.pack(gathered=self.gathered.table(r).data.ptr, ready=self.ready.address(r),
+                                      arrivals=self.arrivals.address(r),
                                       chunk16=self.chunk_rows * self.k * 2 // 16,
                                       chunks_per_rank=self.shard_rows // self.chunk_rows, epoch=epoch, rank=r,
                                       size=team.size)
