@@ -128,13 +128,21 @@ def local_expert_rows(all_x: torch.Tensor, all_ids: torch.Tensor, rank: int, loc
     return expert[order], all_x[src[order], token[order]]
 
 
+FLOAT_ONE_BITS = 0x3F800000
+"""The bit pattern of 1.0 in float32."""
+
+
 def distinct_keys(n: int, rank: int, world_size: int, gen: torch.Generator, dtype) -> torch.Tensor:
     """n shuffled keys of a rank, distinct across all ranks: increasing integers with random gaps of 1-15, times W
     plus rank. dtype int64: those integers; float32: the float32 numbers whose bit patterns are the integers
-    plus 2**23 (positive floats order like their bit patterns, so the floats sort like the integers)."""
+    plus that of 1.0 (positive floats order like their bit patterns, so the floats sort like the integers, and
+    they start at 1, not among the denormals, so a float32 tolerance cannot hide a wrong key)."""
     keys = (torch.randint(1, 16, (n,), generator=gen).cumsum(0) * world_size + rank)[torch.randperm(n, generator=gen)]
     if parse_dtype(dtype) == torch.float32:
-        keys = (keys + 2**23).to(torch.int32).view(torch.float32)
+        bits = keys + FLOAT_ONE_BITS
+        if bits.numel() and int(bits.max()) >= 0x7F800000:  # the bit patterns of inf and NaN
+            raise ValueError(f"n: {n} keys per rank over {world_size} ranks run past float32's finite range")
+        keys = bits.to(torch.int32).view(torch.float32)
     return keys
 
 

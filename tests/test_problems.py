@@ -2,9 +2,12 @@
 
 The problems are discovered (`pkit.harness.problems.discover`), so a new folder holding a problem.py is
 tested without editing this file. One spawn per world size runs every problem on every rank at the tiny
-size, for every dtype the problem declares, and records what went wrong; the tests read those records.
-Some problems are also checked against a single-process float64 oracle built from all ranks' inputs
-(`ORACLES`), so the reference itself is tested, not only its agreement with torch_alt.
+size, for every dtype the problem declares (bfloat16 included: gloo runs every collective the references
+use in bf16 on the CPU, no dtype is switched), and records what went wrong and the dtypes of the
+reference's outputs; the tests read those records. torch_alt is judged by the harness's own check
+(`pkit.harness.checks.compare`: element-wise, tolerance by each output's dtype). Some problems are also
+checked against a single-process float64 oracle built from all ranks' inputs (`ORACLES`), so the reference
+itself is tested, not only its agreement with torch_alt.
 """
 import copy
 import json
@@ -20,6 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from pkit.harness import checks
 from pkit.harness.launch import free_port
 from pkit.harness.problems import CATEGORIES, default_root, discover, load_module
 from pkit.problem_kit import parse_dtype
@@ -27,8 +31,13 @@ from pkit.problem_kit import parse_dtype
 PROBLEMS_DIR = default_root()
 PROBLEMS = {p.name: p for p in discover(PROBLEMS_DIR)}
 WORLD_SIZES = (2, 4)  # each problem runs at those of these it declares in META["world_sizes"]
-TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # by the problem's dtype; other dtypes: exact
-META_KEYS = {"name", "category", "models", "dtypes", "world_sizes", "description"}
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # oracle checks, by each output's dtype; others exact
+META_KEYS = {"name", "category", "models", "dtypes", "dtype_reason", "world_sizes", "description"}
+FLOAT32_OUTPUTS = {  # outputs that are float32 whatever the problem's dtype, because the field computes them so
+    "09_vocab_parallel_cross_entropy": {0: "the per-token loss (Megatron upcasts the logits)"},
+    "13_moe_load_balance_loss": {0: "the auxiliary loss over fp32 routing statistics"},
+    "21_global_grad_norm_clip": {0: "the global norm (clip_grad_norm_ accumulates in fp32)"},
+}
 
 
 def load_problem(name):
@@ -158,10 +167,11 @@ ORACLES = {
 
 # ----- checks run on every rank, inside the spawned processes -----
 
-def compare(got, want, what, tolerance):
+def compare(got, want, what):
     """What differs between two output tuples (an empty list when they agree).
 
-    Floating outputs may differ by `tolerance` relative to the largest magnitude in `want`; others are exact.
+    Floating outputs may differ by TOLERANCE[their dtype] relative to the largest magnitude in `want`; others
+    are exact.
     """
     if len(got) != len(want):
         return [f"{what}: {len(got)} outputs, expected {len(want)}"]
@@ -174,8 +184,8 @@ def compare(got, want, what, tolerance):
                 errors.append(f"{what}[{i}]: not finite")
             elif a.numel():
                 err = ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
-                if err > tolerance:
-                    errors.append(f"{what}[{i}]: relative error {err:.2e} > {tolerance}")
+                if err > TOLERANCE.get(b.dtype, 0.0):
+                    errors.append(f"{what}[{i}]: relative error {err:.2e} > {TOLERANCE.get(b.dtype, 0.0)}")
         elif not torch.equal(a, b):
             errors.append(f"{what}[{i}]: values differ")
     return errors
@@ -194,7 +204,21 @@ def run_checked(fn, inputs, what):
     return out, errors
 
 
-def oracle_errors(name, problem, ref, dtype, rank, world_size, tolerance):
+def harness_errors(got, want, what):
+    """What the harness's check (`pkit.harness.checks.compare`, |got - want| <= atol + rtol |want| element-wise,
+    atol and rtol by each output's dtype) finds wrong with `got` against `want` (an empty list when it passes)."""
+    verdict = checks.compare(want, got)
+    return [] if verdict.ok else [f"{what} (harness check): {verdict.note}"]
+
+
+def vacuous_outputs(ref):
+    """Indices of floating outputs for which an all-zero answer would pass the harness check: outputs so small
+    against their dtype's atol that the check would not see a wrong answer."""
+    return [i for i, r in enumerate(ref) if r.is_floating_point() and r.numel()
+            and checks.compare((r,), (torch.zeros_like(r),)).ok]
+
+
+def oracle_errors(name, problem, ref, dtype, rank, world_size):
     """Differences between the reference's outputs and the float64 oracle (none if `name` has no oracle)."""
     if name not in ORACLES:
         return []
@@ -203,22 +227,25 @@ def oracle_errors(name, problem, ref, dtype, rank, world_size, tolerance):
     if len(want) != len(ref):
         return [f"{dtype} oracle gives {len(want)} outputs, the reference {len(ref)}"]
     want = tuple(w.to(r.dtype) for w, r in zip(want, ref))
-    return compare(ref, want, f"{dtype} reference vs float64 oracle", tolerance)
+    return compare(ref, want, f"{dtype} reference vs float64 oracle")
 
 
 def check_problem(name, rank, world_size):
-    """Everything wrong with problem `name` on this rank, for every dtype it declares."""
+    """(everything wrong with problem `name` on this rank, for every dtype it declares; the dtype names of the
+    reference's outputs per dtype)."""
     problem, solution = load_problem(name), load_torch_alt(name)
-    errors = []
+    errors, output_dtypes = [], {}
     for dtype in problem.META["dtypes"]:
-        tolerance = TOLERANCE.get(parse_dtype(dtype), 0.0)
         inputs = problem.make_inputs(rank, world_size, "tiny", dtype, seed=0)
         ref, ref_errors = run_checked(problem.reference, inputs, f"{dtype} reference")
         got, alt_errors = run_checked(solution, inputs, f"{dtype} torch_alt")
         errors += ref_errors + alt_errors
-        errors += compare(got, ref, f"{dtype} torch_alt vs reference", tolerance)
-        errors += oracle_errors(name, problem, ref, dtype, rank, world_size, tolerance)
-    return errors
+        errors += harness_errors(got, ref, f"{dtype} torch_alt vs reference")
+        errors += [f"{dtype} reference output {i}: all zeros pass the harness check at {dtype}'s tolerance"
+                   for i in vacuous_outputs(ref)]
+        errors += oracle_errors(name, problem, ref, dtype, rank, world_size)
+        output_dtypes[dtype] = [str(t.dtype).removeprefix("torch.") for t in ref]
+    return errors, output_dtypes
 
 
 def names_at(world_size):
@@ -227,7 +254,8 @@ def names_at(world_size):
 
 
 def worker(rank, world_size, port, out_dir):
-    """One rank: check every problem declaring this world size; write {name: errors} as JSON."""
+    """One rank: check every problem declaring this world size; write {name: {"errors": [...], "outputs":
+    {dtype: [output dtype names]}}} as JSON."""
     warnings.filterwarnings("ignore", category=FutureWarning)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -236,9 +264,10 @@ def worker(rank, world_size, port, out_dir):
     try:
         for name in names_at(world_size):
             try:
-                report[name] = check_problem(name, rank, world_size)
+                errors, outputs = check_problem(name, rank, world_size)
+                report[name] = {"errors": errors, "outputs": outputs}
             except Exception:
-                report[name] = [traceback.format_exc()]
+                report[name] = {"errors": [traceback.format_exc()], "outputs": {}}
     finally:
         dist.destroy_process_group()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(report))
@@ -246,7 +275,7 @@ def worker(rank, world_size, port, out_dir):
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    """reports(world_size): each rank's {problem name: errors}, from one spawn per world size."""
+    """reports(world_size): each rank's {problem name: {"errors", "outputs"}}, from one spawn per world size."""
 
     @cache
     def spawn(world_size):
@@ -268,13 +297,31 @@ def test_reference_and_torch_alt_agree_on_every_rank(reports, world_size, name):
     per_rank = reports(world_size)
     missing = [rank for rank, report in enumerate(per_rank) if name not in report]
     assert not missing, f"ranks {missing} did not report on {name}"
-    failures = [f"rank {rank}: {e}" for rank, report in enumerate(per_rank) for e in report[name]]
+    failures = [f"rank {rank}: {e}" for rank, report in enumerate(per_rank) for e in report[name]["errors"]]
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("world_size, name", RUNS, ids=[f"w{w}-{name}" for w, name in RUNS])
+def test_reference_outputs_are_in_the_problem_dtype(reports, world_size, name):
+    """Run under gloo, a problem's reference returns every floating output (and every output of the problem's
+    own dtype, e.g. int64 keys) in the dtype it ran in, bf16 included; the only exceptions are the outputs in
+    FLOAT32_OUTPUTS, which the field computes in fp32 (losses, norms) and which stay float32 in every dtype."""
+    keep_fp32 = FLOAT32_OUTPUTS.get(name, {})
+    for rank, report in enumerate(reports(world_size)):
+        assert set(report[name]["outputs"]) == set(PROBLEMS[name].dtypes), f"rank {rank} ran no reference"
+        for dtype, outputs in report[name]["outputs"].items():
+            for i, got in enumerate(outputs):
+                floating = getattr(torch, got).is_floating_point
+                if i in keep_fp32:
+                    assert got == "float32", (rank, dtype, i, got, keep_fp32[i])
+                elif floating or got == dtype:
+                    assert got == dtype, f"rank {rank}: {dtype} reference output {i} is {got}"
 
 
 @pytest.mark.parametrize("name", PROBLEMS)
 def test_meta_and_cost(name):
-    """META names the folder and has every key; the cost model gives non-negative ints everywhere."""
+    """META names the folder and has every key; the cost model gives non-negative ints everywhere (sync_steps
+    included)."""
     problem = load_problem(name)
     assert set(problem.META) >= META_KEYS, f"META lacks {META_KEYS - set(problem.META)}"
     assert problem.META["name"] == name.split("_", 1)[1]
@@ -284,7 +331,9 @@ def test_meta_and_cost(name):
         for size in problem.SIZES:
             for dtype in problem.META["dtypes"]:
                 c = problem.cost(world_size, size, dtype)
+                assert set(c) == {"flops", "hbm_bytes", "link_bytes", "sync_steps"}, c
                 assert all(isinstance(v, int) and v >= 0 for v in c.values()), (world_size, size, dtype, c)
+                assert c["sync_steps"] >= 1, (world_size, size, dtype, c)
                 assert c["hbm_bytes"] > 0 and c["link_bytes"] > 0, (world_size, size, dtype, c)
 
 

@@ -4,6 +4,11 @@ Each rank holds max_norm and its 1/W row shard of every gradient of a few transf
 global L2 norm over all gradients of all ranks is the square root of the all-reduced sum of local
 squared sums (computed in float32). As torch.nn.utils.clip_grad_norm_, every shard is multiplied by
 min(1, max_norm / (norm + 1e-6)). Output: (norm as a 0-d float32 tensor, *clipped shards in their dtype).
+
+Gradients are N(0, 1) and max_norm is `clip_ratio` (1/2) of their expected global norm, so clipping halves
+them and the clipped shards stay of order 1, where the dtype's absolute tolerance cannot hide a wrong answer
+(with max_norm = 1 every clipped element would be ~1/sqrt(N), below it). clip_grad_norm_ is scale-equivariant:
+this is max_norm = 1 on gradients scaled by 2/sqrt(N).
 """
 import torch
 import torch.distributed as dist
@@ -23,8 +28,8 @@ META = {
 }
 
 SIZES = {
-    "tiny": {"layers": 2, "hidden": 8, "ffn": 12, "max_norm": 1.0},
-    "large": {"layers": 4, "hidden": 2048, "ffn": 5632, "max_norm": 1.0},
+    "tiny": {"layers": 2, "hidden": 8, "ffn": 12, "clip_ratio": 0.5},
+    "large": {"layers": 4, "hidden": 2048, "ffn": 5632, "clip_ratio": 0.5},
 }
 
 
@@ -35,7 +40,8 @@ def _shard_shapes(s, world_size):
 def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
     s = SIZES[size]
     g = generator(seed, rank)
-    return (s["max_norm"], *(randn(shape, dtype, g, device) for shape in _shard_shapes(s, world_size)))
+    max_norm = s["clip_ratio"] * sum(torch.Size(shape).numel() for shape in transformer_param_shapes(s)) ** 0.5
+    return (max_norm, *(randn(shape, dtype, g, device) for shape in _shard_shapes(s, world_size)))
 
 
 def reference(max_norm, *grads):
