@@ -1,9 +1,10 @@
 """Kernel arguments as one struct passed by value, as ThunderKittens passes its `globals`.
 
 A kernel family declares its arguments once per side: a C++ struct in its kernel file, and a `KernelArgs` with
-the same fields in the same order here. `pack` builds the struct's bytes (a one-element NumPy array, which CuPy
-passes by value); `layout_asserts` is C++ that fails to compile unless the two sides agree, which a CPU test
-appends to the kernel file.
+the same fields in the same order here. `pack` builds the struct's bytes as a `Packed` kernel argument, which
+CuPy passes by value; `layout_asserts` is C++ that fails to compile unless the two sides agree, which a CPU test
+appends to the kernel file. (A structured NumPy array would do too, but CuPy reads it through
+`__array_interface__`, whose field description costs tens of µs per launch; `Packed` costs about one.)
 
 Field types: "ptr" (a device address, 8 bytes), "u64", "u32", "i32".
 
@@ -11,19 +12,45 @@ Example:
     >>> call = KernelArgs("Call", (("x", "ptr"), ("n", "u64"), ("rank", "i32")))
     >>> call.dtype.itemsize  # 8 + 8 + 4, padded to the struct's 8-byte alignment
     24
-    >>> int(call.pack(x=0x1000, n=3, rank=1)["n"][0])
+    >>> call.unpack(call.pack(x=0x1000, n=3, rank=1))["n"]
     3
     >>> print(call.layout_asserts().splitlines()[0])
     static_assert(sizeof(Call) == 24, "Call: size differs from pkit's KernelArgs");
 """
 from __future__ import annotations
 
+import ctypes
+import struct
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 FIELD_TYPES = {"ptr": np.uint64, "u64": np.uint64, "u32": np.uint32, "i32": np.int32}
+_STRUCT_CODES = {"ptr": "Q", "u64": "Q", "u32": "I", "i32": "i"}
+
+
+def packed(data: bytes):
+    """`data` (a struct's bytes: a TMA descriptor, a struct built with NumPy) as one by-value kernel argument."""
+    return _packed_type()(data)
+
+
+@lru_cache(maxsize=None)
+def _packed_type():
+    from cupy.cuda.function import CPointer
+
+    class Packed(CPointer):
+        """A struct's bytes in a buffer it owns; CuPy passes the bytes at `ptr` as one kernel argument."""
+
+        def __init__(self, data: bytes):
+            self.buffer = ctypes.create_string_buffer(data, len(data))
+            super().__init__(ctypes.addressof(self.buffer))
+
+        @property
+        def raw(self) -> bytes:
+            return self.buffer.raw
+
+    return Packed
 
 
 @dataclass(frozen=True)
@@ -44,13 +71,35 @@ class KernelArgs:
         return np.dtype({"names": [f for f, _ in self.fields], "formats": [FIELD_TYPES[t] for _, t in self.fields]},
                         align=True)
 
-    def pack(self, **values) -> np.ndarray:
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
+        return tuple(f for f, _ in self.fields)
+
+    @cached_property
+    def _name_set(self) -> frozenset:
+        return frozenset(self._names)
+
+    @cached_property
+    def _struct(self) -> struct.Struct:
+        """The layout of `dtype` as a little-endian struct format, padding spelled out."""
+        fmt, at = "<", 0
+        for name, kind in self.fields:
+            offset = self.dtype.fields[name][1]
+            fmt, at = fmt + "x" * (offset - at) + _STRUCT_CODES[kind], offset + self.dtype.fields[name][0].itemsize
+        return struct.Struct(fmt + "x" * (self.dtype.itemsize - at))
+
+    def pack(self, **values):
         """The struct holding `values` (one per field, by name), ready to pass as one kernel argument."""
-        names = [f for f, _ in self.fields]
-        if set(values) != set(names):
-            missing, extra = sorted(set(names) - set(values)), sorted(set(values) - set(names))
-            raise ValueError(f"values: {self.name} needs exactly {names}; missing {missing}, unexpected {extra}")
-        return np.array([tuple(values[f] for f in names)], dtype=self.dtype)
+        if values.keys() != self._name_set:
+            missing, extra = sorted(set(self._names) - set(values)), sorted(set(values) - set(self._names))
+            raise ValueError(f"values: {self.name} needs exactly {list(self._names)}; missing {missing}, "
+                             f"unexpected {extra}")
+        return packed(self._struct.pack(*(values[f] for f in self._names)))
+
+    def unpack(self, argument) -> dict:
+        """The field values a packed argument holds (for tests and debugging)."""
+        row = np.frombuffer(argument.raw, dtype=self.dtype)[0]
+        return {f: int(row[f]) for f in self._names}
 
     def layout_asserts(self) -> str:
         """C++ static_asserts that the struct `name` has this size and these field offsets."""

@@ -84,6 +84,19 @@ def rotations_past_l2(nbytes_per_call: int, l2_bytes: int, factor: float = 3.0, 
     return int(min(most, max(1, math.ceil(factor * l2_bytes / nbytes_per_call))))
 
 
+def _capture(devs: Sequence[int], streams: dict, thunk: Callable) -> dict:
+    """{device: CUDA graph of what `thunk` enqueued on that device's stream}, every stream captured at once."""
+    from .gpus import on_device as _on
+
+    for d in devs:
+        _on(d, streams[d].begin_capture)
+    try:
+        thunk()
+    finally:
+        graphs = {d: _on(d, streams[d].end_capture) for d in devs}
+    return graphs
+
+
 def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 10, reps: int = 100,
           graph: bool = False, rotate: Sequence[tuple] | None = None, hide_launch: bool = False,
           calls_per_sample: int = 1, label: str = "", **meta) -> BenchResult:
@@ -92,7 +105,11 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
     `fn` enqueues work on the current CuPy stream of each device it uses (pkit installs a fresh stream on
     each device for the measurement). With `rotate`, call i runs `fn(*rotate[i % len(rotate)])`, so the
     caller can pass several input sets and keep the L2 from serving repeats (see `rotations_past_l2`).
-    `graph=True` captures one call per input set into a CUDA graph (single GPU) and times its replays.
+    `graph=True` times CUDA-graph replays, as nccl-tests' -G does: per device, one graph per input set holding
+    `calls_per_sample` consecutive calls (fn's work on each device's stream is captured on its own, so work
+    that joins streams across devices cannot be captured); a sample is one replay on every device, so the
+    host's launch path stays out of it. The calls must stay correct when replayed (pkit's collectives keep
+    their epochs and flags in device memory; the copy-engine paths, which order GPUs by events, cannot).
     `hide_launch=True` holds each stream with a spin kernel while all launches queue, as nvbandwidth does,
     so host launch overhead stays out of the samples.
     `calls_per_sample=k` times k back-to-back calls between one pair of events and reports a sample as their
@@ -113,8 +130,6 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
         raise ValueError(f"calls_per_sample: expected an integer >= 1, got {calls_per_sample!r}")
     devs = tuple(devices) if devices is not None else (cp.cuda.runtime.getDevice(),)
     require_gpus(devs)
-    if graph and len(devs) != 1:
-        raise ValueError(f"graph: CUDA-graph timing supports one device, got devices={devs}")
     argsets = list(rotate) if rotate is not None else [()]
     if not argsets:
         raise ValueError("rotate: expected at least one tuple of arguments")
@@ -125,18 +140,17 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
             _on(d, streams[d].use)
         fn(*argsets[i % len(argsets)])
 
-    if graph:
-        d = devs[0]
-        graphs = []
-        for args in argsets:
-            with cp.cuda.Device(d), streams[d]:
-                streams[d].begin_capture()
-                fn(*args)
-                graphs.append(streams[d].end_capture())
-        call = lambda i: _on(d, lambda: graphs[i % len(graphs)].launch(streams[d]))  # noqa: E731
-    else:
-        call = run_call
     try:
+        if graph:
+            run_call(0)  # outside the capture: a first call may load a module or allocate its buffers
+            synchronize(devs)
+            graphs = [_capture(devs, streams, lambda g=g: [run_call(g + j) for j in range(calls_per_sample)])
+                      for g in range(len(argsets))]
+            per_sample, per_graph = 1, calls_per_sample  # a sample replays one graph of calls_per_sample calls
+            call = lambda i: [_on(d, lambda d=d: graphs[i % len(graphs)][d].launch(streams[d])) for d in devs]  # noqa: E731
+        else:
+            per_sample, per_graph = calls_per_sample, 1
+            call = run_call
         for i in range(warmup):
             call(i)
         synchronize(devs)
@@ -145,13 +159,13 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
             for d in devs:
                 _on(d, lambda: events[d][0].record(streams[d]))
             for i in range(reps):
-                for k in range(calls_per_sample):
-                    call(i * calls_per_sample + k)
+                for k in range(per_sample):
+                    call(i * per_sample + k)
                 for d in devs:
                     _on(d, lambda: events[d][i + 1].record(streams[d]))
         synchronize(devs)
         per_device = np.array([[cp.cuda.get_elapsed_time(events[d][i], events[d][i + 1]) for i in range(reps)]
-                               for d in devs]) / calls_per_sample
+                               for d in devs]) / (per_sample * per_graph)
     finally:
         for d in devs:
             _on(d, cp.cuda.Stream.null.use)

@@ -221,9 +221,10 @@ def test_kernels_instantiate_and_their_argument_struct_matches_the_host_layout(s
 
 
 def test_kernel_args_pack_every_field_in_place():
-    packed = C.LL_CALL.pack(inp=1, out=2, n16=3, bases=4, cap_lines=5, epoch=6, shift=7, rank=8, size=9)
-    assert packed.shape == (1,) and packed.dtype.itemsize == 56
-    assert [int(packed[f][0]) for f in packed.dtype.names] == list(range(1, 10))
+    packed = C.LL_CALL.pack(inp=1, out=2, n16=3, bases=4, cap_lines=5, state=6, shift=7, rank=8, size=9)
+    assert len(packed.raw) == C.LL_CALL.dtype.itemsize == 64
+    assert list(C.LL_CALL.unpack(packed).values()) == list(range(1, 10))
+    assert packed.ptr == __import__("ctypes").addressof(packed.buffer)
     with pytest.raises(ValueError, match=r"missing \['size'\], unexpected \['extra'\]"):
         C.SM_CALL.pack(inp=1, out=2, n16=3, flags=4, rank=0, extra=1)
 
@@ -381,3 +382,40 @@ def test_thousand_back_to_back_all_reduces(team):
     team.synchronize()
     for r in range(team.size):
         _assert_close(_read(outs[1], r), np.sum(x, axis=0), "float32", f"rank {r}")
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("mechanism", ["sm", "ll"])
+def test_calls_replayed_from_cuda_graphs_see_fresh_inputs(team, mechanism):
+    """Two all-reduces captured per GPU, replayed three times with new inputs written between replays: an epoch
+    or flag baked into the graph would let a replay read the last replay's packets."""
+    import cupy as cp
+
+    from pkit.gpus import on_device
+    from pkit.timing import _capture
+
+    coll, n = C.Collectives(team), 1 << 12
+    x, y = team.empty((n,), "float32"), team.empty((n,), "float32")
+    coll.all_reduce(y, x, mechanism=mechanism)  # modules load before the capture
+    team.synchronize()
+    streams = {d: on_device(d, lambda: cp.cuda.Stream(non_blocking=True)) for d in team.devices}
+    try:
+        for d in team.devices:
+            on_device(d, streams[d].use)
+        graphs = _capture(team.devices, streams, lambda: [coll.all_reduce(y, x, mechanism=mechanism) for _ in range(2)])
+        rng = np.random.default_rng()
+        for replay in range(3):
+            host = [rng.standard_normal(n, dtype=np.float32) for _ in range(team.size)]
+            for r, d in enumerate(team.devices):
+                with cp.cuda.Device(d):
+                    x[r].set(host[r], stream=streams[d])
+                    y[r].fill(np.nan)
+                    graphs[d].launch(streams[d])
+            for d in team.devices:
+                on_device(d, streams[d].synchronize)
+            for r in range(team.size):
+                np.testing.assert_allclose(cp.asnumpy(y[r]), np.sum(host, axis=0), rtol=1e-5, atol=1e-5,
+                                           err_msg=f"rank {r}, replay {replay}")
+    finally:
+        for d in team.devices:
+            on_device(d, cp.cuda.Stream.null.use)

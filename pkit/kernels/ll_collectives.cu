@@ -1,8 +1,9 @@
 // Low-latency collectives: every value crosses the link once as LL packets (include/pkit/ll.cuh), and each
 // thread waits only for the packets it sums. No barrier, no round trip: the latency floor is one write.
 // Launch with every block resident (grid <= SMs): a thread waits for packets its peer's twin sends.
-// Staging on every rank: [2 epoch parities][size senders][cap_lines 16-byte lines], zeroed once; the host
-// passes a per-call epoch (1, 2, ...) that is the packets' flag and picks the parity, and a group shift g:
+// Staging on every rank: [2 epoch parities][size senders][cap_lines 16-byte lines], zeroed once. Each call's
+// epoch (1, 2, ...) is the packets' flag and picks the parity; it lives in device memory (LLCall::state), so a
+// call replayed from a CUDA graph still gets a fresh one. The host passes a group shift g:
 // packs go in groups of 2^g whose first halves fill 2^g consecutive lines and second halves the next 2^g.
 // g = 0 interleaves each pack's two lines; g = 5 lets a warp's 32 lanes store and poll 512 contiguous bytes
 // per instruction. cap_lines is a multiple of 2^(g+1).
@@ -16,18 +17,22 @@ using pkit::thread_index;
 using pkit::u64;
 using pkit::vec16;
 
-// The arguments of every LL kernel, passed by value (pkit/ops/collectives.py LL_CALL mirrors this layout), and
-// the staging addressing they imply.
+// The arguments of every LL kernel, passed by value (pkit/ops/collectives.py LL_CALL mirrors this layout).
 struct LLCall {
   const vec16* inp;
   vec16* out;
   u64 n16;           // packs per loop: the whole buffer (all-reduce) or one rank's share
   const u64* bases;  // every rank's staging buffer, as seen from this GPU
   u64 cap_lines;     // lines per (parity, sender)
-  u32 epoch;
+  u32* state;        // this rank's [last call's epoch (0 before the first), blocks of this call done]
   u32 shift;         // group shift g
   int rank;
   int size;
+};
+
+// One call: its arguments, its epoch, and the staging addressing they imply.
+struct Packets : LLCall {
+  u32 epoch;  // 1, 2, ..., 2^32 - 2, then 1 again: never 0 (the staging's initial flag), parity alternating
 
   // Line `half` (0, 1) of pack i that `sender` writes into `receiver`'s staging this epoch.
   __device__ ll_line* line(int receiver, int sender, u64 i, u32 half) const {
@@ -49,23 +54,41 @@ struct LLCall {
   }
 };
 
+// This call's packets: the epoch after the last call's (every rank counts its calls alike, so they agree).
+__device__ Packets begin_call(const LLCall& call) { return Packets{call, call.state[0] % 0xFFFFFFFEu + 1}; }
+
+// The last block to finish records this call's epoch for the next call; every block read the old one at its start.
+__device__ void end_call(const Packets& c) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(c.state + 1, 1u) == gridDim.x - 1) {
+      c.state[1] = 0;
+      c.state[0] = c.epoch;
+    }
+  }
+}
+
 // Every thread first sends all its packs, then sums what arrived: a thread with several packs pays one
 // link latency, not one per pack.
 
 // out[i] = sum over ranks of in[i]: send own pack i to every peer, then sum the peers' packs i.
 template <typename T>
-__global__ void all_reduce_ll(const LLCall c) {
+__global__ void all_reduce_ll(const LLCall call) {
+  const Packets c = begin_call(call);
   for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
     const vec16 v = pkit::load16(c.inp + i);
     for (int d = 1; d < c.size; ++d) c.send((c.rank + d) % c.size, i, v);
   }
   for (u64 i = thread_index(); i < c.n16; i += thread_count())
     pkit::store16(c.out + i, c.sum<T>(i, pkit::load16(c.inp + i), PKIT_SITE));
+  end_call(c);
 }
 
 // out[i] = sum over ranks q of in[q][rank * n16 + i]: send peer q its share, sum what the peers sent.
 template <typename T>
-__global__ void reduce_scatter_ll(const LLCall c) {
+__global__ void reduce_scatter_ll(const LLCall call) {
+  const Packets c = begin_call(call);
   for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
     for (int d = 1; d < c.size; ++d) {
       const int q = (c.rank + d) % c.size;
@@ -74,11 +97,12 @@ __global__ void reduce_scatter_ll(const LLCall c) {
   }
   for (u64 i = thread_index(); i < c.n16; i += thread_count())
     pkit::store16(c.out + i, c.sum<T>(i, pkit::load16(c.inp + c.rank * c.n16 + i), PKIT_SITE));
+  end_call(c);
 }
 
 // Moves without a sum (all-gather: in_stride16 = 0; all-to-all: in_stride16 = n16): peer q gets pack i of
 // in + q * in_stride16; the pack from sender s lands at out + s * n16 + i.
-__device__ void exchange_ll(const LLCall& c, u64 in_stride16) {
+__device__ void exchange_ll(const Packets& c, u64 in_stride16) {
   for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
     for (int d = 1; d < c.size; ++d) {
       const int q = (c.rank + d) % c.size;
@@ -94,6 +118,14 @@ __device__ void exchange_ll(const LLCall& c, u64 in_stride16) {
   }
 }
 
-__global__ void all_gather_ll(const LLCall c) { exchange_ll(c, 0); }
+__global__ void all_gather_ll(const LLCall call) {
+  const Packets c = begin_call(call);
+  exchange_ll(c, 0);
+  end_call(c);
+}
 
-__global__ void all_to_all_ll(const LLCall c) { exchange_ll(c, c.n16); }
+__global__ void all_to_all_ll(const LLCall call) {
+  const Packets c = begin_call(call);
+  exchange_ll(c, c.n16);
+  end_call(c);
+}

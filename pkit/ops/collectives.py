@@ -67,7 +67,6 @@ class Collectives:
             raise ValueError(f"team: expected at most {MAX_TEAM} GPUs, got {team.size}")
         self.team = team
         self._ce_options = {k: v for k, v in (("chunk_bytes", ce_chunk_bytes), ("slots", ce_slots)) if v is not None}
-        self._epoch = 0  # LL calls so far: the next call's packets carry flag _epoch + 1
 
     @cached_property
     def _module(self):
@@ -85,6 +84,11 @@ class Collectives:
     def _ll_staging(self):
         """Every rank's LL lines: [2 parities][team size senders][2 lines per 16-byte pack], zeroed."""
         return self.team.zeros((2 * self.team.size * _ll_lines_per_sender() * 4,), "uint32")
+
+    @cached_property
+    def _ll_state(self):
+        """Every rank's LL call state in device memory: [last call's epoch, blocks of the running call done]."""
+        return self.team.zeros((2,), "uint32")
 
     @cached_property
     def _copy_engines(self):
@@ -110,14 +114,13 @@ class Collectives:
         return max(1, min(self._sms, -(-n16 // threads)))
 
     def _launch_ll(self, name: str, inp, out, n16: int) -> None:
-        """Launch LL kernel `name` (in, out, n16, staging...) on every local rank with a fresh epoch."""
-        team, staging = self.team, self._ll_staging
-        self._epoch = next_epoch(self._epoch)
+        """Launch LL kernel `name` on every local rank; each call takes its epoch from the rank's device state."""
+        team, staging, state = self.team, self._ll_staging, self._ll_state
         threads = ll_threads(n16, self._sms)
         team.launch(self._kernel(name, self._ll_module), (self._grid(n16, threads),), (threads,),
                     lambda r: (LL_CALL.pack(inp=inp.address(r), out=out.address(r), n16=n16,
                                             bases=staging.table(r).data.ptr, cap_lines=_ll_lines_per_sender(),
-                                            epoch=self._epoch, shift=LL_GROUP_SHIFT[threads], rank=r,
+                                            state=state.address(r), shift=LL_GROUP_SHIFT[threads], rank=r,
                                             size=team.size),))
 
     def _mechanism(self, op: str, nbytes: int, mechanism: str) -> str:
@@ -283,13 +286,14 @@ LL_KERNELS = ("all_gather_ll", "all_to_all_ll", *_instances("all_reduce_ll", "re
 SM_CALL = KernelArgs("SMCall", (("inp", "ptr"), ("out", "ptr"), ("n16", "u64"), ("flags", "ptr"), ("rank", "i32"),
                                 ("size", "i32")))
 LL_CALL = KernelArgs("LLCall", (("inp", "ptr"), ("out", "ptr"), ("n16", "u64"), ("bases", "ptr"),
-                                ("cap_lines", "u64"), ("epoch", "u32"), ("shift", "u32"), ("rank", "i32"),
+                                ("cap_lines", "u64"), ("state", "ptr"), ("shift", "u32"), ("rank", "i32"),
                                 ("size", "i32")))
 
 
 def next_epoch(epoch: int) -> int:
-    """The LL epoch after `epoch`: 1, 2, ..., 2³² − 2, then 1 again. Never 0 (the staging's initial flag), and
-    its parity alternates even across the wrap, so consecutive calls never share a staging half."""
+    """The epoch after `epoch`: 1, 2, ..., 2³² − 2, then 1 again. Never 0 (a zeroed flag's value), and its parity
+    alternates even across the wrap (consecutive calls never share a staging half). LL kernels count theirs in
+    device memory the same way (ll_collectives.cu begin_call); the overlap schedules' flags use this one."""
     return epoch % 0xFFFFFFFE + 1
 
 

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..kernel_args import KernelArgs
+from ..kernel_args import KernelArgs, packed
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64  # tile of C per block, K slice per stage (gemm.cu)
 THREADS = 384  # a producer warpgroup and two consumer warpgroups
@@ -54,7 +54,7 @@ def tensor_map(tensor, box_rows: int, box_cols: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=256)
-def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int) -> np.ndarray:
+def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int):
     """tensor_map's descriptor, encoded once per (address, shape, box): it holds no more than these."""
     from cuda.bindings import driver as cu
 
@@ -67,10 +67,10 @@ def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int) -
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err!r}) for a {rows} × {cols} bf16 matrix")
-    return np.frombuffer(ctypes.string_at(encoded.getPtr(), TENSOR_MAP.itemsize), dtype=TENSOR_MAP).copy()
+    return packed(ctypes.string_at(encoded.getPtr(), TENSOR_MAP.itemsize))
 
 
-_NO_TARGETS = np.zeros(1, dtype=TILE_TARGETS)
+_NO_TARGETS = bytes(TILE_TARGETS.itemsize)  # count 0: tiles are stored to C
 
 
 def _check(a, b, out) -> tuple[int, int, int]:
@@ -96,7 +96,7 @@ def _check(a, b, out) -> tuple[int, int, int]:
     return m, n, k
 
 
-def tile_targets(targets, n: int, rows_per_target: int = 0) -> np.ndarray:
+def tile_targets(targets, n: int, rows_per_target: int = 0):
     """gemm.cu's TileTargets for bf16 tensors of `n` columns given as (device address, rows) pairs (a peer's
     address as this GPU sees it is fine): tiles are added into all of them, or with `rows_per_target` > 0 row r
     into target r // rows_per_target at row r % rows_per_target."""
@@ -105,17 +105,18 @@ def tile_targets(targets, n: int, rows_per_target: int = 0) -> np.ndarray:
         raise ValueError(f"targets: expected 1 to {MAX_TARGETS} (address, rows) pairs, got {len(targets)}")
     if rows_per_target < 0 or rows_per_target % BLOCK_M:
         raise ValueError(f"rows_per_target: expected 0 or a positive multiple of {BLOCK_M}, got {rows_per_target}")
-    packed = np.zeros(1, dtype=TILE_TARGETS)
+    struct = np.zeros(1, dtype=TILE_TARGETS)
     for q, (address, rows) in enumerate(targets):
         if address % 16:
             raise ValueError(f"targets: address {address:#x} is not 16-byte aligned (TMA writes it)")
-        packed["maps"][0, q] = _encoded(address, rows, n, EPILOGUE_BOX, EPILOGUE_BOX)[0]
-    packed["count"], packed["rows_per_target"] = len(targets), rows_per_target
-    return packed
+        struct["maps"][0, q] = np.frombuffer(_encoded(address, rows, n, EPILOGUE_BOX, EPILOGUE_BOX).raw,
+                                             dtype=TENSOR_MAP)[0]
+    struct["count"], struct["rows_per_target"] = len(targets), rows_per_target
+    return packed(struct.tobytes())
 
 
 def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
-         first_row: int = 0, add_into: np.ndarray | None = None):
+         first_row: int = 0, add_into=None):
     """C = A · Bᵀ (bf16, fp32 accumulation) on A's GPU, enqueued on CuPy's current stream there (as every pkit op;
     by default that is the legacy stream torch uses too); returns C.
 
@@ -147,6 +148,6 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
                            first_row_tile=first_row // BLOCK_M)
     _kernel()((min(tiles, blocks or sms),), (THREADS,),
               (tensor_map(a, BLOCK_M, BLOCK_K), tensor_map(b, BLOCK_N, BLOCK_K), np.uint64(0 if out is None else out.data_ptr()),
-               np.int32(m), np.int32(n), np.int32(k), rows, _NO_TARGETS if add_into is None else add_into),
+               np.int32(m), np.int32(n), np.int32(k), rows, packed(_NO_TARGETS) if add_into is None else add_into),
               shared_mem=SMEM_BYTES, device=a.device.index)
     return out
