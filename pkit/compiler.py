@@ -127,6 +127,7 @@ class Module:
     source_text: str = field(default="", repr=False)
     lowered: dict = field(default_factory=dict)  # name expression -> mangled kernel name
     _loaded: dict = field(default_factory=dict, repr=False)
+    _functions: dict = field(default_factory=dict, repr=False)
 
     @property
     def has_wait_globals(self) -> bool:
@@ -145,13 +146,17 @@ class Module:
                 if self.has_wait_globals:
                     prepare_module(mod, dev)
             self._loaded[dev] = mod
+        if (kernel, dev) in self._functions:
+            return self._functions[kernel, dev]
         try:
-            return self._loaded[dev].get_function(self.lowered.get(kernel, kernel))
+            function = self._loaded[dev].get_function(self.lowered.get(kernel, kernel))
         except Exception as e:  # CuPy raises CUDADriverError(CUDA_ERROR_NOT_FOUND)
             names = re.findall(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)',
                                self.source_text)
             raise ValueError(f"kernel: {kernel!r} is neither an extern \"C\" __global__ function of {self.name} "
                              f"(found {names}) nor one of its compiled name expressions {list(self.lowered)}") from e
+        self._functions[kernel, dev] = function  # looked up once: launches are on the per-call host path
+        return function
 
 
 def compile_cubin(source: str, arch: str | None = None, options: Sequence[str] = (),
