@@ -419,3 +419,14 @@ def test_calls_replayed_from_cuda_graphs_see_fresh_inputs(team, mechanism):
     finally:
         for d in team.devices:
             on_device(d, cp.cuda.Stream.null.use)
+
+
+@pytest.mark.multigpu
+def test_graph_timed_sweeps_check_their_replays():
+    from pkit.experiments import collectives as E
+
+    frame = E.sweep(ops=["all_reduce", "all_gather"], sizes=[1 << 16], graph=True, reps=3, calls_per_sample=4)
+    assert set(frame["timing"]) == {"graph"} and frame["verified"].all() and "pkit_ce" not in set(frame["implementation"])
+    assert {"pkit_ll", "pkit_sm_one_shot", "nccl"} <= set(frame["implementation"])
+    torch = E.torch_baselines(sizes=[1 << 16], graph=True, reps=3, calls_per_sample=4, ops=["all_reduce"])
+    assert set(torch["timing"]) == {"graph"} and (torch["time_median_us"] > 0).all()

@@ -90,9 +90,13 @@ def _dtypes(dtype: str | Sequence[str]) -> list[str]:
 
 def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16",
           devices: Sequence[int] = (0, 1), reps: int = 20, calls_per_sample: int = 1,
-          implementations: Sequence[str] | None = None) -> pd.DataFrame:
+          implementations: Sequence[str] | None = None, graph: bool = False) -> pd.DataFrame:
     """pkit's collectives and single-process NCCL on the same buffers; each result checked against NCCL's (the
     registry's NumPy reference for an op NCCL lacks).
+
+    `graph=True` times CUDA-graph replays of `calls_per_sample` calls (nccl-tests' -G; see pkit.bench), leaving
+    out the copy-engine variants (they order the GPUs with events, which per-GPU graphs cannot hold); the
+    output of the last replay is checked again. Rows say which in `timing` ('graph' or 'launches').
 
     `dtype`: one dtype or a list ('bfloat16', 'float32'), measured in that order. `calls_per_sample` > 1
     times that many back-to-back calls per sample (nccl-tests' averaging; see pkit.bench). `implementations`
@@ -120,7 +124,7 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
             for nbytes in sizes:
                 rows += _measure(team, coll, nccl, op, nbytes, dt, implementations,
                                  dict(devices=list(devices), reps=reps, warmup=5, hide_launch=True,
-                                      calls_per_sample=calls_per_sample))
+                                      calls_per_sample=calls_per_sample, graph=graph))
     return pd.DataFrame(rows)
 
 
@@ -130,20 +134,26 @@ def _measure(team, coll, nccl, op: str, nbytes: int, dtype: str, implementations
     expected = _expected(team, nccl, op, inp, out.shape, dtype)
     rows = []
     for name, call in _variants(op, nbytes, team.size):
-        if implementations is not None and name not in implementations:
+        if (implementations is not None and name not in implementations) or (bench["graph"] and name == "pkit_ce"):
             continue
         out.fill(NAN_BITS if dtype == "bfloat16" else np.float32(np.nan))
         team.synchronize()
         call(coll, nccl, out, inp)
         team.synchronize()
-        if not all(_on(team.devices[r], lambda r=r: _matches(out[r], expected[r], dtype)) for r in range(team.size)):
-            raise AssertionError(f"{name} {op} of {nbytes} bytes ({dtype}) disagrees with the expected output")
+        _check_output(team, out, expected, dtype, f"{name} {op} of {nbytes} bytes ({dtype})")
         r = time_calls(lambda call=call: call(coll, nccl, out, inp), **bench)
+        _check_output(team, out, expected, dtype, f"{name} {op} of {nbytes} bytes ({dtype}), after timing")
         algbw, busbw = bandwidths(op, nbytes, team.size, r.median_ms * 1e-3)
         rows.append({"implementation": name, "op": op, "dtype": dtype, "bytes": nbytes,
-                     "calls_per_sample": bench["calls_per_sample"], **r.times_us(), "algbw_GBps": algbw,
-                     "busbw_GBps": busbw, "verified": True})
+                     "calls_per_sample": bench["calls_per_sample"], "timing": "graph" if bench["graph"] else "launches",
+                     **r.times_us(), "algbw_GBps": algbw, "busbw_GBps": busbw, "verified": True})
     return rows
+
+
+def _check_output(team, out, expected, dtype: str, what: str) -> None:
+    """Every rank's output equals the expected one (within the dtype's rounding), or an AssertionError."""
+    if not all(_on(team.devices[r], lambda r=r: _matches(out[r], expected[r], dtype)) for r in range(team.size)):
+        raise AssertionError(f"{what} disagrees with the expected output")
 
 
 def _expected(team, nccl, op: str, inp, out_shape, dtype: str):
@@ -180,12 +190,13 @@ def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, re
 
 def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16", nproc: int = 2,
                     reps: int = 20, timeout_s: float = 600, calls_per_sample: int = 1,
-                    ops: Sequence[str] = TORCH_OPS) -> pd.DataFrame:
+                    ops: Sequence[str] = TORCH_OPS, graph: bool = False) -> pd.DataFrame:
     """torch.distributed and torch symmetric memory under torchrun (one process per GPU, one run per dtype of
-    `dtype`: one or a list), the same columns as `sweep`."""
+    `dtype`: one or a list), the same columns as `sweep`; `graph` times CUDA-graph replays."""
     frames = [torchrun("pkit.experiments.torch_collectives",
                        ["--dtype", dt, "--reps", reps, "--calls-per-sample", calls_per_sample, "--ops", *ops,
-                        "--sizes", *sizes], nproc=nproc, timeout_s=timeout_s) for dt in _dtypes(dtype)]
+                        *(["--graph"] if graph else []), "--sizes", *sizes], nproc=nproc, timeout_s=timeout_s)
+              for dt in _dtypes(dtype)]
     frame = pd.concat(frames, ignore_index=True)
     bw = [bandwidths(op, b, nproc, t * 1e-6) for op, b, t in zip(frame["op"], frame["bytes"], frame["time_median_us"])]
     frame["algbw_GBps"], frame["busbw_GBps"] = [a for a, _ in bw], [b for _, b in bw]

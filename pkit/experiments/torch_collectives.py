@@ -18,21 +18,30 @@ TORCH_NCCL = {"all_reduce": ("all_reduce", "x"), "all_gather": ("all_gather_into
 OPS = tuple(TORCH_NCCL)
 
 
-def time_samples(fn, reps: int, warmup: int, calls_per_sample: int = 1):
-    """Samples in ms per call; each is the mean of `calls_per_sample` back-to-back calls (see pkit.bench)."""
+def time_samples(fn, reps: int, warmup: int, calls_per_sample: int = 1, graph: bool = False):
+    """Samples in ms per call; each is the mean of `calls_per_sample` back-to-back calls (see pkit.bench). With
+    `graph`, the calls are captured once into a CUDA graph and a sample is one replay (nccl-tests' -G)."""
     import torch
 
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            for _ in range(calls_per_sample):
+                fn()
+        sample, launches = captured.replay, 1
+    else:
+        sample, launches = fn, calls_per_sample
     events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
     # Hold the stream while every launch queues (as pkit.bench's hide_launch does), so the samples are
     # device time back to back, not host launch overhead: at ~2 GHz, at least 5 ms and 50 µs per launch.
-    torch.cuda._sleep(max(10_000_000, 100_000 * reps * calls_per_sample))
+    torch.cuda._sleep(max(10_000_000, 100_000 * reps * launches))
     events[0].record()
     for i in range(reps):
-        for _ in range(calls_per_sample):
-            fn()
+        for _ in range(launches):
+            sample()
         events[i + 1].record()
     torch.cuda.synchronize()
     return [events[i].elapsed_time(events[i + 1]) / calls_per_sample for i in range(reps)]
@@ -74,6 +83,7 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--calls-per-sample", type=int, default=1, help="back-to-back calls timed per sample")
+    parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays of the calls of a sample")
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     parser.add_argument("--symm-max-bytes", type=int, default=64 << 20, help="largest size for symmetric memory")
     args = parser.parse_args(argv)
@@ -88,10 +98,11 @@ def main(argv=None) -> None:
         for impl, op, fn in _cases(nbytes, dtype, world, rank, symm):
             if op not in args.ops:
                 continue
-            samples = torch.tensor(time_samples(fn, args.reps, args.warmup, args.calls_per_sample), device="cuda")
+            samples = torch.tensor(time_samples(fn, args.reps, args.warmup, args.calls_per_sample, args.graph),
+                                   device="cuda")
             dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # each repetition's slowest rank
             rows.append({"implementation": impl, "op": op, "dtype": args.dtype, "bytes": nbytes,
-                         "calls_per_sample": args.calls_per_sample,
+                         "calls_per_sample": args.calls_per_sample, "timing": "graph" if args.graph else "launches",
                          "time_median_us": float(samples.median()) * 1e3, "time_min_us": float(samples.min()) * 1e3,
                          "time_max_us": float(samples.max()) * 1e3,
                          "cv": float(samples.std(unbiased=False) / samples.mean())})
