@@ -1,4 +1,4 @@
-"""The `pkit` command: info, figures, eval, problems."""
+"""The `pkit` command: info, list, figures, eval, problems."""
 from __future__ import annotations
 
 import argparse
@@ -31,6 +31,28 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
+# What `pkit list` shows: name -> (module, function returning a DataFrame, one line on what it lists)
+LISTINGS = {
+    "collectives": ("pkit.ops.collectives", "list_collectives", "collective ops and the mechanisms that run them"),
+    "schedules": ("pkit.ops.overlap", "list_schedules", "compute/communication overlap schedules per pattern"),
+    "systems": ("pkit.experiments.projection", "list_systems", "systems the roofline projection models (datasheets)"),
+}
+
+
+def list_registry(args: argparse.Namespace) -> int:
+    """Print one of pkit's registries (LISTINGS) as a table."""
+    from importlib import import_module
+
+    import pandas as pd
+
+    module, function, _ = LISTINGS[args.registry]
+    frame = getattr(import_module(module), function)()
+    frame = frame.reset_index() if frame.index.name else frame  # a registry keyed by name keeps it as a column
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", 90):
+        print(frame.to_string(index=False))
+    return 0
+
+
 def figures(args: argparse.Namespace) -> int:
     """Regenerate figures by executing notebooks."""
     from .notebooks import NotebookFailed, run_all
@@ -48,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="GPUs, links, peer access, versions").set_defaults(func=info)
+    listing = sub.add_parser("list", help="one of pkit's registries: " + "; ".join(
+        f"{name}: {what}" for name, (_, _, what) in LISTINGS.items()))
+    listing.add_argument("registry", choices=tuple(LISTINGS))
+    listing.set_defaults(func=list_registry)
     fig = sub.add_parser("figures", help="run the notebooks through papermill and regenerate figures/")
     fig.add_argument("--mode", choices=("auto", "measure", "replay"), default="auto",
                      help="auto: measure when the GPUs a notebook needs are present, else replay")

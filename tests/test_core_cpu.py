@@ -156,6 +156,17 @@ def test_pkit_info_without_gpu_exits_zero():
     assert "No CUDA GPU visible" in out.stdout and "pkit 0.1.0" in out.stdout
 
 
+@pytest.mark.parametrize("registry, first_column, entry", [("collectives", "name", "all_reduce"),
+                                                           ("schedules", "pattern", "ce_flags"),
+                                                           ("systems", "name", "NVL72")])
+def test_pkit_list_prints_each_registry(registry, first_column, entry, capsys):
+    from pkit.cli import main
+
+    assert main(["list", registry]) == 0
+    printed = capsys.readouterr().out
+    assert printed.split()[0] == first_column and entry in printed
+
+
 def test_environment_yml_matches_pyproject():
     import re
 
