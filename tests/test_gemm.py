@@ -126,7 +126,7 @@ def test_a_flag_that_never_comes_raises_peer_timeout_in_its_own_process():
 def test_tile_targets_struct_matches_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
-    text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.TILE_TARGETS_ASSERTS + "\n"
+    text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.TILE_TARGETS_ASSERTS + "\n" + G.A_SOURCES_ASSERTS + "\n"
     assert compile_cubin(text, arch="sm_90a", name_expressions=["gemm_bf16_tn"]).cubin
     with pytest.raises(ValueError, match="targets: expected 1 to 8"):
         G.tile_targets([], n=64)
@@ -162,3 +162,18 @@ def test_gemm_rates_checks_both_and_compares_them():
     assert frame.loc[frame["implementation"] == "cublas", "ratio_to_cublas"].tolist() == [1.0]
     with pytest.raises(ValueError, match="study: expected one of"):
         E.measure("fused")
+
+
+@pytest.mark.gpu
+def test_rows_of_a_read_from_several_sources():
+    """A's three row blocks live in three separate tensors: the GEMM reads each where it lies."""
+    m, n, k, rows = 384, 776, 520, 128
+    parts = [_randn(rows, k, seed=10 + q) for q in range(3)]
+    b = _randn(n, k, seed=13)
+    shape_only = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+    sources = G.a_sources(tuple((p.data_ptr(), rows) for p in parts), k, rows)
+    out = G.gemm(shape_only, b, a_from=sources)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), torch.cat(parts).float() @ b.float().T, rtol=2 ** -7, atol=1e-3 * k ** 0.5)
+    with pytest.raises(ValueError, match="rows_per_source: expected a positive multiple of 128"):
+        G.a_sources(((parts[0].data_ptr(), rows),), k, 100)

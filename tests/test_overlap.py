@@ -48,7 +48,8 @@ def _fill(op, seed):
 
 @pytest.mark.multigpu
 @pytest.mark.parametrize("schedule, options", [("serial", {}), ("ce_chunks", {}), ("ce_flags", {}),
-                                               ("sm_pull", {"comm_sms": 3}), ("sm_pull", {"comm_sms": 32})])
+                                               ("sm_pull", {"comm_sms": 3}), ("sm_pull", {"comm_sms": 32}),
+                                               ("tma_pull", {})])
 def test_schedule_matches_float32_on_every_rank(team, schedule, options):
     import torch
 

@@ -27,6 +27,15 @@ struct Outbox {
 constexpr int kSmemBytes = kStages * sizeof(Stage) + 2 * sizeof(Outbox) + 2 * kStages * sizeof(u64) + 1024;
 static_assert(kSmemBytes == 230464, "pkit/ops/gemm.py SMEM_BYTES and the launch's tile sizes mirror these");
 
+// Where the rows of A come from: source q holds rows [q * rows_per_source, (q + 1) * rows_per_source) as its own
+// row-major tensor, read in 128 × 64 boxes (pkit/ops/gemm.py a_sources). One source for a plain GEMM; one per
+// rank for the fused all-gather, whose producers read peers' rows over NVLink as they multiply them.
+struct ASources {
+  pkit::TensorMap maps[kMaxTargets];
+  int rows_per_source;  // a multiple of BM: no tile straddles two sources
+  int count;
+};
+
 // Where finished tiles go instead of C: added (TMA reduce) into `count` bf16 tensors of N columns, each read and
 // written in 64 × 64 boxes (pkit/ops/gemm.py TILE_TARGETS). With rows_per_target > 0, row r of the product goes
 // to target r / rows_per_target at row r % rows_per_target (reduce-scatter: a tile never straddles two);
@@ -120,7 +129,7 @@ __device__ void add_tile(const float (&d)[128], Outbox& out, const TileTargets& 
   }
 }
 
-__global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ pkit::TensorMap a,
+__global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ ASources a,
                                                        const __grid_constant__ pkit::TensorMap b,
                                                        __nv_bfloat16* c, int m, int n, int k, const RowsReady rows,
                                                        const __grid_constant__ TileTargets targets) {
@@ -146,11 +155,13 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ p
     if (warpgroup == 0) {  // producer: one thread issues the loads
       if (threadIdx.x == 0) {
         rows.wait(tile.x * BM, min(m, (tile.x + 1) * BM));
+        const int source = tile.x * BM / a.rows_per_source;
         for (int kt = 0; kt < k_tiles; ++kt, ++it) {
           const int s = it % kStages;
           if (it >= kStages) pkit::mbarrier_wait(&empty[s], (it / kStages - 1) & 1, PKIT_SITE);
           pkit::mbarrier_expect_bytes(&full[s], kStageBytes);
-          pkit::tensor_load_2d(stages[s].a, a, kt * BK, tile.x * BM, &full[s]);
+          const int row = tile.x * BM - source * a.rows_per_source;
+          pkit::tensor_load_2d(stages[s].a, a.maps[source], kt * BK, row, &full[s]);
           pkit::tensor_load_2d(stages[s].b, b, kt * BK, tile.y * BN, &full[s]);
         }
       }

@@ -26,6 +26,13 @@ SMEM_BYTES = 230464  # gemm.cu kSmemBytes: 4 stages of A and B slices, 2 epilogu
 MAX_TARGETS = 8  # gemm.cu kMaxTargets
 EPILOGUE_BOX = 64  # rows and columns of the epilogue's TMA boxes
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (16,))])  # CUtensorMap: 128 bytes, passed by value
+# gemm.cu's ASources: MAX_TARGETS tensor maps of row blocks of A, then rows_per_source and count (same layout as
+# TileTargets; tests compile ASOURCES_ASSERTS against the kernel).
+A_SOURCES = np.dtype({"names": ["maps", "rows_per_source", "count"],
+                      "formats": [(TENSOR_MAP, (MAX_TARGETS,)), np.int32, np.int32],
+                      "offsets": [0, MAX_TARGETS * 128, MAX_TARGETS * 128 + 4], "itemsize": 1088})
+A_SOURCES_ASSERTS = ("static_assert(sizeof(ASources) == 1088, \"ASources size\");\n"
+                     "static_assert(__builtin_offsetof(ASources, count) == 1028, \"ASources::count\");")
 # gemm.cu's TileTargets: MAX_TARGETS tensor maps (64-byte aligned, so the struct pads to a multiple of 64), then
 # count and rows_per_target (tests compile TILE_TARGETS_ASSERTS against the kernel).
 TILE_TARGETS = np.dtype({"names": ["maps", "count", "rows_per_target"],
@@ -96,6 +103,24 @@ def _check(a, b, out) -> tuple[int, int, int]:
     return m, n, k
 
 
+@lru_cache(maxsize=256)
+def a_sources(sources: tuple[tuple[int, int], ...], k: int, rows_per_source: int = 1 << 30):
+    """gemm.cu's ASources: rows of A from `sources`, (device address, rows) pairs of row-major bf16 tensors of `k`
+    columns (a peer's address as this GPU sees it is fine); source q holds rows from q · rows_per_source.
+    One source (the default rows_per_source covers every row) is a plain GEMM's A."""
+    if not 1 <= len(sources) <= MAX_TARGETS:
+        raise ValueError(f"sources: expected 1 to {MAX_TARGETS} (address, rows) pairs, got {len(sources)}")
+    if rows_per_source <= 0 or rows_per_source % BLOCK_M:
+        raise ValueError(f"rows_per_source: expected a positive multiple of {BLOCK_M}, got {rows_per_source}")
+    struct = np.zeros(1, dtype=A_SOURCES)
+    for q, (address, rows) in enumerate(sources):
+        if address % 16:
+            raise ValueError(f"sources: address {address:#x} is not 16-byte aligned (TMA reads it)")
+        struct["maps"][0, q] = np.frombuffer(_encoded(address, rows, k, BLOCK_M, BLOCK_K).raw, dtype=TENSOR_MAP)[0]
+    struct["rows_per_source"], struct["count"] = rows_per_source, len(sources)
+    return packed(struct.tobytes())
+
+
 def tile_targets(targets, n: int, rows_per_target: int = 0):
     """gemm.cu's TileTargets for bf16 tensors of `n` columns given as (device address, rows) pairs (a peer's
     address as this GPU sees it is fine): tiles are added into all of them, or with `rows_per_target` > 0 row r
@@ -116,7 +141,7 @@ def tile_targets(targets, n: int, rows_per_target: int = 0):
 
 
 def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
-         first_row: int = 0, add_into=None):
+         first_row: int = 0, add_into=None, a_from=None):
     """C = A · Bᵀ (bf16, fp32 accumulation) on A's GPU, enqueued on CuPy's current stream there (as every pkit op;
     by default that is the legacy stream torch uses too); returns C.
 
@@ -127,6 +152,8 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     pkit.PeerTimeout at the next synchronize.
     `add_into` (`tile_targets(...)`): instead of storing C, add its tiles into those tensors (TMA reduce-add;
     the epilogue of GEMM + reduce-scatter and GEMM + all-reduce); `out` is then left untouched.
+    `a_from` (`a_sources(...)`): read A's rows from those tensors (a peer's too) instead of from `a`, which then
+    only gives the shape: the fused all-gather.
     """
     import torch
 
@@ -147,7 +174,8 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)
     _kernel()((min(tiles, blocks or sms),), (THREADS,),
-              (tensor_map(a, BLOCK_M, BLOCK_K), tensor_map(b, BLOCK_N, BLOCK_K), np.uint64(0 if out is None else out.data_ptr()),
+              (a_sources(((a.data_ptr(), m),), k) if a_from is None else a_from,
+               tensor_map(b, BLOCK_N, BLOCK_K), np.uint64(0 if out is None else out.data_ptr()),
                np.int32(m), np.int32(n), np.int32(k), rows, packed(_NO_TARGETS) if add_into is None else add_into),
               shared_mem=SMEM_BYTES, device=a.device.index)
     return out

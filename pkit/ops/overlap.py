@@ -11,6 +11,8 @@ accumulation. `AllGatherGemm` owns the buffers: write A_r into `shard(r)` and B_
              ordered by events (no SM spends time on communication)
   ce_flags   the same copies, each followed by a flag write (a stream memory operation); one pkit GEMM over
              all rows whose producer waits for each chunk's flag (pkit/kernels/gemm.cu, RowsReady)
+  tma_pull   no copy: the pkit GEMM reads each rank's rows where they lie, its producers fetching peers' tiles over
+             NVLink by TMA (the intra-SM fused way; link bytes grow with N_local / 256)
   sm_pull    `comm_sms` SMs run pull_rows (pkit/kernels/overlap.cu), which copies the peers' rows chunk by
              chunk, all its blocks on each chunk, and releases each chunk's flag; the pkit GEMM runs on the
              other SMs
@@ -37,7 +39,7 @@ from ..gpus import torch_stream as _torch_stream
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
 from .collectives import listing, lookup
-from .gemm import BLOCK_M, gemm, tile_targets
+from .gemm import BLOCK_M, a_sources, gemm, tile_targets
 
 PULL_ROWS = KernelArgs("PullRows", (("gathered", "ptr"), ("ready", "ptr"), ("arrivals", "ptr"),
                                     ("chunk16", "u64"), ("chunks_per_rank", "i32"), ("epoch", "u32"),
@@ -166,6 +168,20 @@ class AllGatherGemm:
                 kernel((comm_sms,), (THREADS,), (call,), device=team.devices[r], stream=side[r])
                 with cp.cuda.Device(team.devices[r]):
                     self._gemm(r, epoch, blocks=sms - comm_sms)
+
+    def tma_pull(self) -> None:
+        """No copy at all: each GPU's pkit GEMM reads every rank's rows where they lie (its own, and its peers' over
+        NVLink by TMA), as its producers stream A. Every column tile re-reads its rows, so link bytes grow with
+        N_local / 256: the schedule for narrow weight shards."""
+        import cupy as cp
+
+        team, rows = self.team, self.shard_rows
+        _meet(team)  # every rank's shard is in place before anyone reads it
+        for r in range(team.size):
+            sources = tuple((self.gathered.addresses[r][q] + q * rows * self.k * 2, rows) for q in range(team.size))
+            with cp.cuda.Device(team.devices[r]):
+                gemm(self._a[r], self.weight(r), self.out(r), a_from=a_sources(sources, self.k, rows))
+        _meet(team)  # no rank overwrites its shard while a peer may still read it
 
     # --- pieces --------------------------------------------------------------------------------------
 
@@ -391,6 +407,8 @@ SCHEDULES = {s.name: s for s in (
              AllGatherGemm.ce_flags, "none"),
     Schedule("sm_pull", "comm_sms SMs pull peers' chunks and flag them; the pkit GEMM on the other SMs",
              AllGatherGemm.sm_pull, "comm_sms"),
+    Schedule("tma_pull", "no copy: the pkit GEMM's producers read peers' rows over NVLink as they multiply them",
+             AllGatherGemm.tma_pull, "none"),
 )}
 
 
