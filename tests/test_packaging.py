@@ -49,9 +49,16 @@ def test_make_install_installs_what_the_tests_import():
     assert notebook.IProgress is not None
 
 
+def _make_env(**extra) -> dict:
+    """This environment without what a calling make passes its sub-makes (under `make test` these would make the
+    nested make print 'Entering directory' and take the caller's flags), plus `extra`."""
+    inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+    return {**{k: v for k, v in os.environ.items() if k not in inherited}, **extra}
+
+
 def _dry_run_lab(env=None) -> str:
     out = subprocess.run(["make", "-n", "-o", "install", "lab"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, env=env)
+                         timeout=60, env=env or _make_env())
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -65,7 +72,7 @@ def test_make_lab_passes_allow_root_only_as_root(tmp_path):
     for uid in ("0", "1000"):  # `make lab` asks `id -u`; a stand-in answers for the other kind of user
         (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
         (fake / "id").chmod(0o755)
-        command = _dry_run_lab({**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"})
+        command = _dry_run_lab(_make_env(PATH=f"{fake}:{os.environ['PATH']}"))
         assert ("--allow-root" in command) == (uid == "0"), command
 
 
@@ -100,9 +107,9 @@ def test_make_lab_serves_jupyterlab_and_stops_by_its_pid(tmp_path):
     """`make lab` under this uid (root in CI: --allow-root) on 127.0.0.1, a free port, no browser; the test waits
     for the server to answer, then ends the process group it started and checks that nothing is left."""
     port, token = _free_port(), "pkit-test-" + os.urandom(8).hex()
-    env = {**os.environ, "JUPYTER_TOKEN": token, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
+    env = _make_env(JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+                    JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
+                    JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
     args = f"--no-browser --ip=127.0.0.1 --port={port} --port-retries=0"
     # -o install: the venv this test runs in is the one `make lab` uses (VENV), and it is not reinstalled here
     command = ["make", "-s", "-o", "install", "lab", f"VENV={sys.prefix}", f"LAB_ARGS={args}"]
