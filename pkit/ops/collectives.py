@@ -35,8 +35,10 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..compiler import Kernel
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
+from ..team import _BARRIER_BLOCKS
 
 # LL block size (`ll_threads`): small blocks spread sends and polling over more SMs; once each thread of one
 # small block per SM would carry more than LL_PACKS_PER_THREAD packs, wide blocks (one pack per thread) take
@@ -66,6 +68,7 @@ class Collectives:
         if team.size > MAX_TEAM:
             raise ValueError(f"team: expected at most {MAX_TEAM} GPUs, got {team.size}")
         self.team = team
+        self._kernels: dict = {}  # (name, module id) -> Kernel
         self._ce_options = {k: v for k, v in (("chunk_bytes", ce_chunk_bytes), ("slots", ce_slots)) if v is not None}
 
     @cached_property
@@ -97,9 +100,11 @@ class Collectives:
         return CopyEngines(self.team, **self._ce_options)
 
     def _kernel(self, name: str, module=None):
-        from ..compiler import Kernel
-
-        return Kernel(module or self._module, name)
+        """Kernel `name` of the SM module (or `module`), made once: launches are on the per-call host path."""
+        module = module or self._module
+        if (name, id(module)) not in self._kernels:
+            self._kernels[name, id(module)] = Kernel(module, name)
+        return self._kernels[name, id(module)]
 
     @cached_property
     def _sms(self) -> int:
@@ -133,8 +138,6 @@ class Collectives:
 
     def _launch(self, name: str, inp, out, n16: int) -> None:
         """Launch SM kernel `name` on every local rank over `n16` packs per loop."""
-        from ..team import _BARRIER_BLOCKS
-
         team, flags = self.team, self.team.barrier_flags
         grid = min(_BARRIER_BLOCKS, self._grid(n16, THREADS))  # one barrier flag row per block
         team.launch(self._kernel(name), (grid,), (THREADS,),
@@ -152,7 +155,7 @@ class Collectives:
 
     def _check(self, arg: str, array, count: int, dtype: str | None = None) -> None:
         """`array` (argument `arg`, of this team: see `_check_pair`) holds `count` elements of `dtype`."""
-        if int(np.prod(array.shape)) != count:
+        if math.prod(array.shape) != count:
             raise ValueError(f"{arg}: expected {count} elements, got shape {array.shape}")
         if dtype is not None and array.dtype != dtype:
             raise ValueError(f"{arg}: expected dtype {dtype}, got {array.dtype}")
@@ -176,7 +179,7 @@ class Collectives:
     def all_gather(self, out, inp, mechanism: str = "auto") -> None:
         """out[r] = concatenation over ranks q of inp[q] (inp: one share, out: size × share elements)."""
         self._check_pair(out, inp)
-        share = int(np.prod(inp.shape))
+        share = math.prod(inp.shape)
         self._check("out", out, share * self.team.size, inp.dtype)
         nbytes = self._share("out", out, share * self.team.size)
         chosen = self._mechanism("all_gather", nbytes, mechanism)
@@ -189,7 +192,7 @@ class Collectives:
     def all_to_all(self, out, inp, mechanism: str = "auto") -> None:
         """out[r][q-th share] = inp[q][r-th share], equal shares."""
         self._check_pair(out, inp)
-        total = int(np.prod(inp.shape))
+        total = math.prod(inp.shape)
         self._check("out", out, total, inp.dtype)
         nbytes = self._share("inp", inp, total)
         chosen = self._mechanism("all_to_all", nbytes, mechanism)
@@ -202,7 +205,7 @@ class Collectives:
     def reduce_scatter(self, out, inp, mechanism: str = "auto") -> None:
         """out[r] = sum over ranks q of the r-th share of inp[q] (inp: size × share, out: share)."""
         self._check_pair(out, inp)
-        share = int(np.prod(out.shape))
+        share = math.prod(out.shape)
         self._check("inp", inp, share * self.team.size, out.dtype)
         ctype = self._ctype(inp)
         nbytes = self._share("inp", inp, share * self.team.size)
@@ -222,7 +225,7 @@ class Collectives:
         two GPUs, where both move the same bytes over the link and one-shot needs no gather step).
         """
         self._check_pair(out, inp)
-        total = int(np.prod(inp.shape))
+        total = math.prod(inp.shape)
         self._check("out", out, total, inp.dtype)
         ctype = self._ctype(inp)
         item = inp.storage_dtype.itemsize
