@@ -57,21 +57,35 @@ class Schedule:
     sms_for_communication: str  # "none", "NCCL's", or "comm_sms"
 
 
-class AllGatherGemm:
+class _OnTeam:
+    """What every overlap op shares: a one-process Team, positive shape arguments, and NCCL on the team."""
+
+    def __init__(self, team, **dims: int):
+        if team.rank is not None:
+            raise ValueError("team: expected a one-process Team (pkit.Team([...])); the schedules drive every GPU")
+        for name, value in dims.items():
+            if not (isinstance(value, (int, np.integer)) and value > 0):
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        self.team = team
+
+    @cached_property
+    def _nccl(self):
+        from .baselines import NcclCollectives
+
+        return NcclCollectives(self.team)
+
+
+class AllGatherGemm(_OnTeam):
     """Buffers and schedules of out_r = all-gathered A · B_rᵀ on a one-process Team."""
 
     def __init__(self, team, m: int, k: int, n_local: int, chunk_rows: int = CHUNK_ROWS):
-        if team.rank is not None:
-            raise ValueError("team: expected a one-process Team (pkit.Team([...])); the schedules drive every GPU")
-        for name, value in (("m", m), ("k", k), ("n_local", n_local), ("chunk_rows", chunk_rows)):
-            if not (isinstance(value, (int, np.integer)) and value > 0):
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        super().__init__(team, m=m, k=k, n_local=n_local, chunk_rows=chunk_rows)
         if m % (team.size * chunk_rows) or chunk_rows % BLOCK_M:
             raise ValueError(f"m, chunk_rows: expected m to split into {team.size} shards of whole chunks and "
                              f"chunk_rows a multiple of {BLOCK_M}; got m={m}, chunk_rows={chunk_rows}")
         if k % 8 or n_local % 2:
             raise ValueError(f"k, n_local: expected k a multiple of 8 and n_local even, got {k} and {n_local}")
-        self.team, self.m, self.k, self.n_local, self.chunk_rows = team, m, k, n_local, chunk_rows
+        self.m, self.k, self.n_local, self.chunk_rows = m, k, n_local, chunk_rows
         self.gathered = team.zeros((m, k), "bfloat16")
         self.weights = team.zeros((n_local, k), "bfloat16")
         self.outputs = team.zeros((m, n_local), "bfloat16")
@@ -186,12 +200,6 @@ class AllGatherGemm:
     # --- pieces --------------------------------------------------------------------------------------
 
     @cached_property
-    def _nccl(self):
-        from .baselines import NcclCollectives
-
-        return NcclCollectives(self.team)
-
-    @cached_property
     def _side(self) -> list:
         import cupy as cp
 
@@ -260,7 +268,7 @@ class AllGatherGemm:
         return self._epoch
 
 
-class PartialGemm:
+class PartialGemm(_OnTeam):
     """GEMM + reduce-scatter and GEMM + all-reduce: K-sharded operands, partial products summed across ranks.
 
     Rank r holds A_r (M × K/n, its slice of the activations' K) and B_r (N × K/n); the partial products
@@ -270,16 +278,12 @@ class PartialGemm:
     """
 
     def __init__(self, team, m: int, k_local: int, n: int, scatter: bool):
-        if team.rank is not None:
-            raise ValueError("team: expected a one-process Team (pkit.Team([...])); the schedules drive every GPU")
-        for name, value in (("m", m), ("k_local", k_local), ("n", n)):
-            if not (isinstance(value, (int, np.integer)) and value > 0):
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        super().__init__(team, m=m, k_local=k_local, n=n)
         if scatter and m % (team.size * BLOCK_M):
             raise ValueError(f"m: expected {team.size} shards of whole {BLOCK_M}-row tiles, got m={m}")
         if k_local % 8 or n % 8:
             raise ValueError(f"k_local, n: expected multiples of 8, got {k_local} and {n}")
-        self.team, self.m, self.k_local, self.n, self.scatter = team, m, k_local, n, scatter
+        self.m, self.k_local, self.n, self.scatter = m, k_local, n, scatter
         self.out_rows = m // team.size if scatter else m
         self.lhs_buffers = team.zeros((m, k_local), "bfloat16")
         self.weights = team.zeros((n, k_local), "bfloat16")
@@ -327,12 +331,6 @@ class PartialGemm:
                                        self.n, rows_per_target=self.out_rows if self.scatter else 0)
                 with cp.cuda.Device(team.devices[r]):
                     gemm(self._a[r], self._b[r], add_into=targets)
-
-    @cached_property
-    def _nccl(self):
-        from .baselines import NcclCollectives
-
-        return NcclCollectives(self.team)
 
     @contextmanager
     def _all_streams_meet(self):
