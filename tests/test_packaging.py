@@ -26,15 +26,19 @@ def _by_name(requirements) -> dict:
 
 
 def test_lab_packages_agree_in_pyproject_and_environment_yml():
+    """ipywidgets and seaborn are core dependencies (pkit.widgets, pkit.figures), jupyterlab is the lab extra and
+    in dev (the tests start it); environment.yml asks for each as pyproject.toml does."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    lab, dev, conda = _by_name(extras["lab"]), _by_name(extras["dev"]), _by_name(p for p in pip if p != "-e .")
+    core, lab, dev = _by_name(project["dependencies"]), _by_name(extras["lab"]), _by_name(extras["dev"])
+    conda = _by_name(p for p in pip if p != "-e .")
+    declared = {**core, **lab}
+    assert {"ipywidgets", "seaborn"} <= set(core) and "jupyterlab" in lab
+    assert dev.get("jupyterlab") == lab["jupyterlab"], "pyproject.toml: dev must carry lab's jupyterlab (tests use it)"
     for name in LAB_PACKAGES:
-        assert name in lab, f"pyproject.toml: the lab extra lacks {name}"
-        assert dev.get(name) == lab[name], f"pyproject.toml: dev must carry lab's {lab[name]!r} (the tests use it)"
-        assert conda.get(name) == lab[name], f"environment.yml: expected {lab[name]!r}, got {conda.get(name)!r}"
+        assert conda.get(name) == declared[name], f"environment.yml: expected {declared[name]!r}, got {conda.get(name)!r}"
 
 
 def test_make_install_installs_what_the_tests_import():
