@@ -41,15 +41,54 @@ STYLE = {
     "svg.fonttype": "path",
     "path.simplify": False,
 }
-# Okabe–Ito palette (distinguishable with the common colour-vision deficiencies), then grey and Tol's wine.
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#999999",
-           "#882255"]
+# Okabe–Ito's colours (distinguishable with the common colour-vision deficiencies) without its yellow, which
+# is too pale on white, plus Tol's wine and a mid grey: nine colours, each at least 2:1 against white.
+BLUE, ORANGE, GREEN, VERMILLION, PURPLE, SKY = "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9"
+WINE, BLACK, GREY = "#882255", "#000000", "#999999"
+PALETTE = [BLUE, ORANGE, GREEN, VERMILLION, PURPLE, SKY, WINE, BLACK, GREY]
+
+# One colour per name, the same in every figure: transfer mechanisms (pkit.ops.transfers) and collective
+# mechanisms (pkit.ops.collectives) by mechanism (the copy engine is always orange, SM/register-level blue);
+# collective implementations (pkit.experiments.collectives, torch baselines) with NCCL black and pkit's
+# variants in the colour of their mechanism; GEMMs (cuBLAS black like NCCL, the vendor's library); mechanisms candidates use (pkit.analysis); eval statuses (six of the
+# colours that stay furthest apart under simulated colour-vision deficiencies: bars carry no marker). Within each
+# such set no two names share a colour; names outside get `colors_for`'s spares.
+COLORS = {
+    "ce": ORANGE, "sm_push": BLUE, "sm_pull": SKY, "tma_push": GREEN, "tma_pull": PURPLE,
+    "sm": BLUE, "ll": VERMILLION, "tma": GREEN, "auto": BLACK,
+    "nccl": BLACK, "pkit_sm": BLUE, "pkit_sm_one_shot": SKY, "pkit_sm_two_shot": GREEN, "pkit_ll": VERMILLION,
+    "pkit_ce": ORANGE, "torch_nccl": GREY, "torch_symm_one_shot": WINE, "torch_symm_two_shot": PURPLE,
+    "empty_kernel": GREY, "pkit_gemm": BLUE, "cublas": BLACK,
+    "torch_distributed": BLACK, "nvshmem": WINE, "multicast": VERMILLION, "none": GREY, "unknown": PURPLE,
+    "compile_error": GREY, "runtime_error": WINE, "timeout": BLACK, "wrong_result": VERMILLION,
+    "correct_slower": SKY, "correct_faster": BLUE,
+}
+# A marker per name as well (a second cue where two colours come close for some readers), and dashed lines for
+# baselines that are not NCCL itself (torch's), so a baseline lying on NCCL's curve still shows.
+MARKERS = {
+    "ce": "P", "sm_push": "s", "sm_pull": "D", "tma_push": "^", "tma_pull": "v",
+    "nccl": "o", "pkit_sm": "s", "pkit_sm_one_shot": "^", "pkit_sm_two_shot": "v", "pkit_ll": "D", "pkit_ce": "P",
+    "torch_nccl": "x", "torch_symm_one_shot": "<", "torch_symm_two_shot": ">", "pkit_gemm": "s", "cublas": "o",
+}
+LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_shot": "--"}
 
 # How figures name pkit's identifiers: transfer mechanisms (pkit.ops.transfers), collective mechanisms
-# (pkit.ops.collectives), dtypes and collective ops. Anything else is shown as it is spelled.
+# (pkit.ops.collectives) and implementations (pkit.experiments.collectives, the torch baselines), GEMMs and
+# overlap schedules (pkit.experiments.overlap, pkit.ops.overlap), mechanisms found in candidates
+# (pkit.analysis), eval statuses, dtypes and collective ops. Anything else is shown as it
+# is spelled.
 LABELS = {
-    "ce": "copy engine", "sm": "SM (register-level)", "ll": "LL packets",
+    "ce": "copy engine", "sm": "SM (register-level)", "ll": "LL packets", "tma": "TMA", "auto": "auto (pkit picks)",
     "sm_push": "SM push", "sm_pull": "SM pull", "tma_push": "TMA push", "tma_pull": "TMA pull",
+    "nccl": "NCCL", "pkit_sm": "pkit SM", "pkit_sm_one_shot": "pkit SM one-shot", "pkit_sm_two_shot": "pkit SM two-shot",
+    "pkit_ll": "pkit LL packets", "pkit_ce": "pkit copy engine", "torch_nccl": "torch.distributed (NCCL)",
+    "torch_symm_one_shot": "torch symm. memory one-shot", "torch_symm_two_shot": "torch symm. memory two-shot",
+    "empty_kernel": "empty kernel", "pkit_gemm": "pkit GEMM", "cublas": "cuBLAS",
+    "ce_chunks": "copy engine, chunked", "ce_flags": "copy engine + flags", "tma_add": "TMA reduce-add",
+    "torch_distributed": "torch.distributed", "nvshmem": "NVSHMEM", "multicast": "NVLink multicast",
+    "none": "none found", "unknown": "unknown",
+    "compile_error": "compile error", "runtime_error": "runtime error", "timeout": "timeout",
+    "wrong_result": "wrong result", "correct_slower": "correct, slower", "correct_faster": "correct, faster",
     "bfloat16": "bf16", "float32": "fp32",
     "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
     "all_to_all": "all-to-all",
@@ -61,10 +100,144 @@ def label(name) -> str:
     """The words a figure shows for one of pkit's names (`LABELS`); other names unchanged.
 
     Example:
-        >>> [label(n) for n in ("ce", "sm_push", "bfloat16", "pkit_ll")]
-        ['copy engine', 'SM push', 'bf16', 'pkit_ll']
+        >>> [label(n) for n in ("ce", "sm_push", "bfloat16", "pkit_ll", "torch_nccl", "my_kernel")]
+        ['copy engine', 'SM push', 'bf16', 'pkit LL packets', 'torch.distributed (NCCL)', 'my_kernel']
     """
     return LABELS.get(name, str(name))
+
+
+def colors_for(names) -> dict:
+    """{name: colour} for the names a figure draws: each name's fixed colour (`COLORS`), and for names without
+    one, the `PALETTE` colours not already taken in this set, in sorted order of the names (colours repeat only
+    when a figure draws more names than `PALETTE` has colours).
+
+    Example:
+        >>> colors_for(["pkit_ll", "nccl"]) == {"pkit_ll": VERMILLION, "nccl": BLACK}
+        True
+        >>> colors_for(["shipped", "example", "ce"]) == {"ce": ORANGE, "example": BLUE, "shipped": GREEN}
+        True
+    """
+    import itertools
+
+    names = sorted(set(names), key=str)
+    out = {n: COLORS[n] for n in names if n in COLORS}
+    spare = itertools.cycle([c for c in PALETTE if c not in out.values()] or PALETTE)  # repeats only past 9 colours
+    return {n: out[n] if n in out else next(spare) for n in names}
+
+
+def marker(name, default: str = "o") -> str:
+    """The marker of a name in line plots (`MARKERS`), else `default`."""
+    return MARKERS.get(name, default)
+
+
+def machine(provenance: dict, world_size: int | None = None) -> str:
+    """Where recorded numbers were measured, in words for a figure's title: the GPUs, their links, the machine
+    slug and the world size (`world_size`, else the provenance's GPU count).
+
+    Example:
+        >>> machine({"machine": "h200x2-nv18", "gpus": ["NVIDIA H200"] * 2, "gpu_count": 2,
+        ...          "link_matrix": [["X", "NV18"], ["NV18", "X"]]})
+        '2× NVIDIA H200, NV18 links (h200x2-nv18), world size 2'
+        >>> machine({"machine": "cpu", "gpus": [], "gpu_count": 0}, world_size=2)
+        'CPU only, no GPU (cpu), world size 2'
+    """
+    gpus = list(provenance.get("gpus") or [])
+    if gpus:
+        what = ", ".join(f"{gpus.count(g)}× {g}" for g in dict.fromkeys(gpus))
+    else:
+        what = "CPU only, no GPU"
+    matrix = provenance.get("link_matrix") or []
+    links = sorted({str(v) for i, row in enumerate(matrix) for j, v in enumerate(row) if i != j and v not in ("X", "")})
+    if links:
+        what += f", {'/'.join(links)} links"
+    size = world_size if world_size is not None else (provenance.get("gpu_count") or len(gpus))
+    return f"{what} ({provenance.get('machine', 'unknown machine')}), world size {size}"
+
+
+def records_machine(records) -> str:
+    """`machine` for `pkit eval` records (dicts with `provenance` and `world_size`), each distinct one once,
+    joined by '; '.
+
+    Example:
+        >>> prov = {"machine": "cpu", "gpus": [], "gpu_count": 0}
+        >>> records_machine([{"provenance": prov, "world_size": 2}] * 3)
+        'CPU only, no GPU (cpu), world size 2'
+    """
+    seen = dict.fromkeys(machine(r.get("provenance") or {}, r.get("world_size")) for r in records)
+    return "; ".join(seen) or "no records"
+
+
+def suptitle(fig, text: str, provenance: dict | None = None, *, world_size: int | None = None,
+             note: str | None = None):
+    """Title `fig` with `text` and, on a second line, where its numbers come from: `machine(provenance,
+    world_size)` for recorded results, else `note` (e.g. 'vendor datasheets, nothing measured'). Returns the
+    title's Text.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> fig, ax = subplots()
+        >>> suptitle(fig, "Peer copy", {"machine": "h200x2-nv18", "gpus": ["NVIDIA H200"] * 2}).get_text()
+        'Peer copy\\n2× NVIDIA H200 (h200x2-nv18), world size 2'
+    """
+    if provenance is None and note is None:
+        raise ValueError("provenance or note: expected the recorded provenance, or a note saying where the numbers "
+                         "come from (e.g. 'vendor datasheets, nothing measured')")
+    import textwrap
+
+    where = machine(provenance, world_size) if provenance is not None else note
+    if provenance is not None and note:
+        where += f"; {note}"
+    width = int(fig.get_figwidth() * 11)  # characters of bold 11-point text per line
+    return fig.suptitle("\n".join(textwrap.fill(line, width) for line in (text, where)),
+                        fontsize=STYLE["axes.titlesize"], fontweight="bold")
+
+
+def caption(fig, text: str, width: int | None = None):
+    """A caption under `fig` (what the marks, bars and terms mean), wrapped to the figure's width; returns
+    its Text. `width`: characters per line (default: about 17 per inch of figure width)."""
+    import textwrap
+
+    width = width or int(fig.get_figwidth() * 17)
+    lines = [textwrap.fill(part, width) for part in text.split("\n")]
+    return fig.supxlabel("\n".join(lines), x=0.01, ha="left", multialignment="left", fontsize=8, color="#333333")
+
+
+def heatmap(ax, grid, *, cmap="Blues", norm=None, vmin=None, vmax=None, annot=None, fmt: str = ".0%",
+            missing: str = "no data", colorbar: dict | None = None):
+    """`grid` (a DataFrame: rows × columns, NaN where there is no value) as a seaborn heatmap on `ax`, NaN cells
+    masked: drawn hatched grey and marked `missing`, never coloured like a value (so an empty cell cannot be
+    read as 0%). `annot`: a same-shaped array of cell texts (default: each value formatted with `fmt`);
+    `colorbar`: keyword arguments of the colour bar, None for none. Returns the QuadMesh, whose array is masked
+    at the NaN cells.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> import numpy as np, pandas as pd
+        >>> fig, ax = subplots()
+        >>> mesh = heatmap(ax, pd.DataFrame([[0.0, np.nan], [0.5, 1.0]]), vmin=0, vmax=1)
+        >>> mesh.get_array().mask.tolist()
+        [[False, True], [False, False]]
+        >>> [t.get_text() for t in ax.texts]
+        ['0%', '50%', '100%', 'no data']
+    """
+    import numpy as np
+    import seaborn as sns
+    from matplotlib.patches import Rectangle
+
+    values = grid.to_numpy(dtype=float)
+    mask = np.isnan(values)
+    if annot is None:
+        annot = np.array([["" if np.isnan(v) else format(v, fmt) for v in row] for row in values], dtype=object)
+    sns.heatmap(grid, mask=mask, ax=ax, cmap=cmap, norm=norm, vmin=None if norm else vmin,
+                vmax=None if norm else vmax, annot=np.asarray(annot, dtype=object), fmt="", linewidths=1,
+                linecolor="white", cbar=colorbar is not None, cbar_kws=colorbar or {}, annot_kws={"fontsize": 9})
+    for i, j in zip(*np.nonzero(mask)):
+        ax.add_patch(Rectangle((j, i), 1, 1, facecolor="#F4F4F4", edgecolor="#BBBBBB", hatch="///", lw=0,
+                               zorder=0.5))
+        ax.text(j + 0.5, i + 0.5, missing, ha="center", va="center", fontsize=8, color="#555555", style="italic")
+    ax.grid(False)
+    ax.tick_params(length=0)
+    return ax.collections[0]
 
 
 def apply_style() -> None:
@@ -129,17 +302,20 @@ def size_axis(ax, sizes, every: int = 3) -> None:
 
 
 def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: str = "implementation",
-                style: str | None = None, colors: dict | None = None, title="{}", xlabel: str = "S (bytes)",
-                ylabel=None, xscale: str = "log", yscale="linear", marker: str = ".", ncols: int = 2,
-                panel_size: tuple[float, float] = (5.5, 3.75), legend: dict | None = None):
+                style: str | None = None, colors: dict | None = None, title="{}", xlabel: str = "message size (bytes)",
+                ylabel=None, xscale: str = "log", yscale="linear", marker: str | None = None, ncols: int = 2,
+                panel_size: tuple[float, float] = (5.5, 3.75), legend: dict | str | None = None):
     """A sweep drawn as small multiples; returns the figure (its panels are `fig.axes`, in order).
 
     One panel per value of `facet` (sorted), or, when `y` is a list of columns, one panel per column; in each
-    panel one line per value of `hue` (colours from `colors`, default `PALETTE` in sorted order) and of
-    `style` (line styles `LINE_STYLES` in sorted order; labels 'hue (style)'), against `x` on an `xscale`
-    axis. `title` is a format string for the panel's facet value or column (through `label`), or a list of
-    titles; `ylabel` and `yscale` are one value or one per panel (default ylabel: the column). `legend`:
-    keyword arguments of every panel's legend, None for none. The x label goes under the bottom panels.
+    panel one line per value of `hue` and of `style`, against `x` on an `xscale` axis. A hue value's colour comes
+    from `colors` (default `colors_for`: the same colour for a name in every figure), its marker from `marker`
+    (default `MARKERS`, '.' for other names) and, without `style`, its line style from `LINESTYLES`; with
+    `style`, line styles are `LINE_STYLES` in sorted order of its values. Lines are labelled through `label`
+    ('hue (style)' with `style`). `title` is a format string for the panel's facet value or column (through
+    `label`), or a list of titles; `ylabel` and `yscale` are one value or one per panel (default ylabel: the
+    column). `legend`: keyword arguments of every panel's legend, 'figure' for one legend right of the panels
+    (one entry per hue value, then one per style value), None for none. The x label goes under the bottom panels.
 
     Example:
         >>> import matplotlib; matplotlib.use("Agg")
@@ -147,12 +323,16 @@ def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: st
         >>> df = pd.DataFrame({"op": ["all_reduce"] * 4 + ["all_gather"] * 4, "bytes": [1, 2] * 4,
         ...                    "implementation": (["nccl"] * 2 + ["pkit_sm"] * 2) * 2, "busbw_GBps": range(8)})
         >>> fig = facet_sweep(df, "busbw_GBps", facet="op", legend={"fontsize": 8})
-        >>> [(ax.get_title(), len(ax.lines)) for ax in fig.axes]
-        [('all-gather', 2), ('all-reduce', 2)]
+        >>> [(ax.get_title(), [line.get_label() for line in ax.lines]) for ax in fig.axes]
+        [('all-gather', ['NCCL', 'pkit SM']), ('all-reduce', ['NCCL', 'pkit SM'])]
     """
+    from matplotlib.lines import Line2D
+
     ys = [y] if isinstance(y, str) else list(y)
     if facet is not None and len(ys) != 1:
         raise ValueError(f"y: expected one column when faceting by {facet!r}, got {ys}")
+    if not (legend is None or legend == "figure" or isinstance(legend, dict)):
+        raise ValueError(f"legend: expected keyword arguments (a dict), 'figure' or None, got {legend!r}")
     columns = [c for c in (x, hue, style, facet, *ys) if c is not None]
     missing = sorted(set(columns) - set(frame.columns))
     if missing:
@@ -162,7 +342,8 @@ def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: st
     n = len(panels)
     cols = max(1, min(ncols, n))
     rows = -(-n // cols)
-    colors = colors or dict(zip(sorted(frame[hue].unique()), PALETTE))
+    hues = sorted(frame[hue].unique(), key=str)
+    colors = colors or colors_for(hues)
     styles = dict(zip(sorted(frame[style].unique()), LINE_STYLES)) if style else {}
     fig, axes = subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows), sharex=True,
                          squeeze=False)
@@ -170,16 +351,24 @@ def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: st
     def each(value, i):
         return value[i] if isinstance(value, (list, tuple)) else value
 
+    def look(name, kind=None):
+        return dict(color=colors.get(name), marker=marker or MARKERS.get(name, "."),
+                    ls=styles[kind] if style else LINESTYLES.get(name, "-"))
+
     for i, (ax, (value, group, column)) in enumerate(zip(axes.flat, panels)):
         for key, g in group.groupby([hue, style] if style else [hue], sort=True):
             name, kind = key[0], (key[1] if style else None)
             g = g.sort_values(x)
-            ax.plot(g[x], g[column], marker=marker, color=colors.get(name), ls=styles.get(kind, "-"),
-                    label=label(name) + (f" ({label(kind)})" if style else ""))
+            ax.plot(g[x], g[column], **look(name, kind), label=label(name) + (f" ({label(kind)})" if style else ""))
         ax.set(xscale=xscale, yscale=each(yscale, i), ylabel=each(ylabel, i) or column,
                title=each(title, i) if isinstance(title, (list, tuple)) else title.format(label(value)))
-        if legend is not None:
+        if isinstance(legend, dict):
             ax.legend(**legend)
+    if legend == "figure":
+        handles = [Line2D([], [], **{**look(name, min(styles) if style else None), "ls": "-" if style else
+                                     LINESTYLES.get(name, "-")}, label=label(name)) for name in hues]
+        handles += [Line2D([], [], color="0.3", ls=ls, label=label(kind)) for kind, ls in styles.items()]
+        fig.legend(handles=handles, loc="outside right upper", fontsize=8)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     for col in range(cols):  # the lowest panel of each column carries the x label and tick labels

@@ -1,13 +1,23 @@
-"""pkit.figures on CPU: the faceted sweep helper draws one panel per facet and one line per implementation."""
+"""pkit.figures on CPU: the house style (a fixed, colour-blind-safe colour per name, legend words for every recorded
+name, titles naming machine and world size, heatmaps that mask empty cells) and the faceted sweep helper."""
+import itertools
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from pkit import figures  # noqa: E402
+from pkit import analysis, figures, results  # noqa: E402
+from pkit.experiments import collectives, overlap  # noqa: E402
+from pkit.harness.records import STATUSES  # noqa: E402
+from pkit.ops import collectives as collective_ops  # noqa: E402
+from pkit.ops import transfers  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 OPS = ["all_gather", "all_reduce", "all_to_all", "reduce_scatter", "broadcast"]
 
 
@@ -16,6 +26,139 @@ def sweep_frame() -> pd.DataFrame:
             for op in OPS for impl in ("nccl", "pkit_ll", "pkit_sm") for dtype in ("bfloat16", "float32")
             for p in (16, 18, 20)]
     return pd.DataFrame(rows)
+
+
+def recorded_names(column: str, experiments: str = "*") -> set:
+    """Every value of `column` in the recorded CSVs under results/ whose name matches `experiments`."""
+    names = set()
+    for path in sorted((ROOT / "results").glob(f"*/{experiments}.csv")):
+        frame = pd.read_csv(path)
+        if column in frame.columns:
+            names |= set(frame[column].dropna().astype(str))
+    return names
+
+
+IMPLEMENTATIONS = sorted(set(collectives.implementation_names())
+                         | recorded_names("implementation", "collectives*") - {"empty_kernel"})
+TRANSFER_MECHANISMS = sorted(set(transfers.MECHANISMS) | recorded_names("mechanism"))
+# The sets drawn as colours in one figure: collective implementations (collectives_*), transfer mechanisms
+# (quickstart, hierarchy_sizes, mechanisms_*), GEMMs (overlap), eval statuses (llm_mechanisms); LINES: the ones
+# drawn as lines with markers.
+COLOUR_SETS = {"implementations": IMPLEMENTATIONS, "transfer mechanisms": TRANSFER_MECHANISMS,
+               "GEMMs": list(overlap.GEMM_IMPLEMENTATIONS), "statuses": list(STATUSES)}
+LINES = {"implementations", "transfer mechanisms", "GEMMs"}
+
+# Colour-vision deficiency simulation: Machado, Oliveira and Fernandes (2009), severity 1, on linear RGB.
+MACHADO = {
+    "protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]],
+    "deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]],
+    "tritanopia": [[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602], [0.004733, 0.691367, 0.303900]],
+    "normal vision": np.eye(3).tolist(),
+}
+
+
+def linear_rgb(hex_colour: str) -> np.ndarray:
+    c = np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)]) / 255
+    return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+
+
+def lab(rgb: np.ndarray) -> np.ndarray:
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ rgb
+    f = np.cbrt(np.maximum(xyz / [0.95047, 1.0, 1.08883], 0.008856))
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def delta_e(a: str, b: str, vision: str) -> float:
+    """CIE76 colour difference of two colours as seen with `vision`."""
+    m = np.asarray(MACHADO[vision])
+    return float(np.linalg.norm(lab(np.clip(m @ linear_rgb(a), 0, 1)) - lab(np.clip(m @ linear_rgb(b), 0, 1))))
+
+
+def contrast_on_white(colour: str) -> float:
+    """WCAG contrast ratio of `colour` against a white background."""
+    luminance = float(linear_rgb(colour) @ [0.2126, 0.7152, 0.0722])
+    return 1.05 / (luminance + 0.05)
+
+
+def test_label_covers_every_recorded_implementation_and_mechanism():
+    names = (set(IMPLEMENTATIONS) | set(TRANSFER_MECHANISMS) | set(collective_ops.MECHANISMS)
+             | set(analysis.MECHANISMS) | set(STATUSES) | set(overlap.GEMM_IMPLEMENTATIONS)
+             | recorded_names("implementation") | recorded_names("first") | recorded_names("second"))
+    unlabelled = sorted(n for n in names if n not in figures.LABELS)
+    assert not unlabelled, f"figures.LABELS lacks {unlabelled}"
+    assert not [n for n in names if figures.label(n) == n and "_" in n], "a legend shows a raw identifier"
+    assert figures.label("ce") == "copy engine" and figures.label("unknown_thing") == "unknown_thing"
+    assert figures.label("nccl") == "NCCL" and figures.label("torch_nccl") == "torch.distributed (NCCL)"
+    for name in [n for names in COLOUR_SETS.values() for n in names]:
+        assert name in figures.COLORS, f"{name} has no fixed colour"
+
+
+def test_palette_mapping_is_fixed_whatever_else_is_drawn():
+    assert figures.colors_for(["nccl"])["nccl"] == figures.BLACK
+    assert figures.colors_for(["ce"])["ce"] == figures.colors_for(TRANSFER_MECHANISMS)["ce"] == figures.ORANGE
+    everything = figures.colors_for(IMPLEMENTATIONS)
+    for name in IMPLEMENTATIONS:  # a name's colour does not depend on the other names in the figure
+        assert figures.colors_for([name, "some_model"])[name] == everything[name] == figures.COLORS[name]
+    assert figures.COLORS["pkit_ce"] == figures.COLORS["ce"] and figures.COLORS["pkit_sm"] == figures.COLORS["sm"]
+    spare = figures.colors_for(["shipped", "example", "nccl", "pkit_sm"])  # unmapped names take unused colours
+    assert spare["example"] != spare["shipped"] and {spare["example"], spare["shipped"]}.isdisjoint(
+        {figures.BLACK, figures.BLUE})
+    assert figures.colors_for(["b", "a"]) == figures.colors_for(["a", "b", "a"])  # order and repeats do not matter
+
+
+def test_palette_is_colour_blind_safe_within_each_figure_set():
+    assert "#F0E442" not in figures.PALETTE  # Okabe-Ito's yellow: too pale on white
+    for colour in set(figures.PALETTE) | set(figures.COLORS.values()):
+        assert contrast_on_white(colour) >= 2.0, f"{colour} is low-contrast on white"
+    for what, names in COLOUR_SETS.items():
+        colours = figures.colors_for(names)
+        assert len(set(colours.values())) == len(names), f"{what}: two names share a colour: {colours}"
+        if what in LINES:
+            markers = [figures.marker(n) for n in names]
+            assert len(set(markers)) == len(names), f"{what}: two names share a marker"
+        for a, b in itertools.combinations(names, 2):
+            closest = min(delta_e(colours[a], colours[b], vision) for vision in MACHADO)
+            # colours that come close for some readers must differ in a second cue (lines: marker, style)
+            assert closest >= 15 or (what in LINES and figures.marker(a) != figures.marker(b)), (what, a, b, closest)
+    assert figures.LINESTYLES["torch_nccl"] != "-"  # NCCL's twin through torch stays visible on NCCL's curve
+
+
+def test_titles_name_machine_and_world_size_from_a_recorded_frame():
+    run = results.load("collectives_pkit_nccl", "h200x2-nv18")
+    df = run.frame[run.frame["dtype"] == "bfloat16"]
+    fig = figures.facet_sweep(df, "busbw_GBps", facet="op", legend="figure")
+    title = figures.suptitle(fig, "Bus bandwidth", run.provenance).get_text()
+    gpus = run.provenance["gpus"]
+    assert title.splitlines()[0] == "Bus bandwidth"
+    assert f"{len(gpus)}× {gpus[0]}" in title and "h200x2-nv18" in title and "NV18" in title
+    assert f"world size {run.provenance['gpu_count']}" in title
+    assert "world size 1" in figures.suptitle(fig, "one GPU", run.provenance, world_size=1).get_text()
+    cpu = figures.records_machine([{"provenance": {"machine": "cpu", "gpus": [], "gpu_count": 0}, "world_size": 2}])
+    assert cpu == "CPU only, no GPU (cpu), world size 2"
+    assert "datasheets" in figures.suptitle(fig, "Trend", note="vendor datasheets").get_text()
+    with pytest.raises(ValueError, match="provenance or note"):
+        figures.suptitle(fig, "Where from?")
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == [figures.label(n) for n in sorted(df["implementation"].unique())]
+    caption = figures.caption(fig, "bars: min–max over 20 repetitions " * 10)
+    assert caption.get_text().count("\n") >= 1 and "bars: min–max" in caption.get_text()
+
+
+def test_heatmap_masks_empty_cells_distinctly_from_zero():
+    grid = pd.DataFrame([[0.0, np.nan, 0.5], [np.nan, 1.0, 0.25]], index=["all", "moe"], columns=["a", "b", "c"])
+    fig, ax = figures.subplots()
+    mesh = figures.heatmap(ax, grid, vmin=0, vmax=1, missing="no data", colorbar={"label": "share"})
+    values = mesh.get_array()
+    assert np.ma.isMaskedArray(values)
+    assert np.asarray(np.ma.getmaskarray(values)).reshape(grid.shape).tolist() == np.isnan(grid.to_numpy()).tolist()
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("no data") == 2 and "0%" in texts and texts.count("") == 0
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert sorted((p.get_x(), p.get_y()) for p in hatched) == [(0, 1), (1, 0)]  # (column, row) of the NaN cells
+    zero_colour = mesh.cmap(mesh.norm(0.0))
+    assert all(not np.allclose(matplotlib.colors.to_rgba(p.get_facecolor()), zero_colour) for p in hatched)
+    custom = figures.heatmap(figures.subplots()[1], grid, annot=[["x", "", "y"], ["", "z", "w"]])
+    assert [t.get_text() for t in custom.axes.texts][:4] == ["x", "y", "z", "w"]
 
 
 def test_facet_sweep_draws_a_panel_per_facet_and_a_line_per_hue_and_style():
@@ -28,16 +171,21 @@ def test_facet_sweep_draws_a_panel_per_facet_and_a_line_per_hue_and_style():
     assert [ax.get_title() for ax in shown] == ["all-gather (bf16)", "all-reduce (bf16)", "all-to-all (bf16)",
                                                 "broadcast (bf16)", "reduce-scatter (bf16)"]
     for ax in shown:
-        assert [line.get_label() for line in ax.lines] == ["nccl", "pkit_ll", "pkit_sm"]
+        assert [line.get_label() for line in ax.lines] == ["NCCL", "pkit LL packets", "pkit SM"]
         assert [line.get_color() for line in ax.lines] == list(colors.values())
+        assert [line.get_marker() for line in ax.lines] == [figures.marker(n) for n in colors]
         assert list(ax.lines[0].get_xdata()) == [1 << 16, 1 << 18, 1 << 20] and ax.get_xscale() == "log"
         assert ax.get_legend() is not None
     assert [bool(ax.get_xlabel()) for ax in shown] == [False, False, False, True, True]  # the lowest of each column
     styled = figures.facet_sweep(df, "busbw_GBps", facet="op", style="dtype", legend=None)
     lines = styled.axes[0].lines
-    assert len(lines) == 6 and styled.axes[0].get_legend() is None
-    assert [line.get_label() for line in lines[:2]] == ["nccl (bf16)", "nccl (fp32)"]
+    assert len(lines) == 6 and styled.axes[0].get_legend() is None and not styled.legends
+    assert [line.get_label() for line in lines[:2]] == ["NCCL (bf16)", "NCCL (fp32)"]
     assert [line.get_linestyle() for line in lines[:2]] == ["-", ":"]
+    assert [line.get_color() for line in lines[::2]] == [figures.COLORS[n] for n in ("nccl", "pkit_ll", "pkit_sm")]
+    one = figures.facet_sweep(df, "busbw_GBps", facet="op", style="dtype", legend="figure")
+    assert [t.get_text() for t in one.legends[0].get_texts()] == ["NCCL", "pkit LL packets", "pkit SM", "bf16", "fp32"]
+    assert all(ax.get_legend() is None for ax in one.axes)
 
 
 def test_facet_sweep_draws_one_panel_per_column_when_given_several():
@@ -53,6 +201,8 @@ def test_facet_sweep_argument_errors():
         figures.facet_sweep(df, "speedup", facet="op")
     with pytest.raises(ValueError, match="y: expected one column when faceting"):
         figures.facet_sweep(df, ["busbw_GBps", "time_us"], facet="op")
+    with pytest.raises(ValueError, match="legend: expected"):
+        figures.facet_sweep(df, "busbw_GBps", facet="op", legend="everywhere")
 
 
 def test_size_axis_ticks_powers_of_two_in_range():
@@ -61,4 +211,3 @@ def test_size_axis_ticks_powers_of_two_in_range():
     figures.size_axis(ax, [4096, 1 << 30])
     assert [t.get_text() for t in ax.get_xticklabels()] == ["4 KiB", "32 KiB", "256 KiB", "2 MiB", "16 MiB",
                                                             "128 MiB", "1 GiB"]
-    assert figures.label("ce") == "copy engine" and figures.label("unknown_thing") == "unknown_thing"
