@@ -354,7 +354,7 @@ def transfer_figure(frame: pd.DataFrame, lookup: pd.DataFrame):
                    & (frame["mechanism"] != "ce")]
     fig = Figure(figsize=(8.5, 2.9), dpi=100, layout="constrained")
     axes = fig.subplots(1, 2 if len(by_sms) else 1, squeeze=False)[0]
-    colors = {m: figures.PALETTE[i % len(figures.PALETTE)] for i, m in enumerate(sorted(frame["mechanism"].unique()))}
+    colors = figures.colors_for(frame["mechanism"].unique())  # the figures' fixed colour per mechanism
     ax = axes[0]
     for mech, part in by_size.groupby("mechanism", sort=False):
         part = part.sort_values("bytes")
