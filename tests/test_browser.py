@@ -1,0 +1,275 @@
+"""The explorers in a real browser (issue #15 item 5): JupyterLab on 127.0.0.1 at a free port with a token and no
+browser of its own, `notebooks/09_explorers.ipynb` opened in headless Chromium (Debian's `chromium` and
+`chromium-driver`, driven by Selenium), every cell run through JupyterLab's Run menu, the roofline explorer's
+message-size slider moved by keyboard, its output read before and after, and a screenshot saved as
+`build/browser/explorers.png`. The server and the driver each run in a process group of their own, ended by
+their ids, and the test checks that nothing of either is left.
+
+Skips, saying why, where Chromium, chromedriver or Selenium are missing (`.ci/run` installs the first two with
+apt-get; `make install` installs Selenium, the dev extra). Every wait has a deadline; the whole test takes
+well under a minute here.
+"""
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "09_explorers.ipynb"
+SHOTS = ROOT / "build" / "browser"
+CHROMIUM = ("chromium", "chromium-browser")  # Debian's package names the binary chromium; Ubuntu's older one
+CHROMEDRIVER = ("chromedriver",)
+
+pytestmark = pytest.mark.browser
+
+
+def _which(names) -> str | None:
+    return next((p for p in map(shutil.which, names) if p), None)
+
+
+def _tools() -> tuple[str, str]:
+    """(chromium, chromedriver) paths, or skip naming what is missing and how to get it."""
+    chromium, driver = _which(CHROMIUM), _which(CHROMEDRIVER)
+    missing = [name for name, path in (("chromium", chromium), ("chromedriver", driver)) if not path]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not on PATH: install Debian's packages "
+                    "(apt-get install -y chromium chromium-driver; .ci/run does)")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        pytest.skip("selenium is not installed: pip install -e '.[dev]' (make install does)")
+    return chromium, driver
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live (not zombie) processes in process group `pgid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append((int(stat.parent.name), cmd))
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended while being read
+    return found
+
+
+def _end_group(pgid: int, proc: subprocess.Popen | None = None) -> list[tuple[int, str]]:
+    """SIGTERM the process group `pgid`, SIGKILL what is still there after a grace period; what is left."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _group_members(pgid):
+        if proc is not None:
+            proc.poll()  # reap the leader, so it does not stay as a zombie
+        time.sleep(0.2)
+    for pid, _ in _group_members(pgid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc is not None:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _group_members(pgid):
+        time.sleep(0.2)
+    return _group_members(pgid)
+
+
+def _settings(folder: Path) -> None:
+    """JupyterLab user settings for the test: no autosave (the copy is thrown away anyway), no news or update
+    checks (no network; no toasts over the notebook), every cell in the DOM (no windowing)."""
+    for plugin, values in {"@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+                           "@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
+                                                                            "checkForUpdates": False},
+                           "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"}}.items():
+        path = folder / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+
+
+@pytest.fixture
+def tools():
+    """(chromium, chromedriver): asked first, so a machine without them skips before any server starts."""
+    return _tools()
+
+
+@pytest.fixture
+def lab(tmp_path, tools):
+    """JupyterLab serving a copy of the notebook (so nothing can write to notebooks/): yields (url, token)."""
+    work = tmp_path / "lab"
+    work.mkdir()
+    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
+    _settings(tmp_path / "settings")
+    port, token = _free_port(), "pkit-test-" + os.urandom(8).hex()
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+               "--port-retries=0", f"--ServerApp.root_dir={work}"] + (["--allow-root"] if os.getuid() == 0 else [])
+    log = tmp_path / "lab.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never through a proxy
+    try:
+        deadline, up = time.monotonic() + 90, False
+        while time.monotonic() < deadline and proc.poll() is None and not up:
+            try:
+                with opener.open(f"{url}/api", timeout=5) as response:
+                    up = response.status == 200
+            except OSError:
+                time.sleep(0.3)
+        assert up, f"JupyterLab gave no answer on port {port} (exit {proc.poll()}):\n{log.read_text()[-3000:]}"
+        yield url, token, log
+    finally:
+        left = _end_group(proc.pid, proc)  # a new session: the server leads its own process group
+        assert not left, f"JupyterLab processes left behind: {left}"
+
+
+@pytest.fixture
+def browser(tmp_path, tools):
+    """Headless Chromium through chromedriver, both in a process group of their own."""
+    chromium, chromedriver = tools
+    from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server",
+                "--window-size=1400,1600", "--no-first-run", "--disable-extensions", "--disable-background-networking",
+                f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(arg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        options.ignore_local_proxy_environment_variables()  # the driver is on 127.0.0.1 too
+    # A path to the driver: Selenium does not run Selenium Manager, which would try to download a browser.
+    service = Service(executable_path=chromedriver, log_output=str(tmp_path / "chromedriver.log"),
+                      popen_kw={"start_new_session": True})
+    driver = webdriver.Chrome(service=service, options=options)
+    pgid = service.process.pid
+    try:
+        driver.set_page_load_timeout(60)
+        driver.set_script_timeout(30)
+        yield driver
+    finally:
+        with contextlib.suppress(WebDriverException, OSError):
+            driver.quit()  # ends the browser through the driver; the group is ended below either way
+        left = _end_group(pgid)
+        assert not left, f"chromedriver/chromium processes left behind: {left}"
+
+
+def _wait(driver, condition, timeout: float, what: str, detail=None):
+    """Poll `condition(driver)` until it returns something truthy (returned) or `timeout` s pass: then fail naming
+    `what` and `detail()` (what was seen), with a screenshot for the post-mortem."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            got = condition(driver)
+            if got:
+                return got
+        except (StaleElementReferenceException, WebDriverException) as e:  # the page changed under the query
+            last = e
+        time.sleep(0.25)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SHOTS / "failed.png"))
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (screenshot build/browser/failed.png)"
+                + (f"; last error: {last}" if last else "") + (f"\n{detail()}" if detail else ""))
+
+
+def _code_prompts(driver) -> list[str]:
+    """The input prompt of each code cell: '[3]:' run, '[*]:' running or queued, '[ ]:' not run."""
+    return [p.text.strip() for p in driver.find_elements("css selector", ".jp-CodeCell .jp-InputPrompt")]
+
+
+def _all_ran(driver):
+    prompts = _code_prompts(driver)
+    return len(prompts) > 0 and all(p[1:-2].isdigit() for p in prompts)
+
+
+def _roofline(driver):
+    """The roofline explorer's message-size slider handle and readout, its text output element, and the source
+    of its chart's image (a blob: URL, new with each new picture)."""
+    slider = driver.find_element("xpath", "//div[contains(@class,'widget-slider')]"
+                                          "[.//label[normalize-space()='message / GPU']]")
+    box = slider.find_element("xpath", "ancestor::div[contains(@class,'jp-OutputArea-output')][1]")
+    text = next(e for e in box.find_elements("css selector", ".widget-html-content") if "floor" in e.text)
+    chart = box.find_element("css selector", "img.widget-image").get_attribute("src")
+    return (slider.find_element("css selector", ".noUi-handle"), slider.find_element("css selector", ".widget-readout"),
+            text, chart)
+
+
+@pytest.mark.timeout(180)
+def test_explorers_notebook_runs_in_jupyterlab_and_its_widgets_respond(lab, browser):
+    from selenium.webdriver.common.keys import Keys
+
+    url, token, log = lab
+    driver = browser
+    start = time.monotonic()
+    driver.get(f"{url}/lab/tree/{NOTEBOOK.name}?token={token}")
+    _wait(driver, lambda d: len(_code_prompts(d)) >= 3, 90, "the notebook's cells to appear")
+    _wait(driver, lambda d: d.find_elements("css selector", ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
+          60, "the kernel to start (execution indicator idle)")
+    # Run menu → Run All Cells: the menu bar item, then the command's entry in the opened menu
+    _wait(driver, lambda d: [e for e in d.find_elements("css selector", ".lm-MenuBar-itemLabel") if e.text == "Run"],
+          30, "the Run menu")[0].click()
+    _wait(driver, lambda d: [e for e in d.find_elements("css selector", ".lm-Menu-itemLabel")
+                             if e.text == "Run All Cells"], 30, "Run All Cells in the Run menu")[0].click()
+    stderr_css = "[data-mime-type='application/vnd.jupyter.stderr']"  # how JupyterLab renders errors and stderr
+    _wait(driver, lambda d: _all_ran(d) or d.find_elements("css selector", stderr_css), 90,
+          "every code cell to run (or an error)",
+          lambda: f"prompts {_code_prompts(driver)}; JupyterLab's log ends:\n{log.read_text()[-3000:]}")
+    stderr = driver.find_elements("css selector", stderr_css)  # an error, a warning or other noise from a cell
+    assert not stderr, "\n".join(e.text for e in stderr)[-3000:]
+    outputs = "\n".join(e.text for e in driver.find_elements("css selector", ".jp-OutputArea-output"))
+    # The three explorers render as widgets (not their text fallback "VBox(children=...)")
+    assert "VBox(children" not in outputs
+    _wait(driver, lambda d: len(d.find_elements("css selector", ".jp-OutputArea-output .widget-vbox")) >= 3, 30,
+          "three explorers drawn as widgets")
+    handle, readout, text, before_chart = _wait(driver, _roofline, 30,
+                                                "the roofline explorer's message-size slider, text and chart")
+    before_size, before = readout.text, text.text
+    assert "64 MiB" in before_size and "64 MiB per GPU" in before, (before_size, before)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", handle)
+    handle.click()  # focus the handle; each arrow key moves it to the next size (a power of two)
+    handle.send_keys(Keys.ARROW_RIGHT)
+    after = _wait(driver, lambda d: _roofline(d)[2].text != before and _roofline(d)[2].text, 30,
+                  "the roofline explorer's text to follow the slider")
+    after_size = _roofline(driver)[1].text
+    assert after_size != before_size and f"{after_size} per GPU" in after, (before_size, after_size, after)
+    _wait(driver, lambda d: _roofline(d)[3] != before_chart, 30, "the roofline explorer's chart to be redrawn")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'start'});",
+                          handle.find_element("xpath", "ancestor::div[contains(@class,'jp-CodeCell')][1]"))
+    time.sleep(0.5)  # let the new chart's image load before the screenshot
+    assert driver.save_screenshot(str(SHOTS / "explorers.png"))
+    print(f"browser: {time.monotonic() - start:.1f} s from opening the notebook; slider {before_size} → "
+          f"{after_size}; screenshot {SHOTS / 'explorers.png'}")
