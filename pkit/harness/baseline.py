@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from .problems import discover, select
+from .problems import discover, roofline_report, select
 from .runner import EvalOptions, evaluate, reference_candidate
 
 COLUMNS = ("problem", "category", "size", "dtype", "world_size", "device", "status", "ref_time_ms_median",
@@ -81,8 +81,11 @@ def record_baselines(jsonl_paths: Iterable[str | Path], *, machine: str | None =
         raise ValueError("jsonl_paths: expected records of references run as candidates with full timing "
                          "(pkit eval --reference-as-candidate --perf)")
     chosen = sorted(records.values(), key=lambda r: r["problem"])
-    frame = baseline_frame(chosen)
-    results.record(experiment, frame, _sweep_parameters(chosen), machine=machine, measured_on=measured_on(chosen))
+    provenance = measured_on(chosen)
+    # the records' datasheet floor first (COLUMNS), then each problem against both ceilings, the measuring
+    # machine's measured ones where its ceilings.csv is recorded
+    frame = roofline_report(baseline_frame(chosen), discover(), machine=machine or provenance.get("machine"))
+    results.record(experiment, frame, _sweep_parameters(chosen), machine=machine, measured_on=provenance)
     return frame
 
 

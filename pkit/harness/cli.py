@@ -64,6 +64,8 @@ def register(subparsers) -> None:
     _problem_source_args(pr)
     pr.add_argument("--sizes", nargs="+", default=None, help="sizes to list (default: all of each problem)")
     pr.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    pr.add_argument("--machine", default="h200x2-nv18",
+                    help="whose measured ceilings (results/<machine>/ceilings.csv) give the measured roofline")
     pr.set_defaults(func=run_problems)
 
 
@@ -90,7 +92,7 @@ def run_problems(args) -> int:
     """`pkit problems`: print the cost table."""
     try:
         _, chosen = _problems(args)
-        table = cost_table(chosen, args.world_size, args.dtype, args.sizes, args.ceilings)
+        table = cost_table(chosen, args.world_size, args.dtype, args.sizes, args.ceilings, machine=args.machine)
     except (ValueError, PkitError) as e:
         print(f"pkit problems: error: {e}", file=sys.stderr)
         return 2
