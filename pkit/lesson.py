@@ -194,7 +194,9 @@ def diagnose_ring(outputs, inputs, poison=np.nan) -> Verdict:
                                          f"value ({poison})", RING_UNWRITTEN, where=f"chunk {c} {_ranges(unwritten)}"))
             elif len(bad):
                 coef = _combination(basis, got[c], atol, chunk >= size * size)
-                findings.append(_ring_finding(r, c, c * chunk + bad, coef, got[c][bad[0]], want[c][bad[0]], size))
+                where = f"chunk {c} (elements {c * chunk}..{(c + 1) * chunk - 1})"
+                findings.append(_ring_finding(r, c, where, c * chunk + bad, coef, got[c][bad[0]], want[c][bad[0]],
+                                              size))
     if not findings:
         return Verdict(True, f"every rank holds the sum of all {size} inputs ({n} elements)")
     return _verdict(findings)
@@ -213,10 +215,9 @@ def _combination(basis: np.ndarray, got: np.ndarray, atol: float, determined: bo
     return coef.reshape(size, size) if np.allclose(basis @ coef, got, rtol=1e-5, atol=atol) else None
 
 
-def _ring_finding(r: int, c: int, idx: np.ndarray, coef, got: float, want: float, size: int) -> dict:
-    """Wrong elements `idx` of rank r's chunk c, described by the inputs' chunks they hold (coef[q, c']); `got` and
-    `want` are the first one's values."""
-    where = f"chunk {c} ({_ranges(idx)})"
+def _ring_finding(r: int, c: int, where: str, idx: np.ndarray, coef, got: float, want: float, size: int) -> dict:
+    """Wrong elements `idx` of rank r's chunk c (`where`, in words), described by the inputs' chunks the chunk holds
+    (coef[q, c']); `got` and `want` are the first wrong element's values."""
     if coef is None:
         return _finding(r, "wrong", idx, f"holds values that are no sum of inputs (element {idx[0]}: got {got:g}, "
                         f"expected {want:g})", "is every element summed exactly once per rank?", where=where)
@@ -437,11 +438,16 @@ def _check(source: str, names: tuple, team, run: Callable) -> Verdict:
     if not live:
         return Verdict(None, f"compiled {', '.join(names)} for sm_90a; not run: this machine has {_gpu_count()} GPU(s) "
                              "and the check needs 2 with peer access (with them it runs live)", {"compiled": True})
+    import cupy as cp
+
     try:
         return run(team or _default_team(), *kernels)
     except PeerTimeout as e:
         return Verdict(False, f"{e}\nA wait never saw its flag: does every rank signal each flag another rank waits "
                               "for, with the value it waits for?", {"timeout": True})
+    except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
+        return Verdict(False, f"the kernel failed on the GPU ({e}): an access out of bounds? The CUDA context of this "
+                              "process is now unusable: restart it (or the notebook kernel)", {"crashed": True})
 
 
 def _gpu_count() -> int:
@@ -646,18 +652,19 @@ def solution(step: str) -> str:
 
 
 def recorded(experiment: str, machine: str):
-    """(frame, where it was measured) of a recorded result (`pkit.results.load`), or (None, why there is none).
+    """(frame, where it was measured) of a recorded result (`pkit.results.load`), or (None, a line saying that
+    nothing is recorded under that name).
 
     >>> frame, where = recorded("quickstart", "h200x2-nv18")
-    >>> where.startswith("recorded on h200x2-nv18"), recorded("no_such_study", "h200x2-nv18")[0]
-    (True, None)
+    >>> where.startswith("recorded on h200x2-nv18"), recorded("no_such_study", "h200x2-nv18")
+    (True, (None, "nothing recorded as 'no_such_study' for 'h200x2-nv18'"))
     """
     from .results import describe, load
 
     try:
         run = load(experiment, machine)
-    except PkitError as e:
-        return None, str(e)
+    except PkitError:
+        return None, f"nothing recorded as {experiment!r} for {machine!r}"
     return run.frame, f"recorded on {describe(run.provenance)}"
 
 
