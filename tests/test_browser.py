@@ -13,8 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from processes import end_group, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "09_explorers.ipynb"
@@ -51,53 +50,6 @@ def _tools() -> tuple[str, str]:
     return chromium, driver
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _group_members(pgid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the live (not zombie) processes in process group `pgid`."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                found.append((int(stat.parent.name), cmd))
-        except (OSError, IndexError, ValueError):
-            continue  # the process ended while being read
-    return found
-
-
-def _end_group(pgid: int, proc: subprocess.Popen | None = None) -> list[tuple[int, str]]:
-    """SIGTERM the process group `pgid`, SIGKILL what is still there after a grace period; what is left."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _group_members(pgid):
-        if proc is not None:
-            proc.poll()  # reap the leader, so it does not stay as a zombie
-        time.sleep(0.2)
-    for pid, _ in _group_members(pgid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    if proc is not None:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _group_members(pgid):
-        time.sleep(0.2)
-    return _group_members(pgid)
-
-
 def _settings(folder: Path) -> None:
     """JupyterLab user settings for the test: no autosave (the copy is thrown away anyway), no news or update
     checks (no network; no toasts over the notebook), every cell in the DOM (no windowing)."""
@@ -123,7 +75,7 @@ def lab(tmp_path, tools):
     work.mkdir()
     shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
     _settings(tmp_path / "settings")
-    port, token = _free_port(), "pkit-test-" + os.urandom(8).hex()
+    port, token = free_port(), "pkit-test-" + os.urandom(8).hex()
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     env.update(JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
                JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
@@ -148,7 +100,7 @@ def lab(tmp_path, tools):
         assert up, f"JupyterLab gave no answer on port {port} (exit {proc.poll()}):\n{log.read_text()[-3000:]}"
         yield url, token, log
     finally:
-        left = _end_group(proc.pid, proc)  # a new session: the server leads its own process group
+        left = end_group(proc.pid, proc)[1]  # a new session: the server leads its own process group
         assert not left, f"JupyterLab processes left behind: {left}"
 
 
@@ -181,7 +133,7 @@ def browser(tmp_path, tools):
     finally:
         with contextlib.suppress(WebDriverException, OSError):
             driver.quit()  # ends the browser through the driver; the group is ended below either way
-        left = _end_group(pgid)
+        left = end_group(pgid)[1]
         assert not left, f"chromedriver/chromium processes left behind: {left}"
 
 

@@ -4,8 +4,6 @@ the PATH."""
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from processes import end_group, free_port, group_members
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,26 +79,6 @@ def test_make_lab_passes_allow_root_only_as_root(tmp_path):
         assert ("--allow-root" in command) == (uid == "0"), command
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _group_members(pgid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the live (not zombie) processes in process group `pgid`."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                found.append((int(stat.parent.name), cmd))
-        except (OSError, IndexError, ValueError):
-            continue  # the process ended while being read
-    return found
-
-
 def _get(url: str) -> tuple[int, str]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 never goes through a proxy
     with opener.open(url, timeout=5) as response:
@@ -110,7 +89,7 @@ def _get(url: str) -> tuple[int, str]:
 def test_make_lab_serves_jupyterlab_and_stops_by_its_pid(tmp_path):
     """`make lab` under this uid (root in CI: --allow-root) on 127.0.0.1, a free port, no browser; the test waits
     for the server to answer, then ends the process group it started and checks that nothing is left."""
-    port, token = _free_port(), "pkit-test-" + os.urandom(8).hex()
+    port, token = free_port(), "pkit-test-" + os.urandom(8).hex()
     env = _make_env(JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
                     JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
                     JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
@@ -134,25 +113,11 @@ def test_make_lab_serves_jupyterlab_and_stops_by_its_pid(tmp_path):
         assert answer[0] == 200 and "version" in json.loads(answer[1])
         status, page = _get(f"http://127.0.0.1:{port}/lab?token={token}")
         assert status == 200 and "JupyterLab" in page
-        servers = [cmd for _, cmd in _group_members(pgid) if "jupyter" in cmd]
-        assert servers, _group_members(pgid)
+        servers = [cmd for _, cmd in group_members(pgid) if "jupyter" in cmd]
+        assert servers, group_members(pgid)
         assert all(("--allow-root" in cmd) == (os.getuid() == 0) for cmd in servers), servers
     finally:
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while _group_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = _group_members(pgid)
-        for pid, _ in left:
-            os.kill(pid, signal.SIGKILL)
+        left = end_group(pgid, proc, grace_s=30)[0]  # make lab's server stops on SIGTERM to its group
     assert not left, f"processes left behind: {left}"
 
 
