@@ -26,18 +26,20 @@ SMEM_BYTES = 230464  # gemm.cu kSmemBytes: 4 stages of A and B slices, 2 epilogu
 MAX_TARGETS = 8  # gemm.cu kMaxTargets
 EPILOGUE_BOX = 64  # rows and columns of the epilogue's TMA boxes
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (16,))])  # CUtensorMap: 128 bytes, passed by value
-# gemm.cu's ASources: MAX_TARGETS tensor maps of row blocks of A, then rows_per_source and count (same layout as
-# TileTargets; tests compile ASOURCES_ASSERTS against the kernel).
-A_SOURCES = np.dtype({"names": ["maps", "rows_per_source", "count"],
-                      "formats": [(TENSOR_MAP, (MAX_TARGETS,)), np.int32, np.int32],
-                      "offsets": [0, MAX_TARGETS * 128, MAX_TARGETS * 128 + 4], "itemsize": 1088})
+
+
+def _map_struct(*ints: str) -> np.dtype:
+    """MAX_TARGETS tensor maps (64-byte aligned: the struct pads to a multiple of 64), then two int32 fields."""
+    return np.dtype({"names": ["maps", *ints], "formats": [(TENSOR_MAP, (MAX_TARGETS,)), np.int32, np.int32],
+                     "offsets": [0, MAX_TARGETS * 128, MAX_TARGETS * 128 + 4], "itemsize": 1088})
+
+
+# gemm.cu's ASources (tensor maps of row blocks of A) and TileTargets (tensor maps the epilogue adds into), each
+# with two ints after the maps; tests compile the *_ASSERTS against the kernel.
+A_SOURCES = _map_struct("rows_per_source", "count")
 A_SOURCES_ASSERTS = ("static_assert(sizeof(ASources) == 1088, \"ASources size\");\n"
                      "static_assert(__builtin_offsetof(ASources, count) == 1028, \"ASources::count\");")
-# gemm.cu's TileTargets: MAX_TARGETS tensor maps (64-byte aligned, so the struct pads to a multiple of 64), then
-# count and rows_per_target (tests compile TILE_TARGETS_ASSERTS against the kernel).
-TILE_TARGETS = np.dtype({"names": ["maps", "count", "rows_per_target"],
-                         "formats": [(TENSOR_MAP, (MAX_TARGETS,)), np.int32, np.int32],
-                         "offsets": [0, MAX_TARGETS * 128, MAX_TARGETS * 128 + 4], "itemsize": 1088})
+TILE_TARGETS = _map_struct("count", "rows_per_target")
 TILE_TARGETS_ASSERTS = ("static_assert(sizeof(TileTargets) == 1088, \"TileTargets size\");\n"
                         "static_assert(__builtin_offsetof(TileTargets, count) == 1024, \"TileTargets::count\");\n"
                         "static_assert(__builtin_offsetof(TileTargets, rows_per_target) == 1028, \"rows_per_target\");")
@@ -53,7 +55,7 @@ def _kernel():
     return pkit.compile("gemm.cu", "gemm_bf16_tn")
 
 
-def tensor_map(tensor, box_rows: int, box_cols: int) -> np.ndarray:
+def tensor_map(tensor, box_rows: int, box_cols: int):
     """The TMA descriptor of a row-major bf16 matrix, read in boxes of box_rows × box_cols (128-byte swizzle:
     box_cols × 2 bytes must be 128), as one kernel argument."""
     rows, cols = tensor.shape
@@ -77,7 +79,25 @@ def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int):
     return packed(ctypes.string_at(encoded.getPtr(), TENSOR_MAP.itemsize))
 
 
-_NO_TARGETS = bytes(TILE_TARGETS.itemsize)  # count 0: tiles are stored to C
+@lru_cache(maxsize=None)
+def _no_targets():
+    """TileTargets with count 0: tiles are stored to C."""
+    return packed(bytes(TILE_TARGETS.itemsize))
+
+
+def _maps(dtype: np.dtype, entries, cols: int, box_rows: int, box_cols: int, arg: str) -> np.ndarray:
+    """A one-element struct of `dtype` whose maps describe `entries`, (device address, rows) pairs of row-major
+    bf16 tensors of `cols` columns that TMA reaches in box_rows × box_cols boxes (`arg` names them in errors);
+    the caller fills the two ints."""
+    if not 1 <= len(entries) <= MAX_TARGETS:
+        raise ValueError(f"{arg}: expected 1 to {MAX_TARGETS} (address, rows) pairs, got {len(entries)}")
+    struct = np.zeros(1, dtype=dtype)
+    for q, (address, rows) in enumerate(entries):
+        if address % 16:
+            raise ValueError(f"{arg}: address {address:#x} is not 16-byte aligned (TMA reaches it)")
+        struct["maps"][0, q] = np.frombuffer(_encoded(address, rows, cols, box_rows, box_cols).raw,
+                                             dtype=TENSOR_MAP)[0]
+    return struct
 
 
 def _check(a, b, out) -> tuple[int, int, int]:
@@ -108,15 +128,9 @@ def a_sources(sources: tuple[tuple[int, int], ...], k: int, rows_per_source: int
     """gemm.cu's ASources: rows of A from `sources`, (device address, rows) pairs of row-major bf16 tensors of `k`
     columns (a peer's address as this GPU sees it is fine); source q holds rows from q · rows_per_source.
     One source (the default rows_per_source covers every row) is a plain GEMM's A."""
-    if not 1 <= len(sources) <= MAX_TARGETS:
-        raise ValueError(f"sources: expected 1 to {MAX_TARGETS} (address, rows) pairs, got {len(sources)}")
     if rows_per_source <= 0 or rows_per_source % BLOCK_M:
         raise ValueError(f"rows_per_source: expected a positive multiple of {BLOCK_M}, got {rows_per_source}")
-    struct = np.zeros(1, dtype=A_SOURCES)
-    for q, (address, rows) in enumerate(sources):
-        if address % 16:
-            raise ValueError(f"sources: address {address:#x} is not 16-byte aligned (TMA reads it)")
-        struct["maps"][0, q] = np.frombuffer(_encoded(address, rows, k, BLOCK_M, BLOCK_K).raw, dtype=TENSOR_MAP)[0]
+    struct = _maps(A_SOURCES, sources, k, BLOCK_M, BLOCK_K, "sources")
     struct["rows_per_source"], struct["count"] = rows_per_source, len(sources)
     return packed(struct.tobytes())
 
@@ -126,16 +140,9 @@ def tile_targets(targets, n: int, rows_per_target: int = 0):
     address as this GPU sees it is fine): tiles are added into all of them, or with `rows_per_target` > 0 row r
     into target r // rows_per_target at row r % rows_per_target."""
     targets = list(targets)
-    if not 1 <= len(targets) <= MAX_TARGETS:
-        raise ValueError(f"targets: expected 1 to {MAX_TARGETS} (address, rows) pairs, got {len(targets)}")
     if rows_per_target < 0 or rows_per_target % BLOCK_M:
         raise ValueError(f"rows_per_target: expected 0 or a positive multiple of {BLOCK_M}, got {rows_per_target}")
-    struct = np.zeros(1, dtype=TILE_TARGETS)
-    for q, (address, rows) in enumerate(targets):
-        if address % 16:
-            raise ValueError(f"targets: address {address:#x} is not 16-byte aligned (TMA writes it)")
-        struct["maps"][0, q] = np.frombuffer(_encoded(address, rows, n, EPILOGUE_BOX, EPILOGUE_BOX).raw,
-                                             dtype=TENSOR_MAP)[0]
+    struct = _maps(TILE_TARGETS, targets, n, EPILOGUE_BOX, EPILOGUE_BOX, "targets")
     struct["count"], struct["rows_per_target"] = len(targets), rows_per_target
     return packed(struct.tobytes())
 
@@ -176,6 +183,6 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     _kernel()((min(tiles, blocks or sms),), (THREADS,),
               (a_sources(((a.data_ptr(), m),), k) if a_from is None else a_from,
                tensor_map(b, BLOCK_N, BLOCK_K), np.uint64(0 if out is None else out.data_ptr()),
-               np.int32(m), np.int32(n), np.int32(k), rows, packed(_NO_TARGETS) if add_into is None else add_into),
+               np.int32(m), np.int32(n), np.int32(k), rows, _no_targets() if add_into is None else add_into),
               shared_mem=SMEM_BYTES, device=a.device.index)
     return out
