@@ -151,3 +151,18 @@ def test_partial_products_sum_on_every_rank(team, schedule, scatter):
             # each partial rounded to bf16, then summed in bf16
             torch.testing.assert_close(op.out(r).float().cpu(), want, rtol=2 ** -6, atol=4e-3 * op.k_local ** 0.5,
                                        msg=lambda m, r=r: f"rank {r}, call {call}: {m}")
+
+
+def test_bf16_match_accepts_rounding_and_rejects_wrong_or_poisoned_outputs():
+    import torch
+
+    from pkit.experiments.overlap import bf16_match
+
+    want = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)) * 8
+    assert bf16_match(want.bfloat16(), want, terms=64) == (True, float((want.bfloat16().float() - want).abs().max()))
+    wrong = want.clone()
+    wrong[3, 5] += 1.0
+    assert not bf16_match(wrong.bfloat16(), want, terms=64)[0]
+    poisoned = want.bfloat16()
+    poisoned[0, 0] = float("nan")
+    assert not bf16_match(poisoned, want, terms=64)[0]

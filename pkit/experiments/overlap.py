@@ -78,14 +78,13 @@ def _gemm_pair(m: int, n: int, k: int, device: int, reps: int, warmup: int) -> l
         out.fill_(float("nan"))
         call()
         torch.cuda.synchronize(device)
-        err = (out.float() - want).abs()
-        verified = bool(torch.isfinite(out).all()) and bool((err <= 2 ** -7 * want.abs() + 1e-3 * k ** 0.5).all())
+        verified, err = bf16_match(out, want, terms=k)
         timing = bench(call, devices=[device], warmup=warmup, reps=reps)
         rows.append({"implementation": name, "m": m, "n": n, "k": k, "time_median_us": timing.median_ms * 1e3,
                      "time_min_us": float(np.min(timing.samples_ms)) * 1e3,
                      "time_max_us": float(np.max(timing.samples_ms)) * 1e3, "cv": timing.cv,
                      "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12, "verified": verified,
-                     "max_abs_err": float(err.max())})
+                     "max_abs_err": err})
     return rows
 
 
@@ -145,20 +144,22 @@ def fill_partial(op: PartialGemm, seed: int) -> list:
     return want
 
 
-def check(op, want: list, terms: int, roundings: int = 1) -> tuple[bool, float]:
-    """(every rank within bf16 tolerance of its float32 reference, largest absolute error over the ranks).
-    `terms`: products summed per output element; `roundings`: bf16 roundings on the way (2 when partial
-    products are rounded, then summed in bf16)."""
+def bf16_match(got, want, terms: int, roundings: int = 1) -> tuple[bool, float]:
+    """(`got`, a bf16 GEMM output, is finite and within bf16 tolerance of its float32 reference `want`, largest
+    absolute error). `terms`: products summed per output element; `roundings`: bf16 roundings on the way (2 when
+    partial products are rounded, then summed in bf16)."""
     import torch
 
-    worst, ok = 0.0, True
-    for r, expected in enumerate(want):
-        got = op.out(r).float()
-        err = (got - expected).abs()
-        worst = max(worst, float(err.max()))
-        bound = roundings * (2 ** -7 * expected.abs() + 1e-3 * terms ** 0.5)
-        ok &= bool(torch.isfinite(got).all()) and bool((err <= bound).all())
-    return ok, worst
+    got = got.float()
+    err = (got - want).abs()
+    bound = roundings * (2 ** -7 * want.abs() + 1e-3 * terms ** 0.5)
+    return bool(torch.isfinite(got).all()) and bool((err <= bound).all()), float(err.max())
+
+
+def check(op, want: list, terms: int, roundings: int = 1) -> tuple[bool, float]:
+    """(every rank's output matches its float32 reference, `bf16_match`; largest absolute error over the ranks)."""
+    verdicts = [bf16_match(op.out(r), expected, terms, roundings) for r, expected in enumerate(want)]
+    return all(ok for ok, _ in verdicts), max(err for _, err in verdicts)
 
 
 def _row(team, op, pattern: str, schedule: str, options: dict, shape: dict, verdict: tuple, reps: int,

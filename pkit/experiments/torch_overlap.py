@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from .overlap import bf16_match
 from .torch_collectives import time_samples
 
 SCHEDULES = ("torch_serial", "torch_async_tp")
@@ -102,11 +103,8 @@ def main(argv=None) -> None:
             shape, terms, roundings = {"m": m, "k": inner * world, "n": n}, inner, 2
         flops = 2 * shape["m"] * shape["k"] * shape["n"] / (1 if args.pattern == "ag_gemm" else world)
         for schedule, call in cases:
-            got = call().float()
-            err = (got - want).abs()
-            bound = roundings * (2 ** -7 * want.abs() + 1e-3 * terms ** 0.5)
-            ok = bool(torch.isfinite(got).all()) and bool((err <= bound).all())
-            verdict = torch.tensor([float(ok), float(err.max())], device="cuda")
+            ok, err = bf16_match(call(), want, terms, roundings)
+            verdict = torch.tensor([float(ok), err], device="cuda")
             dist.all_reduce(verdict[:1], op=dist.ReduceOp.MIN)
             dist.all_reduce(verdict[1:], op=dist.ReduceOp.MAX)
             samples = torch.tensor(time_samples(call, args.reps, args.warmup), device="cuda")
