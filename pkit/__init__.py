@@ -26,7 +26,7 @@ _LAZY = {
     "synchronize": ("pkit.launch", "synchronize"),
 }
 _SUBMODULES = {"roofline", "hardware", "metrics", "analysis", "results", "figures", "timing", "team",
-               "experiments", "harness", "problem_kit", "launch"}
+               "experiments", "harness", "problem_kit", "launch", "dist"}
 
 
 def __getattr__(name: str):

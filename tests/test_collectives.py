@@ -205,9 +205,11 @@ def test_collective_arguments_are_checked_before_any_launch():
         C.Collectives(one_per_gpu).all_reduce(_array(one_per_gpu, 1024), _array(one_per_gpu, 1024), mechanism="ce")
 
 
-@pytest.mark.parametrize("source, kernels, call", [("collectives.cu", C.SM_KERNELS, C.SM_CALL),
-                                                   ("ll_collectives.cu", C.LL_KERNELS, C.LL_CALL)])
-def test_kernels_instantiate_and_their_argument_struct_matches_the_host_layout(source, kernels, call, cache_dir):
+@pytest.mark.parametrize("source, kernels, call, field", [
+    ("collectives.cu", C.SM_KERNELS, C.SM_CALL, "n16"), ("ll_collectives.cu", C.LL_KERNELS, C.LL_CALL, "n16"),
+    ("staged_collectives.cu", pkit.dist.STAGED_KERNELS, pkit.dist.STAGED_CALL, "share16")])
+def test_kernels_instantiate_and_their_argument_struct_matches_the_host_layout(source, kernels, call, field,
+                                                                              cache_dir):
     """Every name expression compiles to a kernel of the cubin, and the C++ struct has KernelArgs' layout."""
     from pkit.compiler import KERNEL_DIR, compile_cubin, cubin_symbols
 
@@ -215,8 +217,8 @@ def test_kernels_instantiate_and_their_argument_struct_matches_the_host_layout(s
     module = compile_cubin(text, arch="sm_90a", name_expressions=kernels)
     assert set(module.lowered) == set(kernels) and len(set(module.lowered.values())) == len(kernels)
     assert set(module.lowered.values()) <= cubin_symbols(module.cubin)
-    shifted = call.layout_asserts().replace(f"== {call.dtype.fields['n16'][1]},", "== 1,", 1)
-    with pytest.raises(pkit.CompileError, match="n16: offset differs"):
+    shifted = call.layout_asserts().replace(f"== {call.dtype.fields[field][1]},", "== 1,", 1)
+    with pytest.raises(pkit.CompileError, match=f"{field}: offset differs"):
         compile_cubin((KERNEL_DIR / source).read_text() + "\n" + shifted, arch="sm_90a")
 
 

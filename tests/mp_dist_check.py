@@ -1,0 +1,117 @@
+"""Run under torchrun: pkit.dist's collectives on torch tensors, every op, dtype and mechanism, checked on every rank.
+
+One process per GPU with NCCL where there are enough GPUs; otherwise every rank shares GPU 0 with gloo for the host
+side (the GPU time-slices the processes' kernels: correct, but slow and meaningless to time). CPU tensors run the
+torch.distributed fallback. Each case draws fresh inputs from a seed all ranks share, so every rank can compute
+every rank's expected output on the CPU. Reductions must match the float32 sum in rank order bit for bit (what
+the kernels compute), so every rank holds identical bits.
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from pkit import dist as pdist
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def inputs(seed: int, rank: int, shape, dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-2**31, 2**31 - 1, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def expected(op: str, xs: list, rank: int) -> torch.Tensor:
+    size = len(xs)
+    if op in ("all_reduce", "reduce_scatter"):
+        acc = torch.zeros(xs[0].shape, dtype=torch.float32)
+        for x in xs:  # rank order, in fp32, rounded once: the kernels' order
+            acc += x.float()
+        total = acc.to(xs[0].dtype)
+        return total if op == "all_reduce" else total.chunk(size)[rank]
+    if op == "all_gather":
+        return torch.cat(xs)
+    return torch.cat([x.chunk(size)[rank] for x in xs])
+
+
+def cases(size: int):
+    """(op, dtype, shape of one rank's input, non-contiguous?): LL sizes, staged sizes, shares needing padding."""
+    for op in OPS:
+        dtypes = (torch.float32, torch.bfloat16) if op in ("all_reduce", "reduce_scatter") else \
+            (torch.bfloat16, torch.int32, torch.uint8)
+        for dtype in dtypes:
+            for rows in (size * 3, size * 4096, size * 2**19 + size * 3):  # tiny, LL, staged (and odd)
+                yield op, dtype, (rows, 3), False
+        yield op, dtypes[0], (size * 64, 10), True
+
+
+def poison_allocator(device) -> None:
+    """Fill memory the caching allocator will hand out next with NaN bits, so an output left unwritten shows."""
+    if device.type == "cuda":
+        block = torch.full((64 << 20,), float("nan"), device=device)
+        del block
+
+
+def refusals(device, size: int) -> list[str]:
+    """Bad arguments get one clear error naming the argument."""
+    bad = []
+    for call, error, words in ((lambda: pdist.all_reduce(torch.ones(16, dtype=torch.int32, device=device)),
+                                ValueError, "x: pkit.dist reductions sum"),
+                               (lambda: pdist.reduce_scatter(torch.ones(size * 8 + 1, device=device)),
+                                ValueError, "x: expected dimension 0 to split"),
+                               (lambda: pdist.all_gather([1.0, 2.0]), TypeError, "x: expected a torch.Tensor")):
+        try:
+            call()
+            bad.append(f"no {error.__name__} for {words!r}")
+        except error as e:
+            if words not in str(e):
+                bad.append(f"{error.__name__} says {e}, expected {words!r}")
+    return bad
+
+
+def main() -> None:
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    where = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+    if where == "cuda":
+        gpus = torch.cuda.device_count()
+        device = torch.device("cuda", rank % gpus)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if gpus >= size else "gloo")
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    queued = []
+    for seed, (op, dtype, shape, strided) in enumerate(cases(size)):
+        xs = [inputs(seed, r, shape, dtype) for r in range(size)]
+        x = xs[rank].to(device)
+        if strided:
+            x = x.t().contiguous().t()  # same values, column-major: not contiguous
+            assert not x.is_contiguous()
+        before = x.clone()
+        poison_allocator(device)
+        y = getattr(pdist, op)(x)
+        queued.append((op, dtype, shape, x, before, y, expected(op, xs, rank)))
+    bad = []
+    for op, dtype, shape, x, before, y, want in queued:  # checked after every call was queued back to back
+        got = y.cpu()
+        label = f"{op} {dtype} {shape} on rank {rank}"
+        if got.shape != want.shape or got.dtype != want.dtype:
+            bad.append(f"{label}: got {got.dtype}{tuple(got.shape)}, expected {want.dtype}{tuple(want.shape)}")
+        elif not torch.equal(got, want):
+            wrong = (got != want).nonzero()
+            bad.append(f"{label}: {len(wrong)} elements differ, first at {wrong[0].tolist()}")
+        if not torch.equal(x, before):
+            bad.append(f"{label}: the input changed")
+    bad += refusals(device, size)
+    for message in bad:
+        print("FAIL", message, flush=True)
+    if not bad:
+        print(f"DIST OK {rank} {len(queued)} cases", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
