@@ -27,3 +27,12 @@ def test_cpu_tensors_run_the_torch_distributed_fallback():
 @pytest.mark.gpu
 def test_every_op_dtype_and_mechanism_on_every_rank():
     run_check("cuda")
+
+
+@pytest.mark.gpu
+def test_pkit_solutions_match_their_references_on_the_gpu():
+    """Every problems/*/solutions/pkit_*.py on the GPU against its reference on the CPU, tiny size."""
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          str(HERE / "mp_solutions_check.py"), "tiny"], capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.count("SOLUTIONS OK") == 2, out.stdout[-6000:] + out.stderr[-3000:]
