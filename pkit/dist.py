@@ -33,7 +33,7 @@ REDUCIBLE = {torch.float32: "float", torch.bfloat16: "__nv_bfloat16"}  # dtype -
 STAGED_CALL = KernelArgs("StagedCall", (("x", "ptr"), ("y", "ptr"), ("stage", "ptr"), ("half16", "u64"),
                                         ("share16", "u64"), ("flags", "ptr"), ("half", "u32"), ("rank", "i32"),
                                         ("size", "i32")))
-REDUCING = ("all_reduce", "reduce_scatter")
+REDUCING = ("all_reduce", "all_reduce_two_shot", "reduce_scatter")  # kernels templated on the summed type
 STAGED_KERNELS = ("staged_all_gather", "staged_all_to_all",
                   *(f"staged_{op}<{c}>" for op in REDUCING for c in REDUCIBLE.values()))
 
@@ -116,7 +116,7 @@ class _Context:
     def run(self, op: str, x: torch.Tensor, share: int, shape) -> torch.Tensor:
         """Collective `op` of `x` whose share is `share` elements (the whole buffer for all_reduce), into a new
         tensor of `shape`."""
-        from .ops.collectives import choose
+        from .ops.collectives import ONE_SHOT_MAX_BYTES, choose
 
         if x.device.index != self.device:
             raise ValueError(f"x: expected a tensor on this rank's GPU cuda:{self.device}, got {x.device}")
@@ -127,13 +127,31 @@ class _Context:
         xs = _padded(x.contiguous(), share, pad, spread)
         ys = torch.empty((share + pad) * (size if op in ("all_gather", "all_to_all") else 1), dtype=x.dtype,
                          device=x.device)
+        ll = choose(op, share_bytes, "auto", single_process=False) == "ll"
+        if op == "all_reduce" and size > 2 and not ll and share_bytes > ONE_SHOT_MAX_BYTES:
+            return self._two_shot(x, shape)
         with _on_torch_stream(self.device):
-            if choose(op, share_bytes, "auto", single_process=False) == "ll":
+            if ll:
                 name = f"{op}_ll" + (f"<{REDUCIBLE[x.dtype]}>" if op in REDUCING else "")
                 self.collectives._launch_ll(name, _Plain(xs), _Plain(ys), share_bytes // 16)
             else:
                 self._staged(op, xs, ys, share_bytes, spread)
         return _unpadded(ys, share, pad).view(shape)
+
+    def _two_shot(self, x: torch.Tensor, shape) -> torch.Tensor:
+        """All-reduce as a staged reduce-scatter and all-gather in one kernel: 2(n-1)/n of the buffer on each
+        rank's links instead of one-shot's n-1 buffers. The flat input is zero-padded at its end to n shares of
+        whole 16-byte packs."""
+        size, item, n = self.team.size, x.element_size(), x.numel()
+        pack = 16 // math.gcd(16, item)
+        share = -(-n // (size * pack)) * pack
+        xs = x.contiguous().reshape(-1)
+        if share * size != n or xs.data_ptr() % 16:
+            xs = torch.cat([xs, xs.new_zeros(share * size - n)])
+        ys = torch.empty(share * size, dtype=x.dtype, device=x.device)
+        with _on_torch_stream(self.device):
+            self._staged("all_reduce_two_shot", xs, ys, share * item, size)
+        return ys[:n].view(shape)
 
     def _staged(self, op: str, xs, ys, share_bytes: int, spread: int) -> None:
         """Launch staged kernel `op` over shares of `share_bytes`, `spread` of them in `xs`."""

@@ -36,3 +36,9 @@ def test_pkit_solutions_match_their_references_on_the_gpu():
                           str(HERE / "mp_solutions_check.py"), "tiny"], capture_output=True, text=True,
                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.count("SOLUTIONS OK") == 2, out.stdout[-6000:] + out.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_four_ranks_take_the_two_shot_all_reduce():
+    """Beyond two ranks large all-reduces are two-shot (staged_all_reduce_two_shot); four ranks may share GPUs."""
+    run_check("cuda", nproc=4)

@@ -3,7 +3,7 @@
 // pulls what it needs from their staging into its output. Every write is local, so input and output can be any
 // 16-byte-aligned device memory (a torch tensor); only the staging is peer-mapped.
 //
-// One barrier per call: consecutive calls use the two halves of the staging in turn (`half`), so a rank may
+// One barrier per call (two for the two-shot all-reduce): consecutive calls use the two halves of the staging in turn (`half`), so a rank may
 // copy call k + 1's input while a slower peer still reads call k's. Call k + 2 reuses call k's half only after
 // passing call k + 1's barrier, which every peer reaches only after finishing call k (kernels of a rank run in
 // stream order). Block b of every rank copies and reads the same packs (grid-stride over one share), so the
@@ -57,6 +57,28 @@ __global__ void staged_all_reduce(const StagedCall c) {
   for (u64 i = thread_index(); i < c.share16; i += thread_count()) pkit::store16(c.my_stage(0) + i, pkit::load16(c.x + i));
   c.barrier(PKIT_SITE);
   for (u64 i = thread_index(); i < c.share16; i += thread_count()) pkit::store16(c.y + i, sum_share<T>(c, 0, i));
+}
+
+// y = sum over ranks of x, two shot (x: size shares): rank r sums share r (staged by its peers) into y and into its
+// own staging's share r, which it never stages input into; after a second barrier it pulls every peer's summed
+// share from there. 2 (size - 1) / size of the buffer crosses each rank's links, against size - 1 buffers one shot.
+template <typename T>
+__global__ void staged_all_reduce_two_shot(const StagedCall c) {
+  for (u64 i = thread_index(); i < c.share16; i += thread_count())
+    for (int s = 0; s < c.size; ++s)
+      if (s != c.rank) pkit::store16(c.my_stage(s) + i, pkit::load16(c.x + u64(s) * c.share16 + i));
+  c.barrier(PKIT_SITE);
+  for (u64 i = thread_index(); i < c.share16; i += thread_count()) {
+    const vec16 v = sum_share<T>(c, c.rank, i);
+    pkit::store16(c.y + u64(c.rank) * c.share16 + i, v);
+    pkit::store16(c.my_stage(c.rank) + i, v);
+  }
+  c.barrier(PKIT_SITE);
+  for (u64 i = thread_index(); i < c.share16; i += thread_count())
+    for (int d = 1; d < c.size; ++d) {
+      const int q = (c.rank + d) % c.size;
+      pkit::store16(c.y + u64(q) * c.share16 + i, pkit::load16(c.staged(q, q) + i));
+    }
 }
 
 // y = concatenation over ranks q of x[q] (x: one share).
