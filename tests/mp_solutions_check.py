@@ -38,7 +38,7 @@ def main() -> None:
     seed = random.Random(int.from_bytes(os.urandom(4), "little")).randrange(2**31)
     seed_t = torch.tensor([seed])
     dist.broadcast(seed_t, 0)
-    failures = 0
+    failures = checked = 0
     for solution in sorted(ROOT.glob("*/solutions/pkit_*.py")):
         problem = load_module(solution.parent.parent / "problem.py", f"problem_{solution.parent.parent.name}")
         if size not in problem.META["world_sizes"]:
@@ -51,13 +51,14 @@ def main() -> None:
                 got = candidate.solution(*to(inputs, device))
                 torch.cuda.synchronize()
                 check = compare(want, to(got, "cpu"))  # each output at its dtype's tolerance
+                checked += 1
                 label = f"{solution.relative_to(ROOT)} {size_name} {dtype} rank {rank}"
                 if check.ok:
                     print(f"OK {label} max_abs_err={check.max_abs_err}", flush=True)
                 else:
                     failures += 1
                     print(f"FAIL {label}: {check.note} {check.flags} first bad {check.first_bad_index}", flush=True)
-    print(f"SOLUTIONS {'OK' if not failures else 'FAILED'} {rank}", flush=True)
+    print(f"SOLUTIONS {'OK' if not failures and checked else 'FAILED'} {rank}: {checked} checked", flush=True)
     dist.destroy_process_group()
 
 
