@@ -261,17 +261,23 @@ class Kernel:
     def __call__(self, grid, block, args, shared_mem: int = 0, device: int | None = None, stream=None) -> None:
         import cupy as cp
 
-        dev = cp.cuda.runtime.getDevice() if device is None else device
+        current = cp.cuda.runtime.getDevice()
+        dev = current if device is None else device
         fn = self.on(dev)
         if shared_mem > 48 * 1024:  # above the default cap the function must opt in
             from cupy_backends.cuda.api import driver
 
             with cp.cuda.Device(dev):
                 driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
-        with cp.cuda.Device(dev):
+        if dev != current:  # switch only when needed: this is the per-call host path of small collectives
+            cp.cuda.runtime.setDevice(dev)
+        try:
             fn(tuple(grid) if not isinstance(grid, int) else (grid,),
                tuple(block) if not isinstance(block, int) else (block,),
                tuple(args), shared_mem=shared_mem, stream=stream or cp.cuda.get_current_stream())
+        finally:
+            if dev != current:
+                cp.cuda.runtime.setDevice(current)
 
 
 def compile(source: str, name: str, arch: str | None = None, options: Sequence[str] = ()) -> Kernel:  # noqa: A001
