@@ -39,11 +39,34 @@ TOLERANCES = {
 }
 """(atol, rtol) per floating dtype of the reference output; other dtypes compare exactly."""
 
+LOW_PRECISION = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
+"""Dtypes whose sums round visibly at each addition: their table tolerance grows with the terms summed."""
 
-def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None = None) -> tuple[float, float]:
-    """(atol, rtol) for outputs of `dtype`; explicit `atol`/`rtol` override the table."""
+
+def rank_sum_factor(dtype: torch.dtype, summands: int = 1) -> float:
+    """How much wider than the table the tolerance of a `dtype` output that is a sum of `summands` terms,
+    rounded to `dtype` after each addition (a sum over the W ranks: summands = W), must be.
+
+    The rounding model: an order of summation (NCCL's ring or tree, sequential, fp32 accumulation) rounds
+    W-1 partial sums, each by up to half an ulp of that partial sum; two correct orders thus differ by up to
+    2(W-1) such half-ulps, where the table allows for the one rounding of each side's final result. Partial
+    sums of W independent terms are of the output's own magnitude (both grow like sqrt(W)), where the table
+    is set, so the count of roundings is the factor: W-1 (1 up to W = 2, where every order gives the same
+    bits). Simulated on the CPU as tests/test_tolerance_ranks.py does: bf16 sums of N(0, 1) buckets (problems
+    01, 03) in five orders (rank order, reversed, tree, ring, fp32 accumulation) at W = 4, 8, 16 over 4-16 M
+    elements differ by up to 0.52, 0.54, 0.47 of the widened tolerance (fp16: 0.14). float32/64, complex and
+    integer outputs keep the table (factor 1).
+    """
+    return float(max(1, summands - 1)) if dtype in LOW_PRECISION else 1.0
+
+
+def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None = None,
+              summands: int = 1) -> tuple[float, float]:
+    """(atol, rtol) for outputs of `dtype` that sum `summands` terms (`rank_sum_factor`); explicit
+    `atol`/`rtol` override the table and are used as given."""
     default = TOLERANCES.get(dtype, (0.0, 0.0))
-    return (default[0] if atol is None else atol, default[1] if rtol is None else rtol)
+    grow = rank_sum_factor(dtype, summands)
+    return (default[0] * grow if atol is None else atol, default[1] * grow if rtol is None else rtol)
 
 
 def leaves(obj, path: str = "out") -> list[tuple[str, object]]:
@@ -130,13 +153,15 @@ def _snap(value, root: str) -> Snapshot:
 
 
 def compare(ref_out, sol_out, *, pristine=None, ref_inputs=None, sol_inputs=None, inplace=(),
-            ref_aliases=None, sol_aliases=None, atol: float | None = None, rtol: float | None = None) -> RankCheck:
+            ref_aliases=None, sol_aliases=None, atol: float | None = None, rtol: float | None = None,
+            summands: int = 1) -> RankCheck:
     """Check `sol_out` against `ref_out` (Snapshots, or live values); inputs let it spot mutation and tricks.
 
     `pristine` holds the inputs before any call; `ref_inputs`/`sol_inputs` the reference's and the
     candidate's inputs after their calls; `inplace` the input paths ('input[0]') the reference updates in
     place. `ref_aliases`/`sol_aliases` list output paths that shared storage with an input (as the worker
-    saw them; computed here for live values).
+    saw them; computed here for live values). `summands` > 1: the floating outputs (and in-place updates) are
+    sums of that many terms rounded in their dtype, such as sums over the ranks (`rank_sum_factor`).
     """
     if sol_aliases is None and sol_inputs is not None and not isinstance(sol_out, Snapshot):
         sol_aliases = aliased_paths(sol_out, sol_inputs)
@@ -157,12 +182,12 @@ def compare(ref_out, sol_out, *, pristine=None, ref_inputs=None, sol_inputs=None
         for (path, r), (_, s) in zip(ref_leaves, sol_leaves):
             if isinstance(r, torch.Tensor):
                 devices = (sol.devices.get(path), ref.devices.get(path))
-                if _compare_tensor(path, r, s, devices, tally, atol, rtol):
+                if _compare_tensor(path, r, s, devices, tally, atol, rtol, summands):
                     _trick_flags(path, r, s, clean_tensors, set(ref_aliases or ()), set(sol_aliases or ()), tally)
             else:
                 _compare_value(path, r, s, tally, atol, rtol)
     if clean is not None and sol_in is not None:
-        _check_inputs(clean, ref_in, sol_in, set(inplace), tally, atol, rtol)
+        _check_inputs(clean, ref_in, sol_in, set(inplace), tally, atol, rtol, summands)
     return RankCheck(
         ok=not tally.notes, max_abs_err=tally.max_abs, max_rel_err=tally.max_rel,
         mismatch_fraction=(tally.bad / tally.total) if tally.total else 0.0, first_bad_index=tally.first,
@@ -181,7 +206,8 @@ def comparable(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, devices, tally: _Tally, atol, rtol) -> bool:
+def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, devices, tally: _Tally, atol, rtol,
+                    summands: int = 1) -> bool:
     """Compare values into `tally`; False when kind (device, dtype, shape, layout) already differs."""
     for flag, got, want in (("wrong_device", devices[0], devices[1]), ("wrong_dtype", s.dtype, r.dtype),
                             ("wrong_shape", tuple(s.shape), tuple(r.shape)), ("wrong_layout", s.layout, r.layout)):
@@ -190,7 +216,7 @@ def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, devices, tally:
             return False
     if r.numel() == 0:
         return True
-    a_tol, r_tol = tolerance(r.dtype, atol, rtol)
+    a_tol, r_tol = tolerance(r.dtype, atol, rtol, summands)
     want, got = comparable(r), comparable(s)
     if want.dtype.is_floating_point:
         got, want = got.to(torch.float64), want.to(torch.float64)
@@ -244,7 +270,7 @@ def fingerprint(out) -> list:
     return summary
 
 
-def fingerprint_check(expected, atol: float | None = None, rtol: float | None = None) -> dict:
+def fingerprint_check(expected, atol: float | None = None, rtol: float | None = None, summands: int = 1) -> dict:
     """What `FingerprintCheck` needs to know about a right answer `expected` (on any device; JSON-able and
     small, so a reference worker can compute it beside its output and send it): per leaf its path, its
     fingerprint and, per chunk, how far the chunk sum of an output within tolerance can be from it.
@@ -255,7 +281,7 @@ def fingerprint_check(expected, atol: float | None = None, rtol: float | None = 
     for path, leaf in leaves(expected):
         paths.append(path)
         if isinstance(leaf, torch.Tensor):
-            a_tol, r_tol = tolerance(leaf.dtype, atol, rtol)
+            a_tol, r_tol = tolerance(leaf.dtype, atol, rtol, summands)
             rows = chunk_rows(leaf).abs()
             width = rows.shape[1]
             counts = [min(max(leaf.numel() - c * width, 0), width) for c in range(FINGERPRINT_CHUNKS)]
@@ -338,7 +364,7 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _check_inputs(clean: Snapshot, ref_in: Snapshot | None, sol_in: Snapshot, inplace: set, tally: _Tally,
-                  atol, rtol) -> None:
+                  atol, rtol, summands: int = 1) -> None:
     """Inputs in `inplace` must match the reference's updated values; all others must be unchanged."""
     before = dict(leaves(clean.value, "input"))
     after = dict(leaves(sol_in.value, "input"))
@@ -353,7 +379,7 @@ def _check_inputs(clean: Snapshot, ref_in: Snapshot | None, sol_in: Snapshot, in
             want = expected[path]
             if isinstance(want, torch.Tensor) and isinstance(now, torch.Tensor):
                 sub = _Tally()
-                if not _compare_tensor(path, want, now, ("", ""), sub, atol, rtol) or sub.notes:
+                if not _compare_tensor(path, want, now, ("", ""), sub, atol, rtol, summands) or sub.notes:
                     tally.fail("inplace_result", f"{path} (updated in place by the reference) differs: "
                                                  + "; ".join(sub.notes)[:300])
             elif not (type(now) is type(want) and now == want):

@@ -27,7 +27,9 @@ class Problem:
     `sizes` lists size names (pkit) or is empty when any size spelled `MxN` works (PKB); `world_sizes` is
     empty when any world size works; `cost` maps (world_size, size, dtype) to a cost dict or None;
     `tolerance` is an (atol, rtol) pair replacing the dtype-based table, or None; `inplace_inputs` lists
-    the indices of inputs the reference updates in place (its contract; more are found by running it).
+    the indices of inputs the reference updates in place (its contract; more are found by running it);
+    `rank_sums` says its floating outputs are sums over the ranks rounded in their dtype, whose tolerance
+    grows with the world size (`pkit.harness.checks.rank_sum_factor`).
     """
 
     name: str
@@ -43,6 +45,7 @@ class Problem:
     reference_function: str = "reference"
     tolerance: tuple[float, float] | None = None
     inplace_inputs: tuple[int, ...] = ()
+    rank_sums: bool = False
 
     @property
     def number(self) -> int | None:

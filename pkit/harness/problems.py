@@ -43,6 +43,8 @@ def load_problem(path: Path) -> Problem:
         raise PkitError(f"{path}: META['category'] must be one of {CATEGORIES}, got {meta.get('category')!r}")
     if "tiny" not in sizes:
         raise PkitError(f"{path}: SIZES must define 'tiny', has {list(sizes)}")
+    if not isinstance(meta.get("rank_sums", False), bool):
+        raise PkitError(f"{path}: META['rank_sums'] must be True or False, got {meta['rank_sums']!r}")
     large = "large" if "large" in sizes else "tiny"
     names = {path.parent.name, meta.get("name", path.parent.name)}
     return Problem(
@@ -50,7 +52,8 @@ def load_problem(path: Path) -> Problem:
         world_sizes=tuple(meta.get("world_sizes", ())), sizes=tuple(sizes),
         default_size={"cpu": "tiny", "cuda": large}, source={"kind": "pkit", "path": str(path)},
         aliases=frozenset(names), cost=lambda ws, size, dtype: module.cost(ws, size, dtype),
-        reference_path=path, reference_function="reference", inplace_inputs=tuple(meta.get("mutates_inputs", ())))
+        reference_path=path, reference_function="reference", inplace_inputs=tuple(meta.get("mutates_inputs", ())),
+        rank_sums=meta.get("rank_sums", False))
 
 
 def discover(root: Path | None = None) -> list[Problem]:

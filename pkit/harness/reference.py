@@ -217,10 +217,11 @@ class Reference:
         """The largest trial output's snapshot size (bytes), on any rank."""
         return max(rec.out_bytes for row in self.trials for rec in row)
 
-    def expected(self, seeds: list[int], full: set[int], atol: float | None, rtol: float | None
+    def expected(self, seeds: list[int], full: set[int], tolerance: dict
                  ) -> tuple[list[list[dict]], dict[int, list[Snapshot]]]:
         """For the input sets of `seeds`: [set][rank] `fingerprint_check` summaries of the reference's outputs
-        (tolerances `atol`, `rtol`), and {set: [rank] whole outputs} for the set indices in `full`.
+        (`tolerance`: atol, rtol, summands as `runner.tolerances`), and {set: [rank] whole outputs} for the set
+        indices in `full`.
         Restarts dead reference workers."""
         for attempt in (1, 2):
             try:
@@ -229,7 +230,7 @@ class Reference:
                     deadline = self._launch()
                 else:
                     deadline = time.monotonic() + self.timeout_s
-                self.workers.send({"op": "expect", "seeds": seeds, "full": sorted(full), "atol": atol, "rtol": rtol})
+                self.workers.send({"op": "expect", "seeds": seeds, "full": sorted(full), "tolerance": tolerance})
                 checks = [[m["check"] for m in self.workers.gather("expected", deadline)] for _ in seeds]
                 ranks = range(self.spec["world_size"])
                 return checks, {k: [self._take(r, f"expect{k}", "out") for r in ranks] for k in sorted(full)}

@@ -150,12 +150,15 @@ def timing_counts(options: EvalOptions) -> dict:
     return {"warmup": options.warmup, "iters": options.iters} if options.perf else dict(QUICK_TIMING)
 
 
-def tolerances(problem: Problem, options: EvalOptions) -> tuple:
+def tolerances(problem: Problem, options: EvalOptions) -> dict:
+    """The tolerance keywords of `checks.compare` for `problem` under `options`: `atol`, `rtol` (None: the dtype
+    table) and `summands`, the world size for a problem whose outputs are sums over the ranks (META['rank_sums']),
+    else 1."""
     atol, rtol = options.atol, options.rtol
     if problem.tolerance is not None:
         atol = problem.tolerance[0] if atol is None else atol
         rtol = problem.tolerance[1] if rtol is None else rtol
-    return atol, rtol
+    return {"atol": atol, "rtol": rtol, "summands": options.world_size if problem.rank_sums else 1}
 
 
 def start_reference(problem: Problem, options: EvalOptions, device: str, folder: Path,
@@ -273,7 +276,7 @@ class CandidateRun:
     def __init__(self, problem: Problem, candidate: Candidate, reference: Reference, options: EvalOptions,
                  device: str, folder: Path, log):
         self.reference, self.options = reference, options
-        self.atol, self.rtol = tolerances(problem, options)
+        self.tolerance = tolerances(problem, options)
         spec = dict(spec_for(problem, options, device), role="candidate",
                     candidate={"path": str(candidate.path), "function": candidate.function})
         self.folder = folder / f"candidate-{os.urandom(4).hex()}"
@@ -321,7 +324,7 @@ class CandidateRun:
         aliases = [a for a in message.get("aliases", []) if isinstance(a, str)]
         check = compare(ref.out, out, pristine=ref.before, ref_inputs=ref.after, sol_inputs=after,
                         inplace=self.reference.inplace, ref_aliases=ref.aliases, sol_aliases=aliases,
-                        atol=self.atol, rtol=self.rtol)
+                        **self.tolerance)
         if message.get("side_stream") is True:
             check.ok = False
             check.flags = sorted({*check.flags, "side_stream"})
@@ -333,8 +336,7 @@ class CandidateRun:
         """Notes on timed calls whose outputs differ from the reference's for the same inputs (empty: all right):
         every call by its fingerprint, the kept calls element by element."""
         timing, sets = self.timing, self.reference.sets
-        summaries, expected = self.reference.expected(timing.seeds, {i % sets for i in timing.kept},
-                                                      self.atol, self.rtol)
+        summaries, expected = self.reference.expected(timing.seeds, {i % sets for i in timing.kept}, self.tolerance)
         prints = [[FingerprintCheck(summary) for summary in row] for row in summaries]
         notes = []
         for rank, calls in enumerate(timing.fingerprints):
@@ -349,7 +351,7 @@ class CandidateRun:
                 except SnapshotError as e:
                     notes.append(f"rank {rank}, timed call {i}: {e}")
                     continue
-                check = compare(expected[i % sets][rank], got, atol=self.atol, rtol=self.rtol)
+                check = compare(expected[i % sets][rank], got, **self.tolerance)
                 if not check.ok:
                     notes.append(f"rank {rank}, timed call {i}: {check.note}")
         return notes

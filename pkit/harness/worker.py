@@ -11,7 +11,7 @@ serves commands from the parent until `quit`:
 | `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
 | `warmup` n | n calls on copies of the last trial's inputs | `warm` |
 | `time` seeds, iters, inplace | builds one input set per seed (says `built`), then `iters` timed calls rotating over them; after each call sends its time and the output's fingerprint and asks whether to keep the whole output (copied on the device, saved after the window) | `built`, `called` per call, `timed` with samples (ms), `saved` |
-| `expect` seeds, full, atol, rtol | reference only: one call per seed's inputs; sends what the calls' fingerprints are checked against, saves the whole outputs of the seeds at indices `full` | `expected` per seed |
+| `expect` seeds, full, tolerance | reference only: one call per seed's inputs; sends what the calls' fingerprints are checked against, saves the whole outputs of the seeds at indices `full` | `expected` per seed |
 
 Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
 candidate file after the timer has bound its clocks). The worker judges nothing: outputs go to files in the
@@ -265,7 +265,7 @@ class Worker:
             synchronize(self.device)
             if k in full:
                 snapshot.save(self.file(f"expect{k}"), out)
-            self.channel.send({"op": "expected", "check": fingerprint_check(out, message["atol"], message["rtol"])})
+            self.channel.send({"op": "expected", "check": fingerprint_check(out, **message["tolerance"])})
             del out
         release_memory(self.device)
 

@@ -15,6 +15,7 @@ META = {
     "dtype_reason": ("bfloat16: gradients all-reduced in bf16, as DDP does for a bf16 model (PKB's default); "
                      "float32 for fp32 gradient reduction (Megatron's accumulate_allreduce_grads_in_fp32)"),
     "world_sizes": [2, 4, 8],
+    "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
     "description": "Each rank holds a flat gradient bucket grad (numel,); return the elementwise sum over "
                    "all ranks.",
 }

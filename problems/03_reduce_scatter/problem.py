@@ -16,6 +16,7 @@ META = {
     "dtype_reason": ("bfloat16: gradients reduce-scattered in bf16, as FSDP with reduce_dtype=bf16 and ZeRO-2 on "
                      "bf16 gradients do (PKB's default); float32 for fp32 gradient reduction"),
     "world_sizes": [2, 4, 8],
+    "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
     "description": "Each rank holds grad (numel,); rank r returns chunk r (numel/W,) of the sum over ranks.",
 }
 

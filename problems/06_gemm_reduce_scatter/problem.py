@@ -17,6 +17,7 @@ META = {
     "dtype_reason": ("bfloat16: Megatron's tensor-parallel layers keep activations and weights in bf16 and "
                      "reduce-scatter the bf16 partial sums"),
     "world_sizes": [2, 4, 8],
+    "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
     "description": "Each rank holds x (tokens, in_features/W) and weight (out_features, in_features/W); return "
                    "rows r*tokens/W.. of sum over ranks of x @ weight.T, (tokens/W, out_features).",
 }
