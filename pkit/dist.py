@@ -31,7 +31,7 @@ from .launch import THREADS
 
 REDUCIBLE = {torch.float32: "float", torch.bfloat16: "__nv_bfloat16"}  # dtype -> the C++ type summed in
 STAGED_CALL = KernelArgs("StagedCall", (("x", "ptr"), ("y", "ptr"), ("stage", "ptr"), ("half16", "u64"),
-                                        ("share16", "u64"), ("flags", "ptr"), ("half", "u32"), ("rank", "i32"),
+                                        ("share16", "u64"), ("flags", "ptr"), ("state", "ptr"), ("rank", "i32"),
                                         ("size", "i32")))
 REDUCING = ("all_reduce", "all_reduce_two_shot", "reduce_scatter")  # kernels templated on the summed type
 STAGED_KERNELS = ("staged_all_gather", "staged_all_to_all",
@@ -111,7 +111,7 @@ class _Context:
         self.collectives = Collectives(self.team)
         self.stage = None
         self.half_bytes = 0
-        self.calls = 0
+        self.epochs = self.team.zeros((2,), "uint32")  # the staged kernels' call epochs (include/pkit/epochs.cuh)
 
     def run(self, op: str, x: torch.Tensor, share: int, shape) -> torch.Tensor:
         """Collective `op` of `x` whose share is `share` elements (the whole buffer for all_reduce), into a new
@@ -161,10 +161,9 @@ class _Context:
         grid = max(1, min(self.collectives._sms, -(-share_bytes // 16 // THREADS)))
         call = STAGED_CALL.pack(x=xs.data_ptr(), y=ys.data_ptr(), stage=self.stage.table(rank).data.ptr,
                                 half16=self.half_bytes // 16, share16=share_bytes // 16,
-                                flags=team.barrier_flags.table(rank).data.ptr, half=self.calls % 2, rank=rank,
-                                size=team.size)
+                                flags=team.barrier_flags.table(rank).data.ptr, state=self.epochs.address(rank),
+                                rank=rank, size=team.size)
         _staged_kernel(name)((grid,), (THREADS,), (call,), device=self.device)
-        self.calls += 1
 
     def _reserve(self, nbytes: int) -> None:
         """Staging halves of at least `nbytes`. Growing is collective (every rank grows at the same call); the

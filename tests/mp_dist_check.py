@@ -72,6 +72,29 @@ def refusals(device, size: int) -> list[str]:
     return bad
 
 
+def graph_replays(device, rank: int, size: int) -> list[str]:
+    """Three calls captured in one CUDA graph (an odd count: consecutive replays' first calls must still take
+    different staging halves), replayed on fresh inputs; every call's output checked after every replay."""
+    bad = []
+    for op, rows in (("all_reduce", size * 2**19), ("all_gather", size * 2**19), ("all_reduce", size * 64)):
+        x = torch.zeros((rows, 3), device=device, dtype=torch.bfloat16)
+        call = getattr(pdist, op)
+        call(x)  # warm-up: the team, the staging and the flags exist before capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            ys = [call(x) for _ in range(3)]
+        for replay in range(3):
+            xs = [inputs(10_000 + replay, r, (rows, 3), torch.bfloat16) for r in range(size)]
+            x.copy_(xs[rank])
+            graph.replay()
+            torch.cuda.synchronize()
+            want = expected(op, xs, rank)
+            bad += [f"graph {op} {rows} rows: replay {replay}, call {k} on rank {rank} differs"
+                    for k, y in enumerate(ys) if not torch.equal(y.cpu(), want)]
+    return bad
+
+
 def main() -> None:
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     where = sys.argv[1] if len(sys.argv) > 1 else "cuda"
@@ -106,6 +129,8 @@ def main() -> None:
         if not torch.equal(x, before):
             bad.append(f"{label}: the input changed")
     bad += refusals(device, size)
+    if device.type == "cuda":
+        bad += graph_replays(device, rank, size)
     for message in bad:
         print("FAIL", message, flush=True)
     if not bad:

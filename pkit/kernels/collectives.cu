@@ -25,11 +25,7 @@ struct SMCall {
   __device__ pkit::PeerTable<vec16> inputs() const { return {inp, rank, size}; }
   __device__ pkit::PeerTable<vec16> outputs() const { return {out, rank, size}; }
   // Barrier over the team on this block's flag row.
-  __device__ void barrier(pkit::Site site) const {
-    u64 rows[8];
-    for (int q = 0; q < size; ++q) rows[q] = flags[q] + blockIdx.x * (size + 1) * sizeof(unsigned);
-    pkit::barrier(rows, rank, size, site);
-  }
+  __device__ void barrier(pkit::Site site) const { pkit::block_barrier(flags, rank, size, site); }
 };
 
 // out[q][rank * n16 + i] = in[i] for every rank q.

@@ -7,6 +7,7 @@
 // packs go in groups of 2^g whose first halves fill 2^g consecutive lines and second halves the next 2^g.
 // g = 0 interleaves each pack's two lines; g = 5 lets a warp's 32 lanes store and poll 512 contiguous bytes
 // per instruction. cap_lines is a multiple of 2^(g+1).
+#include <pkit/epochs.cuh>
 #include <pkit/ll.cuh>
 #include <pkit/reduce.cuh>
 
@@ -55,19 +56,10 @@ struct Packets : LLCall {
 };
 
 // This call's packets: the epoch after the last call's (every rank counts its calls alike, so they agree).
-__device__ Packets begin_call(const LLCall& call) { return Packets{call, call.state[0] % 0xFFFFFFFEu + 1}; }
+__device__ Packets begin_call(const LLCall& call) { return Packets{call, pkit::begin_epoch(call.state)}; }
 
-// The last block to finish records this call's epoch for the next call; every block read the old one at its start.
-__device__ void end_call(const Packets& c) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(c.state + 1, 1u) == gridDim.x - 1) {
-      c.state[1] = 0;
-      c.state[0] = c.epoch;
-    }
-  }
-}
+// The last block to finish records this call's epoch for the next call (include/pkit/epochs.cuh).
+__device__ void end_call(const Packets& c) { pkit::end_epoch(c.state, c.epoch); }
 
 // Every thread first sends all its packs, then sums what arrived: a thread with several packs pays one
 // link latency, not one per pack.

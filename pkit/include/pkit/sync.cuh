@@ -103,4 +103,12 @@ __device__ __forceinline__ void barrier(const u64* flags, int rank, int size, Si
   __syncthreads();
 }
 
+// The barrier of block blockIdx.x of a kernel over the team, on that block's row of pkit.Team.barrier_flags
+// (`table`: every rank's flags as seen from this GPU; rows of size + 1 words; at most 8 ranks).
+__device__ __forceinline__ void block_barrier(const u64* table, int rank, int size, Site site) {
+  u64 rows[8];
+  for (int q = 0; q < size; ++q) rows[q] = table[q] + blockIdx.x * (size + 1) * sizeof(u32);
+  barrier(rows, rank, size, site);
+}
+
 }  // namespace pkit
