@@ -165,6 +165,7 @@ def test_torch_baselines_name_registered_ops():
     from pkit.experiments import torch_collectives
 
     assert set(torch_collectives.OPS) <= set(C.COLLECTIVES)
+    assert set(torch_collectives.PKIT_DIST) == set(torch_collectives.OPS)
 
 
 class _Team:
@@ -432,3 +433,5 @@ def test_graph_timed_sweeps_check_their_replays():
     assert {"pkit_ll", "pkit_sm_one_shot", "nccl"} <= set(frame["implementation"])
     torch = E.torch_baselines(sizes=[1 << 16], graph=True, reps=3, calls_per_sample=4, ops=["all_reduce"])
     assert set(torch["timing"]) == {"graph"} and (torch["time_median_us"] > 0).all()
+    ours = torch[torch["implementation"] == "pkit_dist"]
+    assert len(ours) == 1 and ours["verified"].all(), ours  # pkit.dist matched NCCL and replays from a graph

@@ -191,8 +191,9 @@ def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, re
 def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16", nproc: int = 2,
                     reps: int = 20, timeout_s: float = 600, calls_per_sample: int = 1,
                     ops: Sequence[str] = TORCH_OPS, graph: bool = False) -> pd.DataFrame:
-    """torch.distributed and torch symmetric memory under torchrun (one process per GPU, one run per dtype of
-    `dtype`: one or a list), the same columns as `sweep`; `graph` times CUDA-graph replays."""
+    """torch.distributed, torch symmetric memory and pkit.dist (`pkit_dist`: pkit's kernels on torch tensors) under
+    torchrun (one process per GPU, one run per dtype of `dtype`: one or a list), the same columns as `sweep`;
+    `graph` times CUDA-graph replays."""
     frames = [torchrun("pkit.experiments.torch_collectives",
                        ["--dtype", dt, "--reps", reps, "--calls-per-sample", calls_per_sample, "--ops", *ops,
                         *(["--graph"] if graph else []), "--sizes", *sizes], nproc=nproc, timeout_s=timeout_s)
@@ -200,7 +201,9 @@ def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[
     frame = pd.concat(frames, ignore_index=True)
     bw = [bandwidths(op, b, nproc, t * 1e-6) for op, b, t in zip(frame["op"], frame["bytes"], frame["time_median_us"])]
     frame["algbw_GBps"], frame["busbw_GBps"] = [a for a, _ in bw], [b for _, b in bw]
-    frame["verified"] = False  # timed only; correctness of torch's own collectives is torch's tests' job
+    # torch's own collectives are timed only (their correctness is torch's tests' job); pkit_dist rows say whether
+    # pkit.dist's output matched NCCL's on the timed inputs
+    frame["verified"] = frame["verified"].fillna(False).astype(bool)
     return frame
 
 

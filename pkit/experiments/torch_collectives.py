@@ -1,4 +1,4 @@
-"""torch.distributed (NCCL) and torch symmetric-memory collectives, one process per GPU.
+"""torch.distributed (NCCL), torch symmetric-memory and pkit.dist collectives, one process per GPU.
 
 Run under torchrun; rank 0 writes a CSV with the slowest rank's median per (implementation, op, bytes):
     python -m torch.distributed.run --nproc_per_node=2 -m pkit.experiments.torch_collectives \
@@ -16,6 +16,7 @@ from functools import partial
 TORCH_NCCL = {"all_reduce": ("all_reduce", "x"), "all_gather": ("all_gather_into_tensor", "y", "part"),
               "reduce_scatter": ("reduce_scatter_tensor", "part", "x"), "all_to_all": ("all_to_all_single", "y", "x")}
 OPS = tuple(TORCH_NCCL)
+PKIT_DIST = {"all_reduce": "x", "all_gather": "part", "reduce_scatter": "x", "all_to_all": "x"}  # op -> its input
 
 
 def time_samples(fn, reps: int, warmup: int, calls_per_sample: int = 1, graph: bool = False):
@@ -48,9 +49,12 @@ def time_samples(fn, reps: int, warmup: int, calls_per_sample: int = 1, graph: b
 
 
 def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
-    """(implementation, op, callable) for one total size S in bytes."""
+    """(implementation, op, callable, verified) for one total size S in bytes; `verified` is None where pkit does
+    not check the output (torch's own collectives), else whether it matched NCCL's on these inputs."""
     import torch
     import torch.distributed as dist
+
+    from pkit import dist as pdist
 
     count = nbytes // torch.tensor([], dtype=dtype).element_size()
     share = count // world
@@ -60,15 +64,39 @@ def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
     part = torch.randn(share, device=dev).to(dtype)
     tensors = {"x": x, "y": y, "part": part}
     for op, (function, *args) in TORCH_NCCL.items():
-        yield "torch_nccl", op, partial(getattr(dist, function), *(tensors[a] for a in args))
+        yield "torch_nccl", op, partial(getattr(dist, function), *(tensors[a] for a in args)), None
+    for op, arg in PKIT_DIST.items():
+        call = partial(getattr(pdist, op), tensors[arg])
+        yield "pkit_dist", op, call, _matches_nccl(op, call(), tensors[arg])
     if group_name is not None:
         import torch.distributed._symmetric_memory as symm_mem
 
         buf = symm_mem.empty(count, dtype=dtype, device=dev)
         symm_mem.rendezvous(buf, group_name)
         buf.copy_(x)
-        yield "torch_symm_one_shot", "all_reduce", lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group_name)
-        yield "torch_symm_two_shot", "all_reduce", lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group_name)
+        yield ("torch_symm_one_shot", "all_reduce",
+               lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group_name), None)
+        yield ("torch_symm_two_shot", "all_reduce",
+               lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group_name), None)
+
+
+def _matches_nccl(op: str, got, inp) -> bool:
+    """Whether pkit.dist's output `got` of `op` on `inp` matches NCCL's on every rank: moves exactly, sums within
+    the dtype's rounding (NCCL may add in another order)."""
+    import torch
+    import torch.distributed as dist
+
+    want = torch.empty_like(got)
+    if op == "all_reduce":
+        want.copy_(inp)
+        dist.all_reduce(want)
+    else:
+        getattr(dist, TORCH_NCCL[op][0])(want, inp)
+    tol = {"atol": 2e-2, "rtol": 2e-2} if got.dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    ok = torch.tensor([float(torch.allclose(got, want, **tol) if op in ("all_reduce", "reduce_scatter")
+                             else torch.equal(got, want))], device=got.device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return bool(ok.item())
 
 
 def main(argv=None) -> None:
@@ -95,7 +123,7 @@ def main(argv=None) -> None:
     rows = []
     for nbytes in args.sizes:
         symm = group_name if nbytes <= args.symm_max_bytes else None
-        for impl, op, fn in _cases(nbytes, dtype, world, rank, symm):
+        for impl, op, fn, verified in _cases(nbytes, dtype, world, rank, symm):
             if op not in args.ops:
                 continue
             samples = torch.tensor(time_samples(fn, args.reps, args.warmup, args.calls_per_sample, args.graph),
@@ -105,7 +133,7 @@ def main(argv=None) -> None:
                          "calls_per_sample": args.calls_per_sample, "timing": "graph" if args.graph else "launches",
                          "time_median_us": float(samples.median()) * 1e3, "time_min_us": float(samples.min()) * 1e3,
                          "time_max_us": float(samples.max()) * 1e3,
-                         "cv": float(samples.std(unbiased=False) / samples.mean())})
+                         "cv": float(samples.std(unbiased=False) / samples.mean()), "verified": verified})
     if rank == 0:
         pd.DataFrame(rows).to_csv(args.out, index=False)
     dist.destroy_process_group()
