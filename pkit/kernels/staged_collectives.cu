@@ -62,10 +62,7 @@ struct Staged : StagedCall {
 // rank, q's staging for the others.
 template <typename T>
 __device__ vec16 sum_share(const Staged& c, int s, u64 i) {
-  float acc[pkit::Lanes<T>::kCount] = {};
-  for (int q = 0; q < c.size; ++q)
-    pkit::Lanes<T>::add(acc, pkit::load16(q == c.rank ? c.x + u64(s) * c.share16 + i : c.staged(q, s) + i));
-  return pkit::Lanes<T>::pack(acc);
+  return pkit::sum_loads<T>(c.size, [&](int q) { return q == c.rank ? c.x + u64(s) * c.share16 + i : c.staged(q, s) + i; });
 }
 
 // y = sum over ranks of x (one shot: every rank reads every input whole; share16 = the whole buffer).

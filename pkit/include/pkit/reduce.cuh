@@ -47,13 +47,29 @@ struct Lanes<__nv_bfloat16> {
   }
 };
 
+constexpr int kMaxSummands = 8;  // the largest team (pkit.ops.collectives.MAX_TEAM)
+
+// Sum over q < count (at most kMaxSummands) of the pack at `at(q)`, in q order, accumulated in fp32. Every load is
+// issued before the first add: the loads are independent, so a thread waits for one round trip to its peers,
+// not one per rank.
+template <typename T, typename At>
+__device__ __forceinline__ vec16 sum_loads(int count, At at) {
+  vec16 v[kMaxSummands];
+#pragma unroll
+  for (int q = 0; q < kMaxSummands; ++q)
+    if (q < count) v[q] = load16(at(q));
+  float acc[Lanes<T>::kCount] = {};
+#pragma unroll
+  for (int q = 0; q < kMaxSummands; ++q)
+    if (q < count) Lanes<T>::add(acc, v[q]);
+  return Lanes<T>::pack(acc);
+}
+
 // Sum of pack `i` over `count` buffers (addresses in `bases`, e.g. every rank's input), in buffer order,
 // so every GPU that sums the same pack gets identical bits.
 template <typename T>
 __device__ __forceinline__ vec16 sum_pack(const u64* bases, int count, u64 i) {
-  float acc[Lanes<T>::kCount] = {};
-  for (int q = 0; q < count; ++q) Lanes<T>::add(acc, load16(reinterpret_cast<const vec16*>(bases[q]) + i));
-  return Lanes<T>::pack(acc);
+  return sum_loads<T>(count, [&](int q) { return reinterpret_cast<const vec16*>(bases[q]) + i; });
 }
 
 }  // namespace pkit
