@@ -267,6 +267,37 @@ def best_pkit(frame: pd.DataFrame, link_GBps: float | None = None, baseline: str
     return best[columns + (["of_link"] if link_GBps is not None else []) + ["auto"]].reset_index(drop=True)
 
 
+PEERS = ("nccl", "torch_nccl", "torch_symm_one_shot", "torch_symm_two_shot")  # what pkit is compared with
+TIE = 0.02  # pkit within 2% of the best peer counts as level with it
+
+
+def best_peer(frame: pd.DataFrame, peers: Sequence[str] = PEERS) -> pd.DataFrame:
+    """Per (op, dtype, bytes, timing): pkit's fastest implementation against the fastest of `peers` measured at that
+    point: both names and times (µs), pkit's speedup (peer time / pkit time, >1: pkit ahead) and a verdict
+    ('ahead', 'level' within TIE, 'behind'). Points where either side is missing are left out.
+
+    Example:
+        >>> df = pd.DataFrame({"implementation": ["nccl", "torch_symm_two_shot", "pkit_ll", "pkit_sm_two_shot"],
+        ...                    "op": ["all_reduce"] * 4, "dtype": ["bfloat16"] * 4, "bytes": [1 << 20] * 4,
+        ...                    "timing": ["graph"] * 4, "time_median_us": [20.0, 13.8, 15.8, 14.0]})
+        >>> best_peer(df)[["pkit", "peer", "speedup", "verdict"]].round(3).values.tolist()
+        [['pkit_sm_two_shot', 'torch_symm_two_shot', 0.986, 'level']]
+    """
+    keys = ["op", "dtype", "bytes", "timing"]
+    frame = frame if "timing" in frame else frame.assign(timing="launches")  # rows recorded before graph timing
+
+    def fastest(rows: pd.DataFrame, side: str) -> pd.DataFrame:
+        best = rows.loc[rows.groupby(keys)["time_median_us"].idxmin(), keys + ["implementation", "time_median_us"]]
+        return best.rename(columns={"implementation": side, "time_median_us": f"{side}_us"})
+
+    ours = fastest(frame[frame["implementation"].str.startswith("pkit")], "pkit")
+    theirs = fastest(frame[frame["implementation"].isin(peers)], "peer")
+    out = ours.merge(theirs, on=keys)
+    out["speedup"] = out["peer_us"] / out["pkit_us"]
+    out["verdict"] = ["ahead" if s > 1 + TIE else "level" if s >= 1 - TIE else "behind" for s in out["speedup"]]
+    return out.sort_values(keys).reset_index(drop=True)
+
+
 def table(frame: pd.DataFrame, values: str = "busbw_GBps", dtype: str = "bfloat16") -> pd.DataFrame:
     """`values` of one dtype's rows as a table: a row per (op, bytes), a column per implementation.
 
