@@ -25,7 +25,7 @@ from ..gpus import on_device as _on
 from ..ops.baselines import NcclCollectives
 from ..ops.collectives import COLLECTIVES, Collectives, bandwidths, choose, collective, per_peer_bytes
 from ..timing import bench as time_calls
-from .torch_collectives import OPS as TORCH_OPS
+from .torch_collectives import OPS as TORCH_OPS, SYMM_MIN_BYTES
 from .torchrun import torchrun
 
 OPS = tuple(COLLECTIVES)
@@ -212,7 +212,7 @@ def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[
 LATENCY_SIZES = (32, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20)
 LATENCY_IMPLEMENTATIONS = tuple(name for name, options in collective("all_reduce").variants(0, 2)
                                 if options.get("mechanism") != "ce") + ("nccl",)
-TORCH_MIN_BYTES = 4096  # torch symmetric memory's smallest all-reduce
+TORCH_MIN_BYTES = SYMM_MIN_BYTES
 
 
 def latency_sweep(sizes: Sequence[int] = LATENCY_SIZES, calls_per_sample: int = 20, reps: int = 20,
@@ -224,6 +224,23 @@ def latency_sweep(sizes: Sequence[int] = LATENCY_SIZES, calls_per_sample: int = 
     return pd.concat([launch_floor(devices, calls_per_sample=calls_per_sample, reps=reps),
                       sweep(ops=["all_reduce"], sizes=sizes, reps=reps, calls_per_sample=calls_per_sample,
                             implementations=implementations, devices=devices)], ignore_index=True)
+
+
+GRAPH_SIZES = (4, 32, 256, 1 << 11, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # 4 B → 4 MiB, ×8 steps
+
+
+def graph_latency(sizes: Sequence[int] = GRAPH_SIZES, dtype: str = "bfloat16", calls_per_sample: int = 20,
+                  reps: int = 20, nproc: int = 2) -> pd.DataFrame:
+    """Every op timed from CUDA-graph replays (nccl-tests' -G: no host launch path), `calls_per_sample` calls per
+    replay: pkit's one-process collectives beside one-process NCCL at the sizes whose shares are whole 16-byte
+    packs, and under torchrun torch NCCL, pkit.dist (`pkit_dist`, any size) and torch symmetric memory (all-reduce,
+    from SYMM_MIN_BYTES). Columns as `sweep`'s, `timing` 'graph'; `best_peer` compares them."""
+    whole = [s for s in sizes if s % (16 * nproc) == 0]
+    ours = sweep(sizes=whole, dtype=dtype, devices=tuple(range(nproc)), reps=reps,
+                 calls_per_sample=calls_per_sample, graph=True)
+    theirs = torch_baselines(sizes=sizes, dtype=dtype, nproc=nproc, reps=reps, calls_per_sample=calls_per_sample,
+                             graph=True)
+    return pd.concat([ours, theirs], ignore_index=True)
 
 
 def latency_torch(sizes: Sequence[int] = LATENCY_SIZES, calls_per_sample: int = 20, reps: int = 20,

@@ -16,6 +16,7 @@ from functools import partial
 TORCH_NCCL = {"all_reduce": ("all_reduce", "x"), "all_gather": ("all_gather_into_tensor", "y", "part"),
               "reduce_scatter": ("reduce_scatter_tensor", "part", "x"), "all_to_all": ("all_to_all_single", "y", "x")}
 OPS = tuple(TORCH_NCCL)
+SYMM_MIN_BYTES = 4096  # torch symmetric memory's smallest all-reduce
 PKIT_DIST = {"all_reduce": "x", "all_gather": "part", "reduce_scatter": "x", "all_to_all": "x"}  # op -> its input
 
 
@@ -114,6 +115,7 @@ def main(argv=None) -> None:
     parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays of the calls of a sample")
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     parser.add_argument("--symm-max-bytes", type=int, default=64 << 20, help="largest size for symmetric memory")
+    parser.add_argument("--symm-min-bytes", type=int, default=SYMM_MIN_BYTES, help="smallest size for symmetric memory")
     args = parser.parse_args(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)
@@ -122,7 +124,7 @@ def main(argv=None) -> None:
     group_name = dist.group.WORLD.group_name
     rows = []
     for nbytes in args.sizes:
-        symm = group_name if nbytes <= args.symm_max_bytes else None
+        symm = group_name if args.symm_min_bytes <= nbytes <= args.symm_max_bytes else None
         for impl, op, fn, verified in _cases(nbytes, dtype, world, rank, symm):
             if op not in args.ops:
                 continue
