@@ -145,9 +145,7 @@ class _Context:
         size, item, n = self.team.size, x.element_size(), x.numel()
         pack = 16 // math.gcd(16, item)
         share = -(-n // (size * pack)) * pack
-        xs = x.contiguous().reshape(-1)
-        if share * size != n or xs.data_ptr() % 16:
-            xs = torch.cat([xs, xs.new_zeros(share * size - n)])
+        xs = _padded(x.contiguous(), n, share * size - n, 1)
         ys = torch.empty(share * size, dtype=x.dtype, device=x.device)
         with _on_torch_stream(self.device):
             self._staged("all_reduce_two_shot", xs, ys, share * item, size)
@@ -189,11 +187,9 @@ class _Plain:
 def _padded(x: torch.Tensor, share: int, pad: int, parts: int) -> torch.Tensor:
     """`x` flat, 16-byte aligned in memory, each of its `parts` shares of `share` elements followed by `pad` zeros."""
     flat = x.reshape(-1)
-    if pad == 0 and flat.data_ptr() % 16 == 0:
-        return flat
-    out = flat.new_zeros((parts, share + pad))
-    out[:, :share] = flat.view(parts, share)
-    return out.view(-1)
+    if pad == 0:
+        return flat if flat.data_ptr() % 16 == 0 else flat.clone()  # a fresh allocation is aligned
+    return torch.nn.functional.pad(flat.view(parts, share), (0, pad)).view(-1)  # one kernel
 
 
 def _unpadded(y: torch.Tensor, share: int, pad: int) -> torch.Tensor:
