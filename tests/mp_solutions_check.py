@@ -47,7 +47,13 @@ def main() -> None:
         for size_name in (s for s in sizes if s in problem.SIZES):
             for dtype in problem.META["dtypes"]:
                 inputs = problem.make_inputs(rank, size, size_name, dtype, int(seed_t))
-                want = problem.reference(*inputs)
+                try:
+                    want = problem.reference(*inputs)
+                except RuntimeError as e:  # e.g. gloo lacks list all_to_all in some torch versions
+                    if "does not support" not in str(e):
+                        raise
+                    print(f"SKIP {solution.relative_to(ROOT)}: its reference cannot run on gloo here ({e})", flush=True)
+                    break
                 got = candidate.solution(*to(inputs, device))
                 torch.cuda.synchronize()
                 check = compare(want, to(got, "cpu"))  # each output at its dtype's tolerance
