@@ -14,7 +14,7 @@ Example:
     24
     >>> call.unpack(call.pack(x=0x1000, n=3, rank=1))["n"]
     3
-    >>> print(call.layout_asserts().splitlines()[0])
+    >>> print(call.layout_asserts().splitlines()[0])  # then the offsets, where the compiler can tell them
     static_assert(sizeof(Call) == 24, "Call: size differs from pkit's KernelArgs");
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+OFFSETOF_KNOWN = "#if defined(__has_builtin)\n#if __has_builtin(__builtin_offsetof)"  # guards the offset asserts
 FIELD_TYPES = {"ptr": np.uint64, "u64": np.uint64, "u32": np.uint32, "i32": np.int32}
 _STRUCT_CODES = {"ptr": "Q", "u64": "Q", "u32": "I", "i32": "i"}
 
@@ -104,9 +105,10 @@ class KernelArgs:
         return {f: int(row[f]) for f in self._names}
 
     def layout_asserts(self) -> str:
-        """C++ static_asserts that the struct `name` has this size and these field offsets."""
+        """C++ static_asserts that the struct `name` has this size and these field offsets (the offsets where the
+        compiler has `__builtin_offsetof`: NVRTC 13.5 has, NVRTC 13.0 has not)."""
         lines = [f'static_assert(sizeof({self.name}) == {self.dtype.itemsize}, '
-                 f'"{self.name}: size differs from pkit\'s KernelArgs");']
+                 f'"{self.name}: size differs from pkit\'s KernelArgs");', OFFSETOF_KNOWN]
         lines += [f'static_assert(__builtin_offsetof({self.name}, {f}) == {self.dtype.fields[f][1]}, '
                   f'"{self.name}::{f}: offset differs from pkit\'s KernelArgs");' for f, _ in self.fields]
-        return "\n".join(lines)
+        return "\n".join(lines + ["#endif", "#endif"])
