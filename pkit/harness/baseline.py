@@ -3,6 +3,8 @@
 Each problem's reference runs as its own candidate through the harness (fresh worker processes, the
 same correctness trials and timing), so a baseline is measured exactly as candidates are. Needs GPUs for
 meaningful numbers; on the CPU it still runs (device 'cpu') and says so in the `device` column.
+The same module records tables from JSONL sweeps run elsewhere (`main`): baselines, PKB references, and pkit's
+own solutions (`results/<machine>/pkit_solutions.csv`, `python -m pkit.harness.baseline solutions part*.jsonl`).
 
 Example:
     >>> import pkit.harness                                                   # doctest: +SKIP
@@ -12,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
 import pandas as pd
@@ -54,15 +56,23 @@ def baselines(*, size: str = "large", dtype: str | None = None, world_size: int 
 
 def baseline_frame(records: Iterable[dict]) -> pd.DataFrame:
     """The baselines table (COLUMNS) from JSONL records of problems' references run as their own candidates."""
-    rows = [{"problem": r["problem"], "category": r["category"], "size": r["size"], "dtype": r["dtype"],
-             "world_size": r["world_size"], "device": r["device"], "status": r["status"],
-             "ref_time_ms_median": r["ref_time_ms"], "ref_time_ms_min": r["ref_time_min_ms"],
-             "ref_time_ms_iqr": r["ref_time_iqr_ms"], "ref_time_cv": r["ref_time_cv"], "rotations": r["rotations"],
+    rows = [{**_run_columns(r), **_timing_columns(r, "ref"), "rotations": r["rotations"],
              "roofline_time_ms": r["roofline_time_ms"], "roofline_bound": r["roofline_bound"],
              "roofline_fraction": (r["roofline_time_ms"] / r["ref_time_ms"]
                                    if r["ref_time_ms"] and r["roofline_time_ms"] is not None else None)}
             for r in records]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _run_columns(r: dict) -> dict:
+    """What ran, from one record: problem, category, size, dtype, world_size, device, status."""
+    return {key: r[key] for key in ("problem", "category", "size", "dtype", "world_size", "device", "status")}
+
+
+def _timing_columns(r: dict, who: str) -> dict:
+    """The timing columns of `who` ('ref' or 'sol') from one record: {who}_time_ms_median, _min, _iqr (ms), _cv."""
+    return {f"{who}_time_ms_median": r[f"{who}_time_ms"], f"{who}_time_ms_min": r[f"{who}_time_min_ms"],
+            f"{who}_time_ms_iqr": r[f"{who}_time_iqr_ms"], f"{who}_time_cv": r[f"{who}_time_cv"]}
 
 
 def record_baselines(jsonl_paths: Iterable[str | Path], *, machine: str | None = None,
@@ -72,20 +82,73 @@ def record_baselines(jsonl_paths: Iterable[str | Path], *, machine: str | None =
     ignored), on any machine: the table's provenance is the measuring machine's (from the records; they
     must agree), the measuring runs' commits and times are listed in its parameters. Returns the frame.
     """
-    from .. import results
-    from .records import read_jsonl
-
-    records = {r["problem"]: r for path in jsonl_paths for r in read_jsonl(path)
-               if r["solution"].endswith("problem.py:reference")}
-    if not records or any(r["timing"] != "full" for r in records.values()):
+    chosen = _chosen(jsonl_paths, lambda r: r["solution"].endswith("problem.py:reference"), lambda r: r["problem"])
+    if not chosen or any(r["timing"] != "full" for r in chosen):
         raise ValueError("jsonl_paths: expected records of references run as candidates with full timing "
                          "(pkit eval --reference-as-candidate --perf)")
-    chosen = sorted(records.values(), key=lambda r: r["problem"])
-    provenance = measured_on(chosen)
-    # the records' datasheet floor first (COLUMNS), then each problem against both ceilings, the measuring
-    # machine's measured ones where its ceilings.csv is recorded
-    frame = roofline_report(baseline_frame(chosen), discover(), machine=machine or provenance.get("machine"))
-    results.record(experiment, frame, _sweep_parameters(chosen), machine=machine, measured_on=provenance)
+    return _record_sweep(experiment, baseline_frame(chosen), chosen, machine, "ref_time_ms_median")
+
+
+SOLUTION_COLUMNS = ("problem", "category", "solution", "size", "dtype", "world_size", "device", "status", "correct",
+                    "sol_time_ms_median", "sol_time_ms_min", "sol_time_ms_iqr", "sol_time_cv", "ref_time_ms_median",
+                    "speedup", "rotations", "trials", "trials_passed", "max_abs_err", "flags", "reason")
+"""Columns of pkit_solutions.csv before the rooflines: one row per (problem, pkit solution). Times in ms;
+`ref_time_ms_median` and `speedup` (reference time / solution time) come from the same run as the solution's
+time; `reason` is the first line of a failure's error. `record_pkit_solutions` appends `roofline_report`'s
+columns, whose fractions are roofline time over `sol_time_ms_median` (NaN for a solution that is not correct)."""
+
+
+def is_pkit_solution(record: dict) -> bool:
+    """Whether a record is of one of pkit's own solutions: `problems/<problem>/solutions/pkit_*.py`, no model."""
+    return record.get("model") is None and PurePosixPath(record["solution"]).name.startswith("pkit_")
+
+
+def solution_frame(records: Iterable[dict]) -> pd.DataFrame:
+    """The pkit solutions table (SOLUTION_COLUMNS) from JSONL records of candidates (any, e.g. pkit's solutions)."""
+    from .records import first_line
+
+    rows = [{**_run_columns(r), "solution": r["solution"], "correct": r["status"].startswith("correct"),
+             **_timing_columns(r, "sol"), "ref_time_ms_median": r["ref_time_ms"], "speedup": r["speedup"],
+             "rotations": r["rotations"], "trials": r["trials"], "trials_passed": r["trials_passed"],
+             "max_abs_err": r["max_abs_err"], "flags": " ".join(r["flags"]), "reason": first_line(r["error"])}
+            for r in records]
+    return pd.DataFrame(rows, columns=list(SOLUTION_COLUMNS))
+
+
+def record_pkit_solutions(jsonl_paths: Iterable[str | Path], *, machine: str | None = None,
+                          experiment: str = "pkit_solutions") -> pd.DataFrame:
+    """Record `results/<machine>/pkit_solutions.{csv,json}` from the JSONL records of one or more runs of
+    `pkit eval --perf` over the shipped solutions (a sweep split into runs; records of other candidates, such
+    as torch_alt.py or references, are ignored; a solution evaluated twice keeps its last record). Provenance
+    as in `record_baselines`: the measuring machine's, from the records. One row per (problem, pkit solution),
+    failed ones included (`correct` False, `reason`), with both rooflines of the solution's time. Returns the frame.
+    """
+    chosen = _chosen(jsonl_paths, is_pkit_solution, lambda r: (r["problem"], r["solution"]))
+    if not chosen or any(r["timing"] != "full" for r in chosen):
+        raise ValueError("jsonl_paths: expected records of pkit solutions (problems/*/solutions/pkit_*.py) with "
+                         "full timing (pkit eval --perf, default --solutions)")
+    return _record_sweep(experiment, solution_frame(chosen), chosen, machine, "sol_time_ms_median")
+
+
+def _chosen(jsonl_paths: Iterable[str | Path], keep: Callable[[dict], bool], key: Callable[[dict], object]) -> list:
+    """The records of the JSONL files that `keep` accepts, the last one per `key`, in order of `key`."""
+    from .records import read_jsonl
+
+    chosen = {key(r): r for path in jsonl_paths for r in read_jsonl(path) if keep(r)}
+    return [chosen[k] for k in sorted(chosen)]
+
+
+def _record_sweep(experiment: str, frame: pd.DataFrame, records: list[dict], machine: str | None,
+                  time_column: str) -> pd.DataFrame:
+    """Record `frame` (built from `records`) with each row against both ceilings (`roofline_report` of
+    `time_column`), under the provenance of the machine that measured the records; returns the recorded frame."""
+    from .. import results
+
+    provenance = measured_on(records)
+    # the records' own columns first, then each problem against both ceilings, the measuring machine's measured
+    # ones where its ceilings.csv is recorded
+    frame = roofline_report(frame, discover(), time_column=time_column, machine=machine or provenance.get("machine"))
+    results.record(experiment, frame, _sweep_parameters(records), machine=machine, measured_on=provenance)
     return frame
 
 
@@ -146,20 +209,20 @@ def record_pkb_references(jsonl_paths: Iterable[str | Path], *, machine: str | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m pkit.harness.baseline {pkit,pkb} RECORDS.jsonl ... [--machine SLUG]`: record baselines (pkit
-    problems' references) or pkb_references from the JSONL records of sweeps."""
+    """`python -m pkit.harness.baseline {pkit,pkb,solutions} RECORDS.jsonl ... [--machine SLUG]`: record baselines
+    (pkit problems' references), pkb_references or pkit_solutions (pkit's own solutions) from the JSONL records
+    of sweeps."""
     import argparse
 
+    recorders = {"pkit": record_baselines, "pkb": record_pkb_references, "solutions": record_pkit_solutions}
     parser = argparse.ArgumentParser(prog="python -m pkit.harness.baseline")
-    parser.add_argument("what", choices=("pkit", "pkb"))
+    parser.add_argument("what", choices=tuple(recorders))
     parser.add_argument("records", nargs="+", type=Path)
     parser.add_argument("--machine", default=None)
     args = parser.parse_args(argv)
-    record = record_baselines if args.what == "pkit" else record_pkb_references
-    frame = record(args.records, machine=args.machine)
+    frame = recorders[args.what](args.records, machine=args.machine)
     print(frame.to_string(index=False, max_colwidth=60))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
