@@ -1,4 +1,5 @@
-"""Run under torchrun (2 processes): peer push/pull, barrier and collectives checks with one process per GPU."""
+"""Run under torchrun (2 processes): peer push/pull, barrier and collectives checks with one process per rank
+(one GPU each where there are enough, else sharing GPUs)."""
 import os
 
 import cupy as cp
@@ -14,14 +15,17 @@ CHECKS = os.path.join(os.path.dirname(__file__), "cuda", "team_checks.cu")
 
 
 def main() -> None:
-    rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    rank, size, gpus = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]), torch.cuda.device_count()
+    torch.cuda.set_device(rank % gpus)
+    if gpus >= size:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    else:  # ranks share GPUs (the GPU time-slices their kernels): gloo for the host side
+        dist.init_process_group("gloo")
     team = pkit.Team.from_torch_distributed()
     n = (1 << 20) + 7
     src, dst = team.empty((n,), "uint32"), team.empty((n,), "uint32")
     # every rank can rebuild every rank's data from the shared seed
-    seed = torch.randint(0, 2**31 - 1, (1,), device="cuda")
+    seed = torch.randint(0, 2**31 - 1, (1,), device="cuda" if gpus >= size else "cpu")  # where the backend moves it
     dist.broadcast(seed, 0)
     data = [np.random.default_rng([int(seed), r]).integers(0, 2**32 - 1, n, dtype=np.uint32)
             for r in range(team.size)]
