@@ -116,7 +116,8 @@ def claim_test(gap: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame:
 
 def solution_table(solutions) -> pd.DataFrame:
     """pkit's solutions as one row per problem: a pkit_solutions frame (`SOLUTION_COLUMNS`) or `pkit eval`
-    JSONL records (records of other candidates are dropped). Where a problem has several pkit solutions, its
+    JSONL records (records of other candidates are dropped; of a solution evaluated twice, the last, as
+    `pkit.harness.baseline.record_pkit_solutions` keeps). Where a problem has several pkit solutions, its
     fastest correct one is kept (else the first by name).
 
     >>> rows = pd.DataFrame({"problem": ["p", "p"], "category": ["c", "c"],
@@ -127,9 +128,9 @@ def solution_table(solutions) -> pd.DataFrame:
     ['p/solutions/pkit_b.py']
     """
     if not isinstance(solutions, pd.DataFrame):
-        from ..harness.baseline import is_pkit_solution, solution_frame
+        from ..harness.baseline import pkit_solution_records, solution_frame
 
-        solutions = solution_frame([r for r in solutions if is_pkit_solution(r)])
+        solutions = solution_frame(pkit_solution_records(solutions))
     require(solutions, SOLUTION_COLUMNS, "solutions", "expected pkit_solutions.csv or pkit eval records")
     ranked = solutions.assign(_wrong=~solutions["correct"].astype(bool))
     ranked = ranked.sort_values(["problem", "_wrong", "sol_time_ms_median", "solution"], na_position="last")

@@ -82,7 +82,8 @@ def record_baselines(jsonl_paths: Iterable[str | Path], *, machine: str | None =
     ignored), on any machine: the table's provenance is the measuring machine's (from the records; they
     must agree), the measuring runs' commits and times are listed in its parameters. Returns the frame.
     """
-    chosen = _chosen(jsonl_paths, lambda r: r["solution"].endswith("problem.py:reference"), lambda r: r["problem"])
+    chosen = latest(_read(jsonl_paths), lambda r: r["solution"].endswith("problem.py:reference"),
+                    lambda r: r["problem"])
     if not chosen or any(r["timing"] != "full" for r in chosen):
         raise ValueError("jsonl_paths: expected records of references run as candidates with full timing "
                          "(pkit eval --reference-as-candidate --perf)")
@@ -101,6 +102,11 @@ columns, whose fractions are roofline time over `sol_time_ms_median` (NaN for a 
 def is_pkit_solution(record: dict) -> bool:
     """Whether a record is of one of pkit's own solutions: `problems/<problem>/solutions/pkit_*.py`, no model."""
     return record.get("model") is None and PurePosixPath(record["solution"]).name.startswith("pkit_")
+
+
+def pkit_solution_records(records: Iterable[dict]) -> list[dict]:
+    """The records of pkit's own solutions among `records`, the last one per (problem, solution), in that order."""
+    return latest(records, is_pkit_solution, lambda r: (r["problem"], r["solution"]))
 
 
 def solution_frame(records: Iterable[dict]) -> pd.DataFrame:
@@ -123,19 +129,24 @@ def record_pkit_solutions(jsonl_paths: Iterable[str | Path], *, machine: str | N
     as in `record_baselines`: the measuring machine's, from the records. One row per (problem, pkit solution),
     failed ones included (`correct` False, `reason`), with both rooflines of the solution's time. Returns the frame.
     """
-    chosen = _chosen(jsonl_paths, is_pkit_solution, lambda r: (r["problem"], r["solution"]))
+    chosen = pkit_solution_records(_read(jsonl_paths))
     if not chosen or any(r["timing"] != "full" for r in chosen):
         raise ValueError("jsonl_paths: expected records of pkit solutions (problems/*/solutions/pkit_*.py) with "
                          "full timing (pkit eval --perf, default --solutions)")
     return _record_sweep(experiment, solution_frame(chosen), chosen, machine, "sol_time_ms_median")
 
 
-def _chosen(jsonl_paths: Iterable[str | Path], keep: Callable[[dict], bool], key: Callable[[dict], object]) -> list:
-    """The records of the JSONL files that `keep` accepts, the last one per `key`, in order of `key`."""
+def latest(records: Iterable[dict], keep: Callable[[dict], bool], key: Callable[[dict], object]) -> list[dict]:
+    """The records that `keep` accepts, the last one per `key` (a later run of a sweep wins), in order of `key`."""
+    chosen = {key(r): r for r in records if keep(r)}
+    return [chosen[k] for k in sorted(chosen)]
+
+
+def _read(jsonl_paths: Iterable[str | Path]) -> list[dict]:
+    """Every record of the JSONL files, in order."""
     from .records import read_jsonl
 
-    chosen = {key(r): r for path in jsonl_paths for r in read_jsonl(path) if keep(r)}
-    return [chosen[k] for k in sorted(chosen)]
+    return [r for path in jsonl_paths for r in read_jsonl(path)]
 
 
 def _record_sweep(experiment: str, frame: pd.DataFrame, records: list[dict], machine: str | None,
