@@ -473,7 +473,7 @@ def roofline_pairs(table, provenance: dict | None = None, *, note: str | None = 
             label="pkit solution not correct")
     ax.axvline(target, color="0.3", ls="--", lw=1, label=f"{target:.0%} of the roofline (target)")
     _problem_axis(ax, table["problem"])
-    ax.set(xlabel="fraction of the roofline (roofline time / measured time, %)")
+    ax.set(xlabel="fraction of the roofline (roofline time / each one's median time, %)")
     ax.legend(fontsize=8, loc="lower right")
     suptitle(fig, "Fraction of the roofline: PyTorch + NCCL reference vs pkit solution", provenance,
              world_size=_world_size(table, world_size), note=note)
