@@ -1,10 +1,11 @@
-"""Every problem under problems/: reference vs. solutions/torch_alt.py on CPU (gloo), plus contract checks.
+"""Every problem under problems/: reference vs. every shipped solution (solutions/*.py: torch_alt.py and the
+pkit_*.py ones, whose pkit.dist calls run torch.distributed on CPU tensors) on CPU (gloo), plus contract checks.
 
 The problems are discovered (`pkit.harness.problems.discover`), so a new folder holding a problem.py is
 tested without editing this file. One spawn per world size runs every problem on every rank at the tiny
 size, for every dtype the problem declares (bfloat16 included: gloo runs every collective the references
 use in bf16 on the CPU, no dtype is switched), and records what went wrong and the dtypes of the
-reference's outputs; the tests read those records. torch_alt is judged by the harness's own check
+reference's outputs; the tests read those records. Solutions are judged by the harness's own check
 (`pkit.harness.checks.compare`: element-wise, tolerance by each output's dtype). Some problems are also
 checked against a single-process float64 oracle built from all ranks' inputs (`ORACLES`), so the reference
 itself is tested, not only its agreement with torch_alt.
@@ -45,9 +46,10 @@ def load_problem(name):
     return load_module(PROBLEMS_DIR / name / "problem.py", f"pkit_test_problem_{name}")
 
 
-def load_torch_alt(name):
-    """The `solution` function of problem `name`'s solutions/torch_alt.py."""
-    return load_module(PROBLEMS_DIR / name / "solutions" / "torch_alt.py", f"pkit_test_torch_alt_{name}").solution
+def load_solutions(name):
+    """{file name: `solution` function} of every solutions/*.py of problem `name` (torch_alt.py among them)."""
+    files = sorted((PROBLEMS_DIR / name / "solutions").glob("*.py"))
+    return {f.name: load_module(f, f"pkit_test_solution_{name}_{f.stem}").solution for f in files}
 
 
 def as_tuple(out):
@@ -233,14 +235,17 @@ def oracle_errors(name, problem, ref, dtype, rank, world_size):
 def check_problem(name, rank, world_size):
     """(everything wrong with problem `name` on this rank, for every dtype it declares; the dtype names of the
     reference's outputs per dtype)."""
-    problem, solution = load_problem(name), load_torch_alt(name)
+    problem, solutions = load_problem(name), load_solutions(name)
     errors, output_dtypes = [], {}
+    if "torch_alt.py" not in solutions:
+        errors.append("solutions/torch_alt.py is missing")
     for dtype in problem.META["dtypes"]:
         inputs = problem.make_inputs(rank, world_size, "tiny", dtype, seed=0)
         ref, ref_errors = run_checked(problem.reference, inputs, f"{dtype} reference")
-        got, alt_errors = run_checked(solution, inputs, f"{dtype} torch_alt")
-        errors += ref_errors + alt_errors
-        errors += harness_errors(got, ref, f"{dtype} torch_alt vs reference")
+        errors += ref_errors
+        for file, solution in solutions.items():
+            got, sol_errors = run_checked(solution, inputs, f"{dtype} {file}")
+            errors += sol_errors + harness_errors(got, ref, f"{dtype} {file} vs reference")
         errors += [f"{dtype} reference output {i}: all zeros pass the harness check at {dtype}'s tolerance"
                    for i in vacuous_outputs(ref)]
         errors += oracle_errors(name, problem, ref, dtype, rank, world_size)
@@ -292,8 +297,9 @@ RUNS = [(w, name) for w in WORLD_SIZES for name in names_at(w)]
 
 
 @pytest.mark.parametrize("world_size, name", RUNS, ids=[f"w{w}-{name}" for w, name in RUNS])
-def test_reference_and_torch_alt_agree_on_every_rank(reports, world_size, name):
-    """On every rank and dtype: torch_alt matches the reference, neither touches its inputs, oracles agree."""
+def test_reference_and_every_solution_agree_on_every_rank(reports, world_size, name):
+    """On every rank and dtype: every shipped solution matches the reference, none touches its inputs, oracles
+    agree."""
     per_rank = reports(world_size)
     missing = [rank for rank, report in enumerate(per_rank) if name not in report]
     assert not missing, f"ranks {missing} did not report on {name}"
