@@ -11,6 +11,7 @@ Modules, one job each:
     channel    JSON messages between the parent and a worker
     snapshot   outputs and inputs as plain data, loaded safely by the parent
     worker     one rank: serves trials, timing and expected outputs; judges nothing
+    fresh      each timed call's inputs changed just before it, with a seed revealed then
     reference  the reference's workers: trial outputs, in-place contract, timing, expected outputs
     checks     correctness of one rank's output, fingerprints of timed outputs (in the parent)
     timer      PKB-style timing inside a worker, clocks bound before a candidate loads

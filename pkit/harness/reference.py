@@ -2,16 +2,16 @@
 
 `Reference.start` launches reference workers for one problem and keeps them for all of its candidates:
 they compute the trial outputs (kept in this process, the files deleted at once), show which inputs the
-reference updates in place, and time the reference alone. Later, `expected(seeds, full)` computes the
-reference's outputs for the input sets a candidate was timed on: what every call's fingerprint is checked
-against (computed on the reference's device, a few numbers per chunk) and, for the sets in `full`, the
-whole outputs for the element-wise check of the sampled calls. If a candidate killed the reference workers,
-they are started again.
+reference updates in place, and time the reference alone. Later, `expected(seeds, fresh, full)` computes the
+reference's outputs for the calls a candidate was timed on (each on its input set with that call's change,
+pkit.harness.fresh): what every call's fingerprint is checked against (computed on the reference's device, a
+few numbers per chunk) and, for the calls in `full`, the whole outputs for the element-wise check of the
+sampled calls. If a candidate killed the reference workers, they are started again.
 
 `timed_phase` runs the timing protocol for either role: the input sets' seeds are revealed only when the
-window opens, every call is followed by a `keep` answer chosen here at random (so a worker cannot know
-which outputs will be checked element by element), and the window's wall time is measured here, outside
-the workers.
+window opens, each call's change seed only just before the call (with the answer to the call before it),
+every call is followed by a `keep` answer chosen here at random (so a worker cannot know which outputs will
+be checked element by element), and the window's wall time is measured here, outside the workers.
 """
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ def keep_plan(iters: int, sets: int, out_bytes: int) -> set[int]:
 @dataclass
 class Timing:
     """One role's timed phase: per-rank samples (ms); per rank, as this process saw them, the time to build
-    the input sets (s) and the window of the calls from then on (s); the seeds."""
+    the input sets (s) and the window of the calls from then on (s); the input sets' seeds and, per call, the
+    seed of its change (`fresh`)."""
 
     samples_ms: list[list[float]]
     window_s: list[float]
@@ -85,6 +86,7 @@ class Timing:
     gaps_ms: list[list[float]] = field(default_factory=list)
     fingerprints: list[list] = field(default_factory=list)
     build_s: list[float] = field(default_factory=list)
+    fresh: list[int] = field(default_factory=list)
 
     @property
     def unexplained_ms(self) -> list[float]:
@@ -101,9 +103,10 @@ class Timing:
 
 def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: float,
                 out_bytes: int | None) -> Timing:
-    """Time `iters` calls on `sets` fresh input sets; answers each call with keep or drop (`keep_plan` for
-    outputs of `out_bytes`; None keeps none: the reference's outputs come from `Reference.expected`)."""
-    seeds = random_seeds(sets)
+    """Time `iters` calls on `sets` fresh input sets, each call's set changed with a seed of its own sent just
+    before it (`go`, then with each answer); answers each call with keep or drop (`keep_plan` for outputs of
+    `out_bytes`; None keeps none: the reference's outputs come from `Reference.expected`)."""
+    seeds, fresh = random_seeds(sets), random_seeds(iters)
     kept = keep_plan(iters, sets, out_bytes) if out_bytes is not None else set()
     answered: dict[int, int] = {}
     ranks = range(workers.world_size)
@@ -117,13 +120,16 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
         if rank in replied:
             gaps[rank].append((message["_at"] - replied[rank]) * 1e3)
         prints[rank].append(message.get("fingerprint"))
-        workers.send({"op": "keep", "keep": message["i"] in kept}, ranks=[rank])
+        after = message["i"] + 1
+        workers.send({"op": "keep", "keep": message["i"] in kept, "fresh": fresh[after] if after < iters else None},
+                     ranks=[rank])
         replied[rank] = time.monotonic()
         answered[rank] = message["i"] + 1
 
     opened = time.monotonic()
     workers.send({"op": "time", "seeds": seeds, "iters": iters, "inplace": sorted(inplace)})
     built = [m["_at"] for m in workers.gather("built", deadline)]
+    workers.send({"op": "go", "fresh": fresh[0]})
     done = workers.gather("timed", deadline, answer)
     workers.gather("saved", deadline)
     samples = [m.get("samples_ms") for m in done]
@@ -132,7 +138,7 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
                 or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s)):
             raise RunFailed(f"rank {rank}: timing report does not match the {iters} calls it was asked for")
     return Timing(samples, [m["_at"] - b for m, b in zip(done, built)], seeds, kept, gaps, prints,
-                  [b - opened for b in built])
+                  [b - opened for b in built], fresh)
 
 
 @dataclass
@@ -217,11 +223,11 @@ class Reference:
         """The largest trial output's snapshot size (bytes), on any rank."""
         return max(rec.out_bytes for row in self.trials for rec in row)
 
-    def expected(self, seeds: list[int], full: set[int], tolerance: dict
+    def expected(self, seeds: list[int], fresh: list[int], full: set[int], tolerance: dict
                  ) -> tuple[list[list[dict]], dict[int, list[Snapshot]]]:
-        """For the input sets of `seeds`: [set][rank] `fingerprint_check` summaries of the reference's outputs
-        (`tolerance`: atol, rtol, summands as `runner.tolerances`), and {set: [rank] whole outputs} for the set
-        indices in `full`.
+        """For the timed calls of a candidate (call i on the input set of seeds[i % len(seeds)], changed with
+        fresh[i]): [call][rank] `fingerprint_check` summaries of the reference's outputs (`tolerance`: atol,
+        rtol, summands as `runner.tolerances`), and {call: [rank] whole outputs} for the call indices in `full`.
         Restarts dead reference workers."""
         for attempt in (1, 2):
             try:
@@ -230,10 +236,17 @@ class Reference:
                     deadline = self._launch()
                 else:
                     deadline = time.monotonic() + self.timeout_s
-                self.workers.send({"op": "expect", "seeds": seeds, "full": sorted(full), "tolerance": tolerance})
-                checks = [[m["check"] for m in self.workers.gather("expected", deadline)] for _ in seeds]
+                self.workers.send({"op": "expect", "seeds": seeds, "fresh": fresh, "full": sorted(full),
+                                   "inplace": sorted(self.inplace), "tolerance": tolerance})
+                checks: list = [None] * len(fresh)
+                for _ in fresh:  # in the workers' order: set by set
+                    messages = self.workers.gather("expected", deadline)
+                    call = messages[0]["call"]
+                    if checks[call] is not None or any(m["call"] != call for m in messages):
+                        raise RunFailed(f"expected outputs out of step at call {call}")
+                    checks[call] = [m["check"] for m in messages]
                 ranks = range(self.spec["world_size"])
-                return checks, {k: [self._take(r, f"expect{k}", "out") for r in ranks] for k in sorted(full)}
+                return checks, {i: [self._take(r, f"expect{i}", "out") for r in ranks] for i in sorted(full)}
             except (RunFailed, RunTimeout, SnapshotError, OSError) as e:
                 self.close()
                 if attempt == 2:

@@ -333,15 +333,15 @@ class CandidateRun:
         return check
 
     def check_timed(self) -> list[str]:
-        """Notes on timed calls whose outputs differ from the reference's for the same inputs (empty: all right):
-        every call by its fingerprint, the kept calls element by element."""
-        timing, sets = self.timing, self.reference.sets
-        summaries, expected = self.reference.expected(timing.seeds, {i % sets for i in timing.kept}, self.tolerance)
+        """Notes on timed calls whose outputs differ from the reference's for the same inputs, each call's fresh
+        change included (empty: all right): every call by its fingerprint, the kept calls element by element."""
+        timing = self.timing
+        summaries, expected = self.reference.expected(timing.seeds, timing.fresh, timing.kept, self.tolerance)
         prints = [[FingerprintCheck(summary) for summary in row] for row in summaries]
         notes = []
         for rank, calls in enumerate(timing.fingerprints):
             for i, got in enumerate(calls):
-                why = prints[i % sets][rank].mismatch(got)
+                why = prints[i][rank].mismatch(got)
                 if why:
                     notes.append(f"rank {rank}, timed call {i}: {why}")
         for i in sorted(timing.kept):
@@ -351,7 +351,7 @@ class CandidateRun:
                 except SnapshotError as e:
                     notes.append(f"rank {rank}, timed call {i}: {e}")
                     continue
-                check = compare(expected[i % sets][rank], got, **self.tolerance)
+                check = compare(expected[i][rank], got, **self.tolerance)
                 if not check.ok:
                     notes.append(f"rank {rank}, timed call {i}: {check.note}")
         return notes

@@ -10,8 +10,8 @@ serves commands from the parent until `quit`:
 | `trials` seeds | per seed: fresh inputs, one call, outputs and inputs saved for the parent; waits for its verdict | `trial` per seed, `trials_done` |
 | `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
 | `warmup` n | n calls on copies of the last trial's inputs | `warm` |
-| `time` seeds, iters, inplace | builds one input set per seed (says `built`), then `iters` timed calls rotating over them; after each call sends its time and the output's fingerprint and asks whether to keep the whole output (copied on the device, saved after the window) | `built`, `called` per call, `timed` with samples (ms), `saved` |
-| `expect` seeds, full, tolerance | reference only: one call per seed's inputs; sends what the calls' fingerprints are checked against, saves the whole outputs of the seeds at indices `full` | `expected` per seed |
+| `time` seeds, iters, inplace | builds one input set per seed (says `built`), then `iters` timed calls rotating over them, each on its set changed with the seed the parent sent with the call (`go` for the first, each `keep` answer for the next; pkit.harness.fresh), the change made and undone outside the timed sample; after each call sends its time and the output's fingerprint and asks whether to keep the whole output (copied on the device, saved after the window) | `built`, `called` per call, `timed` with samples (ms), `saved` |
+| `expect` seeds, fresh, full, inplace, tolerance | reference only: the timed calls again, call i on set i mod len(seeds) changed with fresh[i], one set at a time; sends what each call's fingerprint is checked against, saves the whole outputs of the calls at indices `full` | `expected` per call |
 
 Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
 candidate file after the timer has bound its clocks). The worker judges nothing: outputs go to files in the
@@ -36,6 +36,7 @@ from . import snapshot
 from .channel import WorkerEnd
 from .checks import aliased_paths, clone_tree, fingerprint, fingerprint_check, leaves
 from .contain import make_undumpable
+from .fresh import FreshSet
 from .problems import load_module, open_source
 from .timer import clock, input_bytes, l2_rotations, synchronize, timed_call
 
@@ -228,26 +229,25 @@ class Worker:
         role = self.spec["role"]
         self.last_inputs = None  # warm-up is over: free the trial inputs before building the timed sets
         self.enter(f"timing_{role}, building inputs")
-        sets = [self.inputs(seed) for seed in message["seeds"]]
         inplace = set(message.get("inplace", ()))
-        pristine = [[(t, t.clone()) for p, t in leaves(s, "input") if p in inplace and isinstance(t, torch.Tensor)]
-                    for s in sets]
+        sets = [FreshSet(self.problem, self.inputs(seed), inplace) for seed in message["seeds"]]
         synchronize(self.device)
         self.channel.send({"op": "built"})
+        fresh = self.channel.recv()["fresh"]  # the first call's change: revealed once every rank's sets are built
         self.enter(f"timing_{role}")
         samples, kept = [], {}
         for i in range(message["iters"]):
-            k = i % len(sets)
-            if i >= len(sets):
-                for leaf, clean in pristine[k]:
-                    leaf.copy_(clean)
-            out, ms = timed_call(self.fn, sets[k], self.device)
+            current = sets[i % len(sets)]
+            out, ms = timed_call(self.fn, current.prepare(fresh), self.device)
             samples.append(ms)
             self.channel.send({"op": "called", "i": i, "ms": ms, "fingerprint": fingerprint(out)})
-            if self.channel.recv().get("keep"):
+            answer = self.channel.recv()
+            if answer.get("keep"):
                 kept[i] = clone_tree(out)  # a device copy now; written to disk once the window has closed
             del out
-        del sets, pristine
+            current.revert()
+            fresh = answer.get("fresh")  # the next call's change
+        del sets
         self.channel.send({"op": "timed", "samples_ms": samples})
         for i, out in kept.items():
             snapshot.save(self.file(f"timed{i}"), out)
@@ -258,15 +258,20 @@ class Worker:
     def expect(self, message: dict) -> None:
         if self.spec["role"] != "reference":
             raise PkitError("expect: only a reference worker computes expected outputs")
-        full = set(message["full"])
-        for k, seed in enumerate(message["seeds"]):
-            self.enter(f"expect {k}")
-            out = self.fn(*self.inputs(seed))
-            synchronize(self.device)
-            if k in full:
-                snapshot.save(self.file(f"expect{k}"), out)
-            self.channel.send({"op": "expected", "check": fingerprint_check(out, **message["tolerance"])})
-            del out
+        full, seeds, fresh = set(message["full"]), message["seeds"], message["fresh"]
+        for k, seed in enumerate(seeds):
+            self.enter(f"expect, set {k}")
+            inputs = FreshSet(self.problem, self.inputs(seed), set(message["inplace"]))
+            for i in range(k, len(fresh), len(seeds)):
+                out = self.fn(*inputs.prepare(fresh[i]))
+                synchronize(self.device)
+                if i in full:
+                    snapshot.save(self.file(f"expect{i}"), out)
+                self.channel.send({"op": "expected", "call": i,
+                                   "check": fingerprint_check(out, **message["tolerance"])})
+                del out
+                inputs.revert()
+            del inputs
         release_memory(self.device)
 
 

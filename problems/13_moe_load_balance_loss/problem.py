@@ -10,6 +10,7 @@ Output: the loss as a 0-dim float32 tensor, identical on every rank (coefficient
 import torch
 import torch.distributed as dist
 
+from pkit.harness.fresh import row_copies
 from pkit.problem_kit import cost as _cost, generator, parse_dtype, randn
 
 META = {
@@ -46,6 +47,15 @@ def reference(router_logits, topk_ids):
     dist.all_reduce(stats)
     counts, prob_sums, tokens = stats.split([num_experts, num_experts, 1])
     return num_experts * ((counts / (tokens * topk_ids.shape[1])) * (prob_sums / tokens)).sum()
+
+
+def fresh_edits(inputs, gen):
+    """A timed call's change (pkit.harness.fresh): a sixteenth of the tokens take one other token's router logits
+    and top-k ids, so topk_ids stays the top-k of the logits and the routing statistics shift. The loss sits
+    near 1 whatever the inputs (independent large input sets differ by ~1e-5, under its tolerance); copies of
+    many different rows move it less than that, one row copied many times by ~40 tolerances at the large size."""
+    router_logits, topk_ids = inputs
+    return row_copies((router_logits, topk_ids), gen, count=router_logits.shape[0] // 16, one_source=True)
 
 
 def cost(world_size, size, dtype="float32"):

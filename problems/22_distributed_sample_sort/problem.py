@@ -12,6 +12,7 @@ Buckets are exchanged with an all-to-all of uneven sizes. Output: this rank's bu
 import torch
 import torch.distributed as dist
 
+from pkit.harness.fresh import negated_keys
 from pkit.problem_kit import cost as _cost, distinct_keys, generator, parse_dtype
 
 META = {
@@ -52,6 +53,14 @@ def reference(keys, oversample):
     received = torch.empty(int(recv_counts.sum()), dtype=keys.dtype, device=keys.device)
     dist.all_to_all_single(received, local, recv_counts.tolist(), send_counts.tolist())
     return received.sort().values
+
+
+def fresh_edits(inputs, gen):
+    """A timed call's change (pkit.harness.fresh): the rank's largest key and a few random ones negated; the
+    keys stay distinct over the ranks (copies of other keys, the default change, would not), and the largest
+    moves, so the output changes."""
+    keys, _ = inputs
+    return negated_keys(keys, gen)
 
 
 def cost(world_size, size, dtype="int64"):

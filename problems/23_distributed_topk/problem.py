@@ -7,6 +7,7 @@ is unique) and k. Output, replicated on every rank: (values (k,) float32 in desc
 import torch
 import torch.distributed as dist
 
+from pkit.harness.fresh import negated_keys
 from pkit.problem_kit import cost as _cost, distinct_keys, generator
 
 META = {
@@ -42,6 +43,14 @@ def reference(x, k):
     dist.all_gather(all_indices, indices + rank * x.numel())
     best, where = torch.cat(all_values).topk(k)
     return best, torch.cat(all_indices)[where]
+
+
+def fresh_edits(inputs, gen):
+    """A timed call's change (pkit.harness.fresh): the rank's largest key and a few random ones negated; the
+    keys stay distinct over the ranks (copies of other keys, the default change, would not), and the largest
+    moves, so the output changes."""
+    x, _ = inputs
+    return negated_keys(x, gen)
 
 
 def cost(world_size, size, dtype="float32"):
