@@ -11,20 +11,13 @@ reference updates in place. The hostile candidate that precomputes answers is in
 from __future__ import annotations
 
 import hashlib
-import json
-import traceback
-import warnings
-from datetime import timedelta
-from functools import cache
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from problem_ranks import rank_reports
 
 from pkit.harness import checks, fresh
-from pkit.harness.launch import free_port
 from pkit.harness.problems import default_root, discover, load_module
 
 PROBLEMS = {p.name: p for p in discover()}
@@ -80,33 +73,9 @@ def check_problem(name: str, rank: int, world_size: int) -> dict:
     return report
 
 
-def worker(rank, world_size, port, out_dir):
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=30))
-    report = {}
-    try:
-        for name, p in PROBLEMS.items():
-            if world_size in p.world_sizes:
-                try:
-                    report[name] = check_problem(name, rank, world_size)
-                except Exception:
-                    report[name] = {"error": traceback.format_exc()}
-    finally:
-        dist.destroy_process_group()
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(report))
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    @cache
-    def spawn(world_size):
-        out_dir = tmp_path_factory.mktemp(f"fresh{world_size}")
-        mp.spawn(worker, args=(world_size, free_port(), str(out_dir)), nprocs=world_size)
-        return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(world_size)]
-
-    return spawn
+    return rank_reports(tmp_path_factory, check_problem, PROBLEMS, "fresh")
 
 
 RUNS = [(w, name) for w in WORLD_SIZES for name, p in PROBLEMS.items() if w in p.world_sizes]
@@ -115,7 +84,7 @@ RUNS = [(w, name) for w in WORLD_SIZES for name, p in PROBLEMS.items() if w in p
 @pytest.mark.parametrize("world_size, name", RUNS, ids=[f"w{w}-{name}" for w, name in RUNS])
 def test_every_call_change_alters_the_output_and_keeps_the_inputs_valid(reports, world_size, name):
     per_rank = [report[name] for report in reports(world_size)]
-    assert not [r["error"] for r in per_rank if "error" in r], per_rank
+    assert not [r["errors"] for r in per_rank if "errors" in r], per_rank  # a check that raised
     for dtype in per_rank[0]:
         rows = [r[dtype] for r in per_rank]
         assert not [e for row in rows for e in row["errors"]], (dtype, [row["errors"] for row in rows])
