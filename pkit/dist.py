@@ -123,13 +123,13 @@ class _Context:
         item, size = x.element_size(), self.team.size
         pad = -share % (16 // math.gcd(16, item))  # elements that make a share whole 16-byte packs
         share_bytes = (share + pad) * item  # also what one rank sends one peer in the one-shot form
+        ll = choose(op, share_bytes, "auto", single_process=False) == "ll"
+        if op == "all_reduce" and size > 2 and not ll and share_bytes > ONE_SHOT_MAX_BYTES:
+            return self._two_shot(x, shape)
         spread = size if op in ("reduce_scatter", "all_to_all") else 1  # shares in x
         xs = _padded(x.contiguous(), share, pad, spread)
         ys = torch.empty((share + pad) * (size if op in ("all_gather", "all_to_all") else 1), dtype=x.dtype,
                          device=x.device)
-        ll = choose(op, share_bytes, "auto", single_process=False) == "ll"
-        if op == "all_reduce" and size > 2 and not ll and share_bytes > ONE_SHOT_MAX_BYTES:
-            return self._two_shot(x, shape)
         with _on_torch_stream(self.device):
             if ll:
                 name = f"{op}_ll" + (f"<{REDUCIBLE[x.dtype]}>" if op in REDUCING else "")
