@@ -28,8 +28,9 @@ import torch.distributed as tdist
 
 from .kernel_args import KernelArgs
 from .launch import THREADS
+from .ops.collectives import REDUCIBLE as COLLECTIVE_TYPES
 
-REDUCIBLE = {torch.float32: "float", torch.bfloat16: "__nv_bfloat16"}  # dtype -> the C++ type summed in
+REDUCIBLE = {getattr(torch, name): ctype for name, ctype in COLLECTIVE_TYPES.items()}  # torch dtype -> C++ type
 STAGED_CALL = KernelArgs("StagedCall", (("x", "ptr"), ("y", "ptr"), ("stage", "ptr"), ("half16", "u64"),
                                         ("share16", "u64"), ("flags", "ptr"), ("state", "ptr"), ("rank", "i32"),
                                         ("size", "i32")))
