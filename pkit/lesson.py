@@ -1,10 +1,11 @@
 """Checks for the lesson on multi-GPU communication (docs/lesson/08_lesson_multi_gpu_communication.ipynb).
 
 Every step of the lesson (`STEPS`) has a check, `check_<step>(source, team=None)`. It compiles the learner's
-kernel source, runs it on fresh random inputs with NaN-poisoned outputs on every rank of a two-GPU team, and
+kernel source, runs it on fresh random inputs with NaN-poisoned outputs on every rank of a two-rank team, and
 returns a `Verdict`. When the answer is wrong, the verdict says which rank and which elements are wrong, and
-gives a likely cause. Without two GPUs a check compiles the source for sm_90a and reports that it did not run
-(`Verdict.ok is None`). The diagnosis is plain NumPy over the outputs (`diagnose_copy`, `diagnose_flag`,
+gives a likely cause. The team is GPUs 0 and 1 where there are two; on a machine with one GPU both ranks share
+it (`Team([0, 0], share_gpus=True)`, each rank on its own stream); without a GPU a check compiles the source for
+sm_90a and reports that it did not run (`Verdict.ok is None`). The diagnosis is plain NumPy over the outputs (`diagnose_copy`, `diagnose_flag`,
 `diagnose_ring`), so it runs and is tested anywhere. `solution(step)` returns the reference kernel,
 pkit/kernels/lesson_<step>.cu.
 
@@ -427,8 +428,8 @@ def _check(source: str, names: tuple, team, run: Callable) -> Verdict:
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"source: expected the kernel's CUDA source as a string, got {type(source).__name__}")
     if team is not None and (team.rank is not None or team.size < 2):
-        raise ValueError(f"team: expected a one-process pkit.Team of at least 2 GPUs, got {team!r}")
-    live = team is not None or _gpu_count() >= 2
+        raise ValueError(f"team: expected a one-process pkit.Team of at least 2 ranks, got {team!r}")
+    live = team is not None or _gpu_count() >= 1
     try:
         kernels = [compile(source, name, arch=None if live else "sm_90a") for name in names]
     except CompileError as e:
@@ -436,8 +437,8 @@ def _check(source: str, names: tuple, team, run: Callable) -> Verdict:
     except ValueError as e:  # a kernel the check launches is missing
         return Verdict(False, f"{e} (the check launches {', '.join(names)})", {"compiled": False})
     if not live:
-        return Verdict(None, f"compiled {', '.join(names)} for sm_90a; not run: this machine has {_gpu_count()} GPU(s) "
-                             "and the check needs 2 with peer access (with them it runs live)", {"compiled": True})
+        return Verdict(None, f"compiled {', '.join(names)} for sm_90a; not run: this machine has no GPU (with one, "
+                             "both ranks share it; with two, each rank has its own)", {"compiled": True})
     import cupy as cp
 
     try:
@@ -458,9 +459,10 @@ def _gpu_count() -> int:
 
 @lru_cache(maxsize=1)
 def _default_team():
+    """GPUs 0 and 1 where there are two, else two ranks sharing GPU 0 (the lesson's kernels are small enough)."""
     from .team import Team
 
-    return Team([0, 1])
+    return Team([0, 1]) if _gpu_count() >= 2 else Team([0, 0], share_gpus=True)
 
 
 def _unique_inputs(rng, size: int, n: int) -> list[np.ndarray]:
@@ -529,9 +531,9 @@ def _run_flag(team, produce, consume, rounds: int, n: int = 4096) -> Verdict:
     seen = team.empty((rounds * n,), "uint32").fill(np.uint32(UNWRITTEN_WORD))
     team.synchronize()
     produce((1,), (THREADS,), (np.uint64(data.addresses[0][1]), np.uint64(flag.addresses[0][1]), ack[0], np.uint64(n),
-                               np.uint32(rounds)), device=team.devices[0])
+                               np.uint32(rounds)), device=team.devices[0], stream=team.stream(0))
     consume((1,), (THREADS,), (data[1], flag[1], np.uint64(ack.addresses[1][0]), seen[1], np.uint64(n),
-                               np.uint32(rounds)), device=team.devices[1])
+                               np.uint32(rounds)), device=team.devices[1], stream=team.stream(1))
     team.synchronize()
     return diagnose_flag(cp.asnumpy(seen[1]).reshape(rounds, n))
 

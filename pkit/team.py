@@ -6,7 +6,8 @@ is a device array on rank r's GPU holding every rank's address (valid there), fo
 write peers through `pkit::PeerTable` (include/pkit/peer.cuh).
 
 Two execution models share the same kernels:
-  * one process, several GPUs: `Team([0, 1])`;
+  * one process, several GPUs: `Team([0, 1])`; for small kernels, ranks may share a GPU
+    (`Team([0, 0], share_gpus=True)`), each rank on its own stream;
   * one process per GPU: `Team.from_torch_distributed()` exchanges CUDA IPC handles over the torch
     process group; this process drives only `team.rank`, and `arr[r]` for another rank is a view of
     that rank's buffer through its IPC mapping on the local GPU.
@@ -56,19 +57,18 @@ class Team:
     `Team([0, 1])` enables peer access both ways (idempotent) or raises naming the pair that cannot.
     """
 
-    def __init__(self, devices: Sequence[int]):
+    def __init__(self, devices: Sequence[int], share_gpus: bool = False):
         import cupy as cp
 
-        from .gpus import require_gpus
+        from .gpus import on_device, require_gpus
 
         devices = list(devices)
-        if len(set(devices)) != len(devices):
-            raise ValueError(f"devices: expected distinct GPU ids, got {devices}")
+        if len(set(devices)) != len(devices) and not share_gpus:
+            raise ValueError(f"devices: expected distinct GPU ids, got {devices} (ranks that share a GPU, for small "
+                             "kernels such as the lesson's checks: Team(devices, share_gpus=True))")
         require_gpus(devices)
-        for a in devices:
-            for b in devices:
-                if a == b:
-                    continue
+        for a in set(devices):
+            for b in set(devices) - {a}:
                 if not cp.cuda.runtime.deviceCanAccessPeer(a, b):
                     raise PkitError(f"devices: GPU {a} cannot access GPU {b} (no P2P between them); "
                                     "pkit.topology() shows how they are linked")
@@ -83,6 +83,29 @@ class Team:
         self.rank: int | None = None  # set when this process drives one rank only
         self.group = None
         self._barrier_flags: SymmetricArray | None = None
+        # Ranks sharing a GPU each get their own stream: on one stream a rank waiting for a peer would block the
+        # peer's kernel queued behind it. Their kernels run side by side only while all of their blocks fit on
+        # the GPU at once, hence small kernels only (see require_gpu_per_rank).
+        shared = len(set(devices)) < len(devices)
+        self._rank_streams = {r: on_device(d, lambda: cp.cuda.Stream(non_blocking=True))
+                              for r, d in enumerate(devices)} if shared else {}
+
+    @property
+    def shares_gpus(self) -> bool:
+        """True when ranks of this one-process team share a GPU (`Team(..., share_gpus=True)`)."""
+        return bool(self._rank_streams)
+
+    def stream(self, rank: int):
+        """The CuPy stream rank `rank`'s kernels go to: its own stream when ranks share a GPU, else None (the
+        current stream of its GPU)."""
+        return self._rank_streams.get(rank)
+
+    def require_gpu_per_rank(self, what: str) -> None:
+        """Raise when ranks share a GPU: `what` launches kernels whose blocks wait for the peers' blocks, and on a
+        shared GPU a waiting kernel can hold every SM while the peer's kernel queues behind it."""
+        if self.shares_gpus:
+            raise PkitError(f"team: {what} needs one GPU per rank, got ranks sharing GPUs {list(self.devices)} "
+                            "(Team(share_gpus=True) serves small kernels only, such as the lesson's checks)")
 
     @classmethod
     def from_torch_distributed(cls, group=None) -> "Team":
@@ -104,6 +127,7 @@ class Team:
         dist.all_gather_object(all_devices, device, group=group)
         team.devices = tuple(all_devices)
         team._barrier_flags = None
+        team._rank_streams = {}  # one process per rank: processes sharing a GPU are time-sliced by the driver
         return team
 
     @property
@@ -130,9 +154,9 @@ class Team:
         return self._barrier_flags
 
     def launch(self, kernel, grid, block, args: Callable[[int], tuple], shared_mem: int = 0) -> None:
-        """Launch `kernel` on every local rank's GPU (current stream there) with `args(rank)`."""
+        """Launch `kernel` on every local rank's GPU (its `stream(rank)`) with `args(rank)`."""
         for r in self.local_ranks:
-            kernel(grid, block, args(r), shared_mem=shared_mem, device=self.devices[r])
+            kernel(grid, block, args(r), shared_mem=shared_mem, device=self.devices[r], stream=self.stream(r))
 
     def synchronize(self) -> None:
         """Wait for all local GPUs; a trapped device-side wait raises pkit.PeerTimeout."""
@@ -146,6 +170,7 @@ class Team:
 
     def __repr__(self) -> str:
         mode = "one process" if self.rank is None else f"rank {self.rank} of a process group"
+        mode += ", ranks sharing GPUs" if self.shares_gpus else ""
         return f"Team(devices={list(self.devices)}, {mode})"
 
 

@@ -113,8 +113,10 @@ def test_bench_checks_calls_per_sample_first():
 def test_team_without_gpu_names_the_problem():
     with pytest.raises(pkit.PkitError, match=r"devices: expected GPU ids in \[0, 0\), got \[0, 1\]"):
         pkit.Team([0, 1])
-    with pytest.raises(ValueError, match="distinct"):
+    with pytest.raises(ValueError, match=r"distinct GPU ids, got \[0, 0\] \(ranks that share a GPU.*share_gpus=True"):
         pkit.Team([0, 0])
+    with pytest.raises(pkit.PkitError, match=r"got \[0, 0\]"):
+        pkit.Team([0, 0], share_gpus=True)
 
 
 def test_datasheet_trend_shows_the_gap():

@@ -90,11 +90,12 @@ def test_library_copies_to_and_from_peer(source, kernel, extra, direction):
     np.testing.assert_array_equal(got[:n_copied], data[:n_copied])
 
 
-@pytest.mark.multigpu
-def test_barrier_ten_thousand_rounds_on_four_blocks():
+@pytest.mark.parametrize("devices", [pytest.param([0, 1], marks=pytest.mark.multigpu, id="own_gpus"),
+                                     pytest.param([0, 0], id="shared_gpu")])
+def test_barrier_ten_thousand_rounds_on_four_blocks(devices):
     import cupy as cp
 
-    team = pkit.Team([0, 1])
+    team = pkit.Team(devices, share_gpus=True)
     blocks = 4
     mailbox = team.zeros((blocks, team.size), "uint32")
     errors = team.empty((blocks,), "uint32")
@@ -107,6 +108,18 @@ def test_barrier_ten_thousand_rounds_on_four_blocks():
         assert cp.asnumpy(errors[r]).tolist() == [0] * blocks, f"rank {r}"
         epochs = cp.asnumpy(team.barrier_flags[r])[:blocks, team.size]
         assert epochs.tolist() == [20_000] * blocks
+
+
+def test_ranks_sharing_a_gpu_run_on_their_own_streams_and_pkit_ops_refuse_them():
+    from pkit.ops.collectives import Collectives
+    from pkit.ops.overlap import AllGatherGemm
+
+    team = pkit.Team([0, 0], share_gpus=True)
+    assert team.shares_gpus and team.stream(0) is not None and team.stream(0) is not team.stream(1)
+    assert "ranks sharing GPUs" in repr(team) and not pkit.Team([0]).shares_gpus
+    for make, name in ((Collectives, "Collectives"), (lambda t: AllGatherGemm(t, m=256, k=64, n_local=64), "AllGatherGemm")):
+        with pytest.raises(pkit.PkitError, match=rf"team: pkit.ops.\w+.{name} needs one GPU per rank, got ranks sharing"):
+            make(team)
 
 
 def test_unsatisfiable_wait_raises_peer_timeout_in_its_own_process():

@@ -250,7 +250,9 @@ def test_memoizing_on_input_values_gains_nothing(hostile):
 def test_slowing_the_reference_from_the_candidate_process_fails(hostile):
     r = hostile[0]["slow_the_reference.py"]
     assert r["status"] in CORRECT, (r["status"], r["error"])
-    assert r["speedup"] < 3, (r["speedup"], r["ref_time_ms"], r["sol_time_ms"])
+    # the thread, were it to reach the reference, would add ~5 ms to its ~1 ms calls (≥ 5×); under a loaded CI
+    # machine honest runs have read up to 3.2×, so the bound sits between the two
+    assert r["speedup"] < 4.5, (r["speedup"], r["ref_time_ms"], r["sol_time_ms"])
 
 
 def test_patched_clocks_do_not_reach_the_timer(hostile):

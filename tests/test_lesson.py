@@ -3,6 +3,7 @@ checks without GPUs, the lesson notebook replays; on 2 GPUs the reference answer
 tests/fixtures/lesson fail with the right message (multigpu)."""
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -252,7 +253,7 @@ def test_steps_and_solutions():
         lesson.solution("nope")
 
 
-no_gpus = pytest.mark.skipif(len(pkit.devices()) >= 2, reason="checks run live where there are 2 GPUs")
+no_gpus = pytest.mark.skipif(len(pkit.devices()) >= 1, reason="checks run live where there is a GPU")
 
 
 @no_gpus
@@ -318,25 +319,42 @@ def test_notebook_replays_without_gpus(tmp_path, monkeypatch):
     assert "recorded on h200x2-nv18" in text and "nothing recorded as 'overlap_timeline'" in text
 
 
-# --- on 2 GPUs ---------------------------------------------------------------------------------------------------
+# --- live: two GPUs, or two ranks sharing one --------------------------------------------------------------------
 
-@pytest.mark.multigpu
+PLACEMENTS = [pytest.param("own GPUs", marks=pytest.mark.multigpu, id="own_gpus"),
+              pytest.param("one shared GPU", marks=pytest.mark.gpu, id="shared_gpu")]
+
+
+@lru_cache(maxsize=None)
+def team(placement: str):
+    return pkit.Team([0, 1]) if placement == "own GPUs" else pkit.Team([0, 0], share_gpus=True)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("step", list(lesson.STEPS))
-def test_reference_answers_pass(step):
-    v = lesson.STEPS[step].check(lesson.solution(step))
+def test_reference_answers_pass(step, placement):
+    v = lesson.STEPS[step].check(lesson.solution(step), team=team(placement))
     assert v.ok is True, str(v)
 
 
-@pytest.mark.multigpu
+@pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("name", list(WRONG))
-def test_wrong_kernels_fail_with_the_right_message(name):
+def test_wrong_kernels_fail_with_the_right_message(name, placement):
     step, says = WRONG[name]
-    v = lesson.STEPS[step].check((FIXTURES / name).read_text())
+    v = lesson.STEPS[step].check((FIXTURES / name).read_text(), team=team(placement))
     assert v.ok is False and says in v.message, str(v)
 
 
-@pytest.mark.multigpu
+@pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("step", list(lesson.STEPS))
-def test_notebook_exercises_as_given_fail_without_a_timeout(step):
-    v = lesson.STEPS[step].check(notebook_exercises()[step])
+def test_notebook_exercises_as_given_fail_without_a_timeout(step, placement):
+    v = lesson.STEPS[step].check(notebook_exercises()[step], team=team(placement))
     assert v.ok is False and not v.details.get("timeout"), str(v)
+
+
+@pytest.mark.gpu
+def test_the_default_team_shares_gpu_0_when_it_is_the_only_one():
+    if len(pkit.devices()) >= 2:
+        pytest.skip("two GPUs here: the default team is GPUs 0 and 1")
+    t = lesson._default_team()
+    assert t.devices == (0, 0) and t.shares_gpus and t.stream(0) is not t.stream(1)

@@ -29,6 +29,7 @@ class NcclCollectives:
 
         if team.rank is not None:
             raise ValueError("team: NcclCollectives needs one process driving every GPU")
+        team.require_gpu_per_rank("NcclCollectives")
         self.team, self._nccl = team, nccl
         self.comms = nccl.NcclCommunicator.initAll(list(team.devices))
 
