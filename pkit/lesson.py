@@ -33,6 +33,7 @@ from .errors import CompileError, PeerTimeout, PkitError
 from .ops.collectives import lookup
 
 THREADS = 256  # threads per block of every lesson launch
+LATE_START_NS = 1_000_000  # how long check_barrier holds one rank back per trial: far longer than its stores take
 UNWRITTEN_WORD = 0xFFFFFFFF  # what check_flag's `seen` holds where the reader never copied a word
 _MARKS = {True: "✓", False: "✗", None: "·"}  # right, wrong, not run
 
@@ -395,7 +396,9 @@ def check_barrier(source: str, team=None, trials: int = 20) -> Verdict:
     """Step 4, a barrier. `source` defines `exchange(const u64* box, const u64* flags, const float* in, float* out,
     u64 n, u32 epoch, int rank, int size)`, one block of 256 threads per rank, n = 65536, a new epoch per trial. It
     must push `in` into slot `rank` of every rank's box, meet the others at a barrier, then copy its own box to
-    `out`; every slot must hold its rank's data, in each of `trials` trials."""
+    `out`; every slot must hold its rank's data, in each of `trials` trials. Trial t holds rank t mod size back
+    by LATE_START_NS, so a missing wait shows whatever the GPUs' own timing (on one shared GPU the ranks would
+    otherwise run in step and hide it)."""
     _check_count("trials", trials)
     return _check(source, ("exchange",), team, lambda t, k: _run_barrier(t, k, int(trials)))
 
@@ -441,8 +444,12 @@ def _check(source: str, names: tuple, team, run: Callable) -> Verdict:
                              "both ranks share it; with two, each rank has its own)", {"compiled": True})
     import cupy as cp
 
+    team = team or _default_team()
     try:
-        return run(team or _default_team(), *kernels)
+        for kernel in kernels:  # load before any launch: loading a module waits for the GPU's running kernels, and
+            for device in set(team.devices):  # with ranks sharing a GPU those wait for the kernel being loaded
+                kernel.on(device)
+        return run(team, *kernels)
     except PeerTimeout as e:
         return Verdict(False, f"{e}\nA wait never saw its flag: does every rank signal each flag another rank waits "
                               "for, with the value it waits for?", {"timeout": True})
@@ -544,6 +551,7 @@ BARRIER_CAUSES = {"unwritten": "the rank read its box before those stores arrive
 
 
 def _run_barrier(team, kernel, trials: int, n: int = 1 << 16) -> Verdict:
+    late = compile("spin.cu", "spin_ns")
     size, rng = team.size, np.random.default_rng()
     box, out, inp = team.empty((size * n,)), team.empty((size * n,)), team.empty((n,))
     flags = team.zeros((size,), "uint32")
@@ -554,6 +562,8 @@ def _run_barrier(team, kernel, trials: int, n: int = 1 << 16) -> Verdict:
         box.fill(np.nan)
         out.fill(np.nan)
         team.synchronize()
+        held = t % size
+        late((1,), (1,), (np.uint64(LATE_START_NS),), device=team.devices[held], stream=team.stream(held))
         team.launch(kernel, (1,), (THREADS,), lambda r: (box.table(r), flags.table(r), inp[r], out[r], np.uint64(n),
                                                          np.uint32(t + 1), np.int32(r), np.int32(size)))
         team.synchronize()
@@ -591,7 +601,7 @@ def _run_overlap(team, consume, trials: int, chunks: int = 16, chunk: int = 1 <<
 
     from .gpus import on_device
 
-    send = compile("lesson_overlap.cu", "send_chunks")
+    send = compile("lesson_overlap.cu", "send_chunks")  # loaded by its first launch, before any consumer runs
     size, rng = team.size, np.random.default_rng()
     x, rows, out = (team.empty((chunks * chunk,)) for _ in range(3))
     ready = team.zeros((chunks,), "uint32")

@@ -85,7 +85,8 @@ class Team:
         self._barrier_flags: SymmetricArray | None = None
         # Ranks sharing a GPU each get their own stream: on one stream a rank waiting for a peer would block the
         # peer's kernel queued behind it. Their kernels run side by side only while all of their blocks fit on
-        # the GPU at once, hence small kernels only (see require_gpu_per_rank).
+        # the GPU at once, hence small kernels only (see require_gpu_per_rank); and every kernel's module must be
+        # loaded (kernel.on(device)) before the first rank launches, as loading a module waits for running kernels.
         shared = len(set(devices)) < len(devices)
         self._rank_streams = {r: on_device(d, lambda: cp.cuda.Stream(non_blocking=True))
                               for r, d in enumerate(devices)} if shared else {}
