@@ -1,4 +1,4 @@
-"""Checks for the lesson on multi-GPU communication (docs/lesson/08_lesson_multi_gpu_communication.ipynb).
+"""Checks for the lesson on multi-GPU communication (notebooks/08_lesson_multi_gpu_communication.ipynb).
 
 Every step of the lesson (`STEPS`) has a check, `check_<step>(source, team=None)`. It compiles the learner's
 kernel source, runs it on fresh random inputs with NaN-poisoned outputs on every rank of a two-rank team, and

@@ -14,7 +14,7 @@ import pkit
 from pkit import lesson, notebooks
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lesson"
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lesson" / "08_lesson_multi_gpu_communication.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_lesson_multi_gpu_communication.ipynb"
 WRONG = {  # fixture → (step, what its verdict must say)
     "addressing_next_slot.cu": ("addressing", "the peer index is off by one"),
     "copy_grid_short.cu": ("copy", "is the grid covering n?"),
