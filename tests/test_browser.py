@@ -1,13 +1,17 @@
-"""The explorers in a real browser (issue #15 item 5): JupyterLab on 127.0.0.1 at a free port with a token and no
-browser of its own, `notebooks/09_explorers.ipynb` opened in headless Chromium (Debian's `chromium` and
-`chromium-driver`, driven by Selenium), every cell run through JupyterLab's Run menu, the roofline explorer's
-message-size slider moved by keyboard, its output read before and after, and a screenshot saved as
-`build/browser/explorers.png`. The server and the driver each run in a process group of their own, ended by
-their ids, and the test checks that nothing of either is left.
+"""The lesson and the explorers in a real browser (issue #15 item 5): JupyterLab on 127.0.0.1 at a free port with
+a token and no browser of its own, serving a copy of one notebook, opened in headless Chromium (Debian's
+`chromium` and `chromium-driver`, driven by Selenium), every cell run through JupyterLab's Run menu, no cell
+writing an error or stderr. Then, per notebook:
 
-Skips, saying why, where Chromium, chromedriver or Selenium are missing (`.ci/run` installs the first two with
-apt-get; `make install` installs Selenium, the dev extra). Every wait has a deadline; the whole test takes
-well under a minute here.
+- `notebooks/08_lesson_multi_gpu_communication.ipynb`: each of the six checks prints its verdict (without GPUs
+  `· compiled ...; not run`, on GPUs ✓ or ✗) and the recorded tables show; screenshot `build/browser/lesson.png`;
+- `notebooks/09_explorers.ipynb`: the roofline explorer's message-size slider moved by keyboard, its output read
+  before and after; screenshot `build/browser/explorers.png`.
+
+The server and the driver each run in a process group of their own, ended by their ids, and each test checks
+that nothing of either is left. Skips, saying why, where Chromium, chromedriver or Selenium are missing
+(`.ci/run` installs the first two with apt-get; `make install` installs Selenium, the dev extra). Every wait has
+a deadline; each test takes well under a minute here.
 """
 import contextlib
 import json
@@ -19,15 +23,19 @@ import time
 import urllib.request
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from processes import end_group, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "notebooks" / "09_explorers.ipynb"
+LESSON = ROOT / "notebooks" / "08_lesson_multi_gpu_communication.ipynb"
+EXPLORERS = ROOT / "notebooks" / "09_explorers.ipynb"
 SHOTS = ROOT / "build" / "browser"
 CHROMIUM = ("chromium", "chromium-browser")  # Debian's package names the binary chromium; Ubuntu's older one
 CHROMEDRIVER = ("chromedriver",)
+STDERR_CSS = "[data-mime-type='application/vnd.jupyter.stderr']"  # how JupyterLab renders errors and stderr
+MARKS = ("·", "✓", "✗")  # how a lesson check's verdict starts: not run (no GPU), right, wrong
 
 pytestmark = pytest.mark.browser
 
@@ -68,12 +76,26 @@ def tools():
     return _tools()
 
 
+class Lab(NamedTuple):
+    """A JupyterLab server on one notebook: the notebook's page (token included), the notebook, the server's log."""
+    page: str
+    notebook: Path
+    log: Path
+
+
+def serving(notebook: Path):
+    """Mark a test to get, as its `lab` fixture, JupyterLab serving `notebook`."""
+    return pytest.mark.parametrize("lab", [notebook], indirect=True, ids=[notebook.stem])
+
+
 @pytest.fixture
-def lab(tmp_path, tools):
-    """JupyterLab serving a copy of the notebook (so nothing can write to notebooks/): yields (url, token)."""
+def lab(request, tmp_path, tools):
+    """JupyterLab serving a copy of the notebook given by `serving` (so nothing can write to notebooks/): yields a
+    `Lab`."""
+    notebook = request.param
     work = tmp_path / "lab"
     work.mkdir()
-    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
+    shutil.copy(notebook, work / notebook.name)
     _settings(tmp_path / "settings")
     port, token = free_port(), "pkit-test-" + os.urandom(8).hex()
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
@@ -98,7 +120,7 @@ def lab(tmp_path, tools):
             except OSError:
                 time.sleep(0.3)
         assert up, f"JupyterLab gave no answer on port {port} (exit {proc.poll()}):\n{log.read_text()[-3000:]}"
-        yield url, token, log
+        yield Lab(f"{url}/lab/tree/{notebook.name}?token={token}", notebook, log)
     finally:
         left = end_group(proc.pid, proc)[1]  # a new session: the server leads its own process group
         assert not left, f"JupyterLab processes left behind: {left}"
@@ -167,6 +189,39 @@ def _all_ran(driver):
     return len(prompts) > 0 and all(p[1:-2].isdigit() for p in prompts)
 
 
+def _run_all(driver, lab: Lab, timeout: float = 90) -> list[str]:
+    """Open the notebook, wait for its kernel, run every cell through Run menu → Run All Cells and wait (up to
+    `timeout` s) until every code cell has run; fail on any error or stderr output. Returns each output's text."""
+    cells = sum(c["cell_type"] == "code" for c in json.loads(lab.notebook.read_text())["cells"])
+    driver.get(lab.page)
+    _wait(driver, lambda d: len(_code_prompts(d)) == cells, 90, f"the notebook's {cells} code cells to appear")
+    _wait(driver, lambda d: d.find_elements("css selector", ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
+          60, "the kernel to start (execution indicator idle)")
+    # Run menu → Run All Cells: the menu bar item, then the command's entry in the opened menu
+    _wait(driver, lambda d: [e for e in d.find_elements("css selector", ".lm-MenuBar-itemLabel") if e.text == "Run"],
+          30, "the Run menu")[0].click()
+    _wait(driver, lambda d: [e for e in d.find_elements("css selector", ".lm-Menu-itemLabel")
+                             if e.text == "Run All Cells"], 30, "Run All Cells in the Run menu")[0].click()
+    _wait(driver, lambda d: _all_ran(d) or d.find_elements("css selector", STDERR_CSS), timeout,
+          "every code cell to run (or an error)",
+          lambda: f"prompts {_code_prompts(driver)}; JupyterLab's log ends:\n{lab.log.read_text()[-3000:]}")
+    stderr = driver.find_elements("css selector", STDERR_CSS)  # an error, a warning or other noise from a cell
+    assert not stderr, "\n".join(e.text for e in stderr)[-3000:]
+    return [e.text for e in driver.find_elements("css selector", ".jp-OutputArea-output")]
+
+
+def _screenshot(driver, inside, name: str) -> Path:
+    """Scroll the code cell holding element `inside` to the top of the window and save the window as
+    build/browser/<name>.png; returns its path."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.execute_script("arguments[0].scrollIntoView({block: 'start'});",
+                          inside.find_element("xpath", "ancestor-or-self::div[contains(@class,'jp-CodeCell')][1]"))
+    time.sleep(0.5)  # let images (a redrawn chart) load before the screenshot
+    path = SHOTS / f"{name}.png"
+    assert driver.save_screenshot(str(path))
+    return path
+
+
 def _roofline(driver):
     """The roofline explorer's message-size slider handle and readout, its text output element, and the source
     of its chart's image (a blob: URL, new with each new picture)."""
@@ -180,28 +235,28 @@ def _roofline(driver):
 
 
 @pytest.mark.timeout(180)
+@serving(LESSON)
+def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(lab, browser):
+    driver = browser
+    start = time.monotonic()
+    outputs = _run_all(driver, lab)
+    verdicts = [t for t in outputs if t[:1] in MARKS and t[1:2] == " "]
+    assert len(verdicts) == 6, f"expected the six checks' verdicts, got {verdicts}"
+    assert any(t.startswith("recorded on h200x2-nv18") for t in outputs), "no recorded table's provenance line"
+    first = next(e for e in driver.find_elements("css selector", ".jp-OutputArea-output") if e.text == verdicts[0])
+    shot = _screenshot(driver, first, "lesson")
+    print(f"browser: {time.monotonic() - start:.1f} s from opening the notebook; {verdicts[0][:40]}...; "
+          f"screenshot {shot}")
+
+
+@pytest.mark.timeout(180)
+@serving(EXPLORERS)
 def test_explorers_notebook_runs_in_jupyterlab_and_its_widgets_respond(lab, browser):
     from selenium.webdriver.common.keys import Keys
 
-    url, token, log = lab
     driver = browser
     start = time.monotonic()
-    driver.get(f"{url}/lab/tree/{NOTEBOOK.name}?token={token}")
-    _wait(driver, lambda d: len(_code_prompts(d)) >= 3, 90, "the notebook's cells to appear")
-    _wait(driver, lambda d: d.find_elements("css selector", ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
-          60, "the kernel to start (execution indicator idle)")
-    # Run menu → Run All Cells: the menu bar item, then the command's entry in the opened menu
-    _wait(driver, lambda d: [e for e in d.find_elements("css selector", ".lm-MenuBar-itemLabel") if e.text == "Run"],
-          30, "the Run menu")[0].click()
-    _wait(driver, lambda d: [e for e in d.find_elements("css selector", ".lm-Menu-itemLabel")
-                             if e.text == "Run All Cells"], 30, "Run All Cells in the Run menu")[0].click()
-    stderr_css = "[data-mime-type='application/vnd.jupyter.stderr']"  # how JupyterLab renders errors and stderr
-    _wait(driver, lambda d: _all_ran(d) or d.find_elements("css selector", stderr_css), 90,
-          "every code cell to run (or an error)",
-          lambda: f"prompts {_code_prompts(driver)}; JupyterLab's log ends:\n{log.read_text()[-3000:]}")
-    stderr = driver.find_elements("css selector", stderr_css)  # an error, a warning or other noise from a cell
-    assert not stderr, "\n".join(e.text for e in stderr)[-3000:]
-    outputs = "\n".join(e.text for e in driver.find_elements("css selector", ".jp-OutputArea-output"))
+    outputs = "\n".join(_run_all(driver, lab))
     # The three explorers render as widgets (not their text fallback "VBox(children=...)")
     assert "VBox(children" not in outputs
     _wait(driver, lambda d: len(d.find_elements("css selector", ".jp-OutputArea-output .widget-vbox")) >= 3, 30,
@@ -218,10 +273,6 @@ def test_explorers_notebook_runs_in_jupyterlab_and_its_widgets_respond(lab, brow
     after_size = _roofline(driver)[1].text
     assert after_size != before_size and f"{after_size} per GPU" in after, (before_size, after_size, after)
     _wait(driver, lambda d: _roofline(d)[3] != before_chart, 30, "the roofline explorer's chart to be redrawn")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    driver.execute_script("arguments[0].scrollIntoView({block: 'start'});",
-                          handle.find_element("xpath", "ancestor::div[contains(@class,'jp-CodeCell')][1]"))
-    time.sleep(0.5)  # let the new chart's image load before the screenshot
-    assert driver.save_screenshot(str(SHOTS / "explorers.png"))
+    shot = _screenshot(driver, handle, "explorers")
     print(f"browser: {time.monotonic() - start:.1f} s from opening the notebook; slider {before_size} → "
-          f"{after_size}; screenshot {SHOTS / 'explorers.png'}")
+          f"{after_size}; screenshot {shot}")
