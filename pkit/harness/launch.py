@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import socket
 import subprocess
@@ -45,6 +46,28 @@ class RankState:
     exit_order: int | None = None
     log_tail: str = ""
     inbox: list = field(default_factory=list)
+    phase_s: dict = field(default_factory=dict)  # seconds per phase stem (phase_stem), by the parent's clock
+    phase_since: float = field(default_factory=time.monotonic)
+
+    def enter(self, phase: str, now: float) -> None:
+        """Close the current phase's span at `now` (parent's monotonic clock) and start `phase`."""
+        self.close_phase(now)
+        self.phase = phase[:200]
+
+    def close_phase(self, now: float) -> None:
+        stem = phase_stem(self.phase)
+        self.phase_s[stem] = self.phase_s.get(stem, 0.0) + now - self.phase_since
+        self.phase_since = now
+
+
+def phase_stem(phase: str) -> str:
+    """A phase's name without its trial or set number, so repeated phases add up: 'inputs, trial 3' → 'inputs,
+    trial'. Names come from the workers (pkit/harness/worker.py); the durations are measured here.
+
+    >>> phase_stem("inputs, trial 3"), phase_stem("expect, set 12"), phase_stem("timing_candidate")
+    ('inputs, trial', 'expect, set', 'timing_candidate')
+    """
+    return re.sub(r"\b(trial|set) \d+", r"\1", phase)
 
 
 class RunFailed(Exception):
@@ -171,7 +194,7 @@ class WorkerSet:
             for message in messages:
                 message["_at"] = time.monotonic()
                 if message["op"] == "phase":
-                    state.phase = str(message.get("name"))[:200]
+                    state.enter(str(message.get("name")), message["_at"])
                 elif message["op"] == "error":
                     if state.error is None:
                         state.error = message
@@ -202,6 +225,7 @@ class WorkerSet:
         kill_tree([p.pid for p in self.procs], keep=keep, spare=spare)
         for state, proc in zip(self.ranks, self.procs):
             proc.wait()
+            state.close_phase(time.monotonic())
             if state.returncode is None:
                 state.returncode, state.exit_order = proc.returncode, self.exits
                 self.exits += 1

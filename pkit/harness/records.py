@@ -27,7 +27,7 @@ FIELDS = ("problem", "category", "solution", "model", "sample", "backend", "worl
           "device", "status", "error", "max_abs_err", "max_rel_err", "per_rank", "flags", "ref_time_ms",
           "sol_time_ms", "ref_time_cv", "sol_time_cv", "ref_time_min_ms", "sol_time_min_ms", "ref_time_iqr_ms",
           "sol_time_iqr_ms", "speedup", "roofline_time_ms", "roofline_bound", "roofline_fraction", "rotations",
-          "trials", "trials_passed", "seed", "timing", "wall_s", "provenance")
+          "trials", "trials_passed", "seed", "timing", "wall_s", "phase_s", "provenance")
 """Every key of a record, in the order they are written."""
 
 EXCERPT_CHARS = 2000

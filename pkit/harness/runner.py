@@ -261,6 +261,16 @@ def record_for(problem, candidate, options, device, provenance, fields: dict, wa
         timing="full" if options.perf else "quick", wall_s=round(wall_s, 3), provenance=prov, **fields)
 
 
+def slowest_phases(phase_s: dict, most: int = 3) -> str:
+    """The `most` longest phases of `phase_s` (seconds by phase), longest first, for a progress line.
+
+    >>> slowest_phases({"startup": 2.04, "inputs, trial": 0.31, "plan": 0.01, "load_problem": 0.5})
+    'startup 2.0 s, load_problem 0.5 s, inputs, trial 0.3 s'
+    """
+    top = sorted(phase_s.items(), key=lambda kv: -kv[1])[:most]
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in top)
+
+
 def reference_failure(e: ReferenceFailed) -> dict:
     """Record fields for a candidate whose problem's reference failed."""
     cause = _root_cause(e.ranks)
@@ -370,17 +380,21 @@ def run_candidate(problem: Problem, candidate: Candidate, reference: Reference, 
     finally:
         ranks = run.workers.close()
     wall = time.monotonic() - start
-    fields = _trial_fields(run.checks)
+    fields = dict(_trial_fields(run.checks), phase_s={k: round(v, 3) for k, v in ranks[0].phase_s.items()})
     if failure is not None:
         return _failed(fields, failure, ranks, options.timeout_s), wall
     if not run.passed:
         last = run.checks[-1]
         return dict(fields, status="wrong_result",
                     error=excerpt("; ".join(f"rank {r}: {c.note}" for r, c in enumerate(last) if c.note))), wall
+    checking = time.monotonic()
     try:
         notes = run.check_timed()
     except ReferenceFailed as e:
         return dict(fields, **reference_failure(e)), wall
+    finally:
+        fields["phase_s"]["parent: check timed outputs"] = round(time.monotonic() - checking, 3)
+        wall = time.monotonic() - start
     if notes:
         fields["flags"].add("timed_output")
         return dict(fields, status="wrong_result", error=excerpt(
@@ -509,7 +523,7 @@ def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, o
                     began = time.monotonic()
                     reference = start_reference(problem, options, device, folder, log, zygote)
                     log(f"{problem.name}: reference ready in {time.monotonic() - began:.1f} s "
-                        f"({reference.sets} timed input sets)")
+                        f"({reference.sets} timed input sets; {slowest_phases(reference.workers.ranks[0].phase_s)})")
                 except ReferenceFailed as e:
                     failure = reference_failure(e)
                 for candidate in candidates:
