@@ -62,7 +62,10 @@ def figures(args: argparse.Namespace) -> int:
     except (NotebookFailed, ValueError) as e:
         print(f"pkit figures: {e}", file=sys.stderr)
         return 1
-    print(f"{len(runs)} notebooks ran; figures in figures/, executed notebooks in build/notebooks/")
+    skipped = [r.name for r in runs if r.skipped]
+    print(f"{len(runs) - len(skipped)} notebooks ran; figures in figures/, executed notebooks in build/notebooks/"
+          + (f"; {len(skipped)} skipped, their recorded inputs missing (see above): {', '.join(skipped)}"
+             if skipped else ""))
     return 0
 
 

@@ -1,10 +1,11 @@
 """Recorded results: `results/<machine>/<experiment>.csv` plus a `.json` provenance file, and replay.
 
-A GPU run writes both files through `record`; replay reads them back through `load`. Numbers in `results/`
-come only from `record` called by code that measured them. When pkit renames something a result names (a
-mechanism, an implementation), the recorded names may be mapped once to the new ones, numbers untouched;
-the `.json` then carries a `renamed` entry (column → {old: new}, the commit that introduced the new names,
-a note), which `describe` mentions.
+A GPU run writes both files through `record`; replay reads them back through `load`. Both use
+`results_root()`: `results/` at the repository root, or $PKIT_RESULTS when set (tests point it at a
+temporary folder). Numbers in `results/` come only from `record` called by code that measured them. When
+pkit renames something a result names (a mechanism, an implementation), the recorded names may be mapped
+once to the new ones, numbers untouched; the `.json` then carries a `renamed` entry (column → {old: new}, the
+commit that introduced the new names, a note), which `describe` mentions.
 
 Example:
     >>> import pandas as pd, pkit.results as R
@@ -157,12 +158,18 @@ def record(experiment: str, frame: pd.DataFrame, parameters: dict | None = None,
     return load(experiment, machine, root=root)  # what replay will see, so both modes draw the same figure
 
 
+def is_recorded(experiment: str, machine: str, *, root: Path | None = None) -> bool:
+    """Whether `<root>/<machine>/<experiment>.csv` and its `.json` both exist (what `load` reads)."""
+    folder = Path(root or results_root()) / _check_name("machine", machine)
+    return all((folder / f"{_check_name('experiment', experiment)}{s}").exists() for s in (".csv", ".json"))
+
+
 def load(experiment: str, machine: str, *, root: Path | None = None) -> Recorded:
     """Read back a recorded result; a clear error names the missing file and what is there instead."""
     folder = Path(root or results_root()) / _check_name("machine", machine)
     csv_path = folder / f"{_check_name('experiment', experiment)}.csv"
     json_path = csv_path.with_suffix(".json")
-    if not csv_path.exists() or not json_path.exists():
+    if not is_recorded(experiment, machine, root=root):
         have = sorted(p.stem for p in folder.glob("*.csv")) if folder.exists() else []
         machines = sorted(p.name for p in folder.parent.glob("*") if p.is_dir()) if folder.parent.exists() else []
         raise PkitError(f"no recorded result {experiment!r} for machine {machine!r} (looked for {csv_path} and "

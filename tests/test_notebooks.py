@@ -1,13 +1,17 @@
-"""`pkit figures --mode replay` runs every notebook from recorded results and rewrites identical figures."""
+"""`pkit figures --mode replay` runs every notebook from recorded results and rewrites identical figures; a notebook
+whose recorded inputs are missing is skipped with the reason."""
+import io
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
-from pkit import notebooks
+from pkit import notebooks, results
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -23,30 +27,84 @@ def test_notebooks_are_committed_without_outputs_and_have_parameters():
         assert len(tagged) == 1 and "mode =" in tagged[0].source and "machine =" in tagged[0].source, path.name
 
 
-def test_replay_regenerates_committed_figures_byte_for_byte(tmp_path):
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    """`pkit figures --mode replay` once for the module: (the finished process, the folder its figures went to,
+    when it started)."""
+    figures_dir = tmp_path_factory.mktemp("figures")
+    started = time.time()
     out = subprocess.run([sys.executable, "-m", "pkit.cli", "figures", "--mode", "replay"], cwd=ROOT,
                          capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PKIT_FIGURES": str(tmp_path)})
+                         env={**os.environ, "PKIT_FIGURES": str(figures_dir)})
     assert out.returncode == 0, out.stderr[-3000:]
-    made = sorted(p.name for p in tmp_path.iterdir())
+    return out, figures_dir, started
+
+
+def test_replay_regenerates_committed_figures_byte_for_byte(replay):
+    _, figures_dir, _ = replay
+    made = sorted(p.name for p in figures_dir.iterdir())
     assert made, "no figures written"
     for name in made:
         committed = ROOT / "figures" / name
         assert committed.exists(), f"{name} is not committed in figures/"
-        assert (tmp_path / name).read_bytes() == committed.read_bytes(), f"{name} differs from figures/{name}"
-    for path in NOTEBOOKS:
-        assert (ROOT / "build" / "notebooks" / path.name).exists()
+        assert (figures_dir / name).read_bytes() == committed.read_bytes(), f"{name} differs from figures/{name}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_each_notebook_replays_or_is_skipped_with_its_reason(path, replay):
+    """A notebook whose recorded inputs (its metadata's `replays`) are missing is skipped with one line saying
+    which and how to record them; every other one ran and left its executed copy."""
+    out, _, started = replay
+    reason = notebooks.skip_reason(path, "replay", notebooks.DEFAULT_MACHINE)
+    if reason:
+        assert f"{path.stem} ... skipped: {reason}" in out.stderr
+        pytest.skip(f"{path.stem}: {reason}")
+    executed = ROOT / "build" / "notebooks" / path.name
+    assert executed.exists() and executed.stat().st_mtime >= started - 1, f"{path.name} did not run"
+
+
+def test_notebook_with_unrecorded_replays_is_skipped_with_what_is_missing(tmp_path, monkeypatch):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", folder)
+    monkeypatch.setattr(notebooks, "BUILD_DIR", tmp_path / "build")
+    monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
+    write_notebook(folder / "98_study.ipynb", ["print('ran')"], {"gpus": 2, "replays": ["study_a", "study_b"]})
+    write_notebook(folder / "99_tables.ipynb", ["print('ran')"],
+                   {"gpus": 0, "replays": ["table"], "record": "python -m make_table --record"})
+    results.record("study_a", pd.DataFrame({"x": [1]}), machine="m1")  # study_b is missing
+    stream = io.StringIO()
+    runs = notebooks.run_all(mode="replay", machine="m1", stream=stream)
+    assert [r.skipped != "" for r in runs] == [True, True] and not (tmp_path / "build").exists()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == ("[1/2] 98_study ... skipped: no recorded study_b for machine 'm1'; run the notebook in "
+                        "measure mode on a machine with 2 GPUs: pkit figures --mode measure --only 98_study")
+    assert lines[1] == ("[2/2] 99_tables ... skipped: no recorded table for machine 'm1'; record it with: "
+                        "python -m make_table --record")
+    # a notebook that measures nothing reads its tables in any mode; one that measures records its own
+    assert notebooks.skip_reason(folder / "99_tables.ipynb", "measure", "m1") == lines[1].split("skipped: ")[1]
+    assert notebooks.skip_reason(folder / "98_study.ipynb", "measure", "m1") == ""
+    results.record("study_b", pd.DataFrame({"x": [1]}), machine="m1")
+    run = notebooks.run_notebook(folder / "98_study.ipynb", "replay", "m1")
+    assert not run.skipped and run.output.exists()
+
+
+def write_notebook(path, cells, pkit_metadata=None):
+    """A notebook at `path`: a parameters cell (mode, machine), then code `cells`; `pkit_metadata` its pkit entry."""
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    if pkit_metadata is not None:
+        nb.metadata["pkit"] = pkit_metadata
+    params = nbformat.v4.new_code_cell('mode = "auto"\nmachine = "x"')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, *map(nbformat.v4.new_code_cell, cells)]
+    nbformat.write(nb, path)
 
 
 def test_failing_notebook_is_named_with_its_cell(tmp_path, monkeypatch):
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                           "language": "python"}})
-    params = nbformat.v4.new_code_cell('mode = "auto"\nmachine = "x"')
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell("1 / 0")]
     folder = tmp_path / "notebooks"
     folder.mkdir()
-    nbformat.write(nb, folder / "99_broken.ipynb")
+    write_notebook(folder / "99_broken.ipynb", ["1 / 0"])
     monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", folder)
     monkeypatch.setattr(notebooks, "BUILD_DIR", tmp_path / "build")
     with pytest.raises(notebooks.NotebookFailed, match=r"99_broken.ipynb failed in cell \d.*ZeroDivisionError"):
