@@ -75,7 +75,8 @@ def test_rows_are_read_only_after_their_flag():
     """A arrives 256 rows at a time on a side stream (a copy, then a flag write); the GEMM, launched first and
     given all but 8 SMs, must wait for each part and still multiply the right rows."""
     import cupy as cp
-    from cuda.bindings import driver as cu
+
+    from pkit.driver import stream_write_value32
 
     m, n, k, rows_per_flag = 1024, 512, 768, 256
     source, b = _randn(m, k, seed=3), _randn(n, k, seed=4)
@@ -89,8 +90,7 @@ def test_rows_are_read_only_after_their_flag():
             rows = slice(f * rows_per_flag, (f + 1) * rows_per_flag)
             cp.cuda.runtime.memcpyAsync(a[rows].data_ptr(), source[rows].data_ptr(), rows_per_flag * k * 2,
                                         cp.cuda.runtime.memcpyDeviceToDevice, side.ptr)
-            err, = cu.cuStreamWriteValue32(cu.CUstream(side.ptr), cu.CUdeviceptr(flags.data.ptr + 4 * f), 7, 0)
-            assert err == cu.CUresult.CUDA_SUCCESS
+            stream_write_value32(side.ptr, flags.data.ptr + 4 * f, 7)
     torch.cuda.synchronize()
     side.synchronize()
     torch.testing.assert_close(out.float(), source.float() @ b.float().T, rtol=2 ** -7, atol=1e-3 * k ** 0.5)

@@ -13,7 +13,6 @@ Example:
 """
 from __future__ import annotations
 
-import ctypes
 from functools import lru_cache
 
 import numpy as np
@@ -65,18 +64,9 @@ def tensor_map(tensor, box_rows: int, box_cols: int):
 @lru_cache(maxsize=256)
 def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int):
     """tensor_map's descriptor, encoded once per (address, shape, box): it holds no more than these."""
-    from cuda.bindings import driver as cu
+    from ..driver import encode_tiled_bf16
 
-    err, encoded = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, address,
-        [cu.cuuint64_t(cols), cu.cuuint64_t(rows)], [cu.cuuint64_t(cols * 2)],
-        [cu.cuuint32_t(box_cols), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err!r}) for a {rows} × {cols} bf16 matrix")
-    return packed(ctypes.string_at(encoded.getPtr(), TENSOR_MAP.itemsize))
+    return packed(encode_tiled_bf16(address, rows, cols, box_rows, box_cols))
 
 
 @lru_cache(maxsize=None)

@@ -246,13 +246,11 @@ class AllGatherGemm(_OnTeam):
         """Set the ready flag of the chunk holding `row` on rank's GPU to `epoch`, in `stream` order (after the
         stream's earlier work, with a memory barrier)."""
         import cupy as cp
-        from cuda.bindings import driver as cu
 
-        address = self.ready.address(rank) + 4 * (row // self.chunk_rows)
+        from ..driver import stream_write_value32
+
         with cp.cuda.Device(self.team.devices[rank]):
-            err, = cu.cuStreamWriteValue32(cu.CUstream(stream.ptr), cu.CUdeviceptr(address), epoch, 0)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuStreamWriteValue32 failed: {err!r}")
+            stream_write_value32(stream.ptr, self.ready.address(rank) + 4 * (row // self.chunk_rows), epoch)
 
     def _gemm(self, rank: int, epoch: int, blocks: int | None = None) -> None:
         gemm(self._a[rank], self.weight(rank), self.out(rank), blocks=blocks,
