@@ -50,7 +50,9 @@ PALETTE = [BLUE, ORANGE, GREEN, VERMILLION, PURPLE, SKY, WINE, BLACK, GREY]
 # One colour per name, the same in every figure: transfer mechanisms (pkit.ops.transfers) and collective
 # mechanisms (pkit.ops.collectives) by mechanism (the copy engine is always orange, SM/register-level blue);
 # collective implementations (pkit.experiments.collectives, torch baselines) with NCCL black and pkit's
-# variants in the colour of their mechanism; GEMMs (cuBLAS black like NCCL, the vendor's library); mechanisms candidates use (pkit.analysis); eval statuses (six of the
+# variants in the colour of their mechanism; GEMMs (cuBLAS black like NCCL, the vendor's library); overlap
+# schedules (pkit.ops.overlap, the serial NCCL + cuBLAS one black, PyTorch's grey and wine, dashed); mechanisms
+# candidates use (pkit.analysis); eval statuses (six of the
 # colours that stay furthest apart under simulated colour-vision deficiencies: bars carry no marker). Within each
 # such set no two names share a colour; names outside get `colors_for`'s spares.
 COLORS = {
@@ -59,6 +61,8 @@ COLORS = {
     "nccl": BLACK, "pkit_sm": BLUE, "pkit_sm_one_shot": SKY, "pkit_sm_two_shot": GREEN, "pkit_ll": VERMILLION,
     "pkit_ce": ORANGE, "torch_nccl": GREY, "torch_symm_one_shot": WINE, "torch_symm_two_shot": PURPLE,
     "empty_kernel": GREY, "pkit_gemm": BLUE, "cublas": BLACK,
+    "serial": BLACK, "ce_chunks": ORANGE, "ce_flags": VERMILLION, "tma_add": GREEN, "torch_serial": GREY,
+    "torch_async_tp": WINE,
     "torch_distributed": BLACK, "nvshmem": WINE, "multicast": VERMILLION, "none": GREY, "unknown": PURPLE,
     "compile_error": GREY, "runtime_error": WINE, "timeout": BLACK, "wrong_result": VERMILLION,
     "correct_slower": SKY, "correct_faster": BLUE,
@@ -69,8 +73,10 @@ MARKERS = {
     "ce": "P", "sm_push": "s", "sm_pull": "D", "tma_push": "^", "tma_pull": "v",
     "nccl": "o", "pkit_sm": "s", "pkit_sm_one_shot": "^", "pkit_sm_two_shot": "v", "pkit_ll": "D", "pkit_ce": "P",
     "torch_nccl": "x", "torch_symm_one_shot": "<", "torch_symm_two_shot": ">", "pkit_gemm": "s", "cublas": "o",
+    "serial": "o", "ce_chunks": "P", "ce_flags": "X", "tma_add": "^", "torch_serial": "x", "torch_async_tp": "<",
 }
-LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_shot": "--"}
+LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_shot": "--", "torch_serial": "--",
+              "torch_async_tp": "--"}
 
 # How figures name pkit's identifiers: transfer mechanisms (pkit.ops.transfers), collective mechanisms
 # (pkit.ops.collectives) and implementations (pkit.experiments.collectives, the torch baselines), GEMMs and
@@ -85,6 +91,9 @@ LABELS = {
     "torch_symm_one_shot": "torch symm. memory one-shot", "torch_symm_two_shot": "torch symm. memory two-shot",
     "empty_kernel": "empty kernel", "pkit_gemm": "pkit GEMM", "cublas": "cuBLAS",
     "ce_chunks": "copy engine, chunked", "ce_flags": "copy engine + flags", "tma_add": "TMA reduce-add",
+    "serial": "serial (NCCL + cuBLAS)", "torch_serial": "PyTorch serial (NCCL + matmul)",
+    "torch_async_tp": "PyTorch async-TP (fused, symm. memory)",
+    "ag_gemm": "all-gather + GEMM", "gemm_rs": "GEMM + reduce-scatter", "gemm_ar": "GEMM + all-reduce",
     "torch_distributed": "torch.distributed", "nvshmem": "NVSHMEM", "multicast": "NVLink multicast",
     "none": "none found", "unknown": "unknown",
     "compile_error": "compile error", "runtime_error": "runtime error", "timeout": "timeout",

@@ -3,7 +3,9 @@ each checked against float32, beside PyTorch's (torchrun), with the communicatio
 
 - `gemm_rates`: pkit's GEMM against cuBLAS (one GPU), the gate of the fused schedules;
 - `sweep` (AG+GEMM over N_local), `sweep_partial` (GEMM+RS or GEMM+AR over K_local), `torch_sweep`;
-- `with_bounds`: each row against max(T_c, T_l, T_m) + α and the serial time; `timeline`: one ce_chunks run.
+- `with_bounds`: each row against max(T_c, T_l, T_m) + α and the serial time; `timeline`: one ce_chunks run;
+- tables of the recorded frames for notebook 05: `gemm_gate`, `shape_bounds`, `compare`, `timeline_summary`,
+  and the figure `draw` (each schedule's time and fraction of the bound, per pattern).
 
 On 2 GPUs the link time of AG+GEMM over its compute time is about 1000 / N_local (bf16, H200), so N_local from
 256 to 16384 at M = K = 8192 sweeps from link-bound to compute-bound through the balanced shape.
@@ -32,6 +34,8 @@ DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
 GEMM_IMPLEMENTATIONS = ("pkit_gemm", "cublas")  # gemm_rates' implementation names
 GEMM_SHAPES = ((8192, 8192, 8192), (8192, 4096, 8192), (8192, 16384, 8192), (4096, 4096, 4096))
+GEMM_GATE = 0.7  # pkit's GEMM over cuBLAS (TFLOP/s at 8192³) below which the fused schedules' numbers mean little
+TORCH_SCHEDULES = ("torch_serial", "torch_async_tp")  # torch_sweep's schedule names (pkit.experiments.torch_overlap)
 
 
 def gemm_rates(shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, device: int = 0, reps: int = 20,
@@ -291,6 +295,199 @@ def with_bounds(frame: pd.DataFrame, ceilings: Ceilings | None = None) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+SHAPE = ["pattern", "gpus", "m", "k", "n"]  # the columns that name one shape of a pattern in sweep's rows
+TERMS = ["compute_us", "link_us", "hbm_us", "sync_us", "bound_us", "serial_bound_us", "bound"]  # with_bounds' terms
+
+
+def gemm_gate(frame: pd.DataFrame, target: float = GEMM_GATE) -> pd.DataFrame:
+    """`gemm_rates`' rows side by side, one row per shape in the recorded order: shape ('M×N×K'), m, n, k,
+    pkit_tflops, cublas_tflops (10¹² FLOP/s at the median), ratio_to_cublas, verified (both outputs within bf16
+    rounding of float32) and passes (verified and ratio_to_cublas ≥ `target`).
+
+    >>> rows = pd.DataFrame({"implementation": ["pkit_gemm", "cublas"], "m": 8192, "n": 8192, "k": 8192,
+    ...                      "tflops": [600.0, 750.0], "verified": True, "ratio_to_cublas": [0.8, 1.0]})
+    >>> gemm_gate(rows)[["shape", "pkit_tflops", "ratio_to_cublas", "passes"]].values.tolist()
+    [['8192×8192×8192', 600.0, 0.8, True]]
+    """
+    need = {"implementation", "m", "n", "k", "tflops", "verified", "ratio_to_cublas"}
+    if not need <= set(frame.columns):
+        raise ValueError(f"frame: expected gemm_rates' columns, missing {sorted(need - set(frame.columns))}")
+    dims = ["m", "n", "k"]
+    by = frame.set_index([*dims, "implementation"])
+    tflops = by["tflops"].unstack("implementation")
+    out = frame[dims].drop_duplicates().reset_index(drop=True)
+    keys = list(out.itertuples(index=False, name=None))
+    out.insert(0, "shape", [f"{m}×{n}×{k}" for m, n, k in keys])
+    out["pkit_tflops"] = tflops.loc[keys, "pkit_gemm"].to_numpy()
+    out["cublas_tflops"] = tflops.loc[keys, "cublas"].to_numpy()
+    out["ratio_to_cublas"] = by["ratio_to_cublas"].xs("pkit_gemm", level="implementation").loc[keys].to_numpy()
+    out["verified"] = by["verified"].astype(bool).groupby(level=dims).all().loc[keys].to_numpy()
+    out["passes"] = out["verified"] & (out["ratio_to_cublas"] >= target)
+    return out
+
+
+def shape_bounds(bounded: pd.DataFrame) -> pd.DataFrame:
+    """The roofline of each shape of a `with_bounds` frame, one row per (pattern, gpus, m, k, n): T_c, T_l, T_m
+    and α·steps (compute_us, link_us, hbm_us, sync_us), bound_us (overlapped), serial_bound_us (one after the
+    other) and the bounding term.
+
+    >>> row = {"pattern": "ag_gemm", "schedule": "serial", "gpus": 2, "m": 8192, "k": 8192, "n": 1024,
+    ...        "time_median_us": 400.0}
+    >>> b = shape_bounds(with_bounds(pd.DataFrame([row, dict(row, schedule="ce_chunks", time_median_us=300.0)])))
+    >>> len(b), b.loc[0, "bound"], bool(b.loc[0, "bound_us"] < b.loc[0, "serial_bound_us"])
+    (1, 'link', True)
+    """
+    missing = set(SHAPE + TERMS) - set(bounded.columns)
+    if missing:
+        raise ValueError(f"bounded: expected with_bounds' columns, missing {sorted(missing)}")
+    return bounded.drop_duplicates(SHAPE)[SHAPE + TERMS].reset_index(drop=True)
+
+
+def compare(bounded: pd.DataFrame) -> pd.DataFrame:
+    """Per shape of a `with_bounds` frame (pkit's rows, optionally with torch_sweep's): the bound (term and
+    bound_us), serial_us (the serial schedule: NCCL and cuBLAS one after the other), pkit's fastest verified
+    overlapped schedule (best_schedule, best_comm_sms, best_us, best_fraction_of_bound, best_speedup_vs_serial,
+    best_overlap_efficiency), where the frame has PyTorch's rows its torch_serial_us and torch_async_tp_us (NaN
+    at shapes it did not run) and best_over_torch_async_tp (PyTorch's fused time / pkit's best: above 1, pkit is
+    faster), and unverified (the schedules whose output failed its check at that shape, left out of the best).
+    Times in µs.
+
+    >>> rows = [{"pattern": "ag_gemm", "schedule": s, "comm_sms": 0, "gpus": 2, "m": 8192, "k": 8192, "n": 4096,
+    ...          "time_median_us": t, "verified": True}
+    ...         for s, t in (("serial", 1500.0), ("ce_chunks", 1300.0), ("sm_pull", 1200.0), ("torch_async_tp", 1400.0))]
+    >>> rows[2]["verified"] = False
+    >>> c = compare(with_bounds(pd.DataFrame(rows)))
+    >>> c[["n", "best_schedule", "best_us", "torch_async_tp_us", "unverified"]].values.tolist()
+    [[4096, 'ce_chunks', 1300.0, 1400.0, 'sm_pull']]
+    """
+    missing = {"schedule", "comm_sms", "time_median_us", "verified", "fraction_of_bound", "speedup_vs_serial",
+               "overlap_efficiency"} - set(bounded.columns)
+    if missing:
+        raise ValueError(f"bounded: expected with_bounds' columns, missing {sorted(missing)}")
+    out = shape_bounds(bounded)[[*SHAPE, "bound", "bound_us"]].set_index(SHAPE)
+    times = bounded.pivot_table(index=SHAPE, columns="schedule", values="time_median_us", aggfunc="min")
+    out["serial_us"] = times["serial"] if "serial" in times.columns else np.nan
+    verified = bounded["verified"].astype(bool)
+    ours = bounded[verified & ~bounded["schedule"].isin(["serial", *TORCH_SCHEDULES])]
+    best = ours.sort_values("time_median_us").drop_duplicates(SHAPE).set_index(SHAPE)
+    for column, name in (("schedule", "best_schedule"), ("comm_sms", "best_comm_sms"), ("time_median_us", "best_us"),
+                         ("fraction_of_bound", "best_fraction_of_bound"),
+                         ("speedup_vs_serial", "best_speedup_vs_serial"),
+                         ("overlap_efficiency", "best_overlap_efficiency")):
+        out[name] = best[column]
+    for name in TORCH_SCHEDULES:  # only where the frame has PyTorch's rows
+        if name in times.columns:
+            out[f"{name}_us"] = times[name]
+    if "torch_async_tp" in times.columns:
+        out["best_over_torch_async_tp"] = out["torch_async_tp_us"] / out["best_us"]
+    out["unverified"] = bounded[~verified].groupby(SHAPE)["schedule"].agg(", ".join)
+    out["unverified"] = out["unverified"].fillna("")
+    return out.reset_index()
+
+
+def _union(spans: list) -> list:
+    """Sorted (start, end) spans merged where they touch or overlap."""
+    merged: list = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def _length(spans: list) -> float:
+    return float(sum(end - start for start, end in spans))
+
+
+def timeline_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per rank of a `timeline` frame: copies and gemms (chunks of each), copy_us and gemm_us (time with at
+    least one copy, or one GEMM, in flight), both_us (time with both), span_us (first event to last), and
+    copy_hidden (both_us / copy_us: the share of copy time spent under a GEMM). Times in µs from the rank's
+    first event.
+
+    >>> t = pd.DataFrame({"rank": 0, "kind": ["gemm", "copy", "gemm"], "row": [0, 4096, 4096],
+    ...                   "start_us": [0.0, 0.0, 10.0], "end_us": [10.0, 8.0, 20.0]})
+    >>> timeline_summary(t)[["rank", "copies", "copy_us", "both_us", "span_us", "copy_hidden"]].values.tolist()
+    [[0.0, 1.0, 8.0, 8.0, 20.0, 1.0]]
+    """
+    missing = {"rank", "kind", "start_us", "end_us"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame: expected timeline's columns, missing {sorted(missing)}")
+    rows = []
+    for rank, events in frame.groupby("rank", sort=True):
+        spans = {kind: _union(list(zip(events.loc[events["kind"] == kind, "start_us"],
+                                       events.loc[events["kind"] == kind, "end_us"]))) for kind in ("copy", "gemm")}
+        both = _length([(max(a, c), min(b, d)) for a, b in spans["copy"] for c, d in spans["gemm"]
+                        if min(b, d) > max(a, c)])
+        copy_us = _length(spans["copy"])
+        rows.append({"rank": rank, "copies": int((events["kind"] == "copy").sum()),
+                     "gemms": int((events["kind"] == "gemm").sum()), "copy_us": copy_us,
+                     "gemm_us": _length(spans["gemm"]), "both_us": both,
+                     "span_us": float(events["end_us"].max() - events["start_us"].min()),
+                     "copy_hidden": both / copy_us if copy_us > 0 else np.nan})
+    return pd.DataFrame(rows)
+
+
+SWEPT = {"ag_gemm": "N_local (columns of each GPU's weight shard)", "gemm_rs": "K_local (each GPU's slice of K)",
+         "gemm_ar": "K_local (each GPU's slice of K)"}
+"""What each pattern's sweep varies (sweep: N_local = n; sweep_partial: K_local = k / gpus), as `draw` labels it."""
+
+
+def draw(bounded: pd.DataFrame, schedules: Sequence[str] | None = None):
+    """A `with_bounds` frame as small multiples, one column of panels per pattern, against the dimension its
+    sweep varies (`SWEPT`): on top each schedule's time per call with the bound max(T_c, T_l, T_m) + α (dashed)
+    and the serial bound T_c + T_l + α (dotted); below, each schedule's fraction of the bound (1: at the bound).
+    `schedules`: the ones to draw (default all, in the frame's order). Colours, markers and labels are pkit's
+    (`pkit.figures`); one legend, right of the panels. Returns the figure.
+
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> rows = [{"pattern": p, "schedule": s, "gpus": 2, "m": 8192, "k": 8192, "n": n, "time_median_us": t * n / 1024}
+    ...         for p in ("ag_gemm", "gemm_rs") for n in (1024, 4096) for s, t in (("serial", 300.0), ("ce_flags", 200.0))]
+    >>> fig = draw(with_bounds(pd.DataFrame(rows)))
+    >>> [t.get_text() for t in fig.legends[0].get_texts()]
+    ['serial (NCCL + cuBLAS)', 'copy engine + flags', 'bound: max(T_c, T_l, T_m) + α', 'serial bound: T_c + T_l + α']
+    >>> [ax.get_xlabel().split()[0] for ax in fig.axes[2:]], [t.get_text() for t in fig.axes[3].get_xticklabels()]
+    (['N_local', 'K_local'], ['4096'])
+    """
+    from .. import figures
+
+    missing = {"schedule", "time_median_us", "fraction_of_bound", *SHAPE, *TERMS} - set(bounded.columns)
+    if missing:
+        raise ValueError(f"bounded: expected with_bounds' columns, missing {sorted(missing)}")
+    names = list(dict.fromkeys(bounded["schedule"] if schedules is None else schedules))
+    colours = figures.colors_for(names)
+    patterns = list(dict.fromkeys(bounded["pattern"]))
+    fig, axes = figures.subplots(2, len(patterns), figsize=(5.2 * len(patterns) + 2.8, 7.0), sharex="col",
+                                 squeeze=False)
+    for col, pattern in enumerate(patterns):
+        rows = bounded[bounded["pattern"] == pattern]
+        rows = rows.assign(swept=rows["n"] if pattern == "ag_gemm" else rows["k"] // rows["gpus"]).sort_values("swept")
+        top, bottom = axes[0, col], axes[1, col]
+        for name in names:
+            mine = rows[rows["schedule"] == name]
+            look = dict(color=colours[name], marker=figures.marker(name), ls=figures.LINESTYLES.get(name, "-"),
+                        label=figures.label(name))
+            top.plot(mine["swept"], mine["time_median_us"], **look)
+            bottom.plot(mine["swept"], mine["fraction_of_bound"], **look)
+        bounds = rows.drop_duplicates("swept")
+        top.plot(bounds["swept"], bounds["bound_us"], color="0.2", ls="--", lw=1.2,
+                 label="bound: max(T_c, T_l, T_m) + α")
+        top.plot(bounds["swept"], bounds["serial_bound_us"], color="0.45", ls=":", lw=1.2,
+                 label="serial bound: T_c + T_l + α")
+        bottom.axhline(1.0, color="0.2", ls="--", lw=1.0)
+        top.set(title=figures.label(pattern), yscale="log", ylabel="time per call (µs, log scale)")
+        bottom.set(xlabel=SWEPT.get(pattern, "swept dimension"), ylabel="fraction of the bound (bound / time)",
+                   ylim=(0, max(1.1, 1.05 * float(rows["fraction_of_bound"].max()))))
+        bottom.set_xscale("log", base=2)
+        bottom.set_xticks(list(bounds["swept"]), [str(v) for v in bounds["swept"]])
+        bottom.minorticks_off()
+        bottom.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}  # each name once
+    fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=8)
+    return fig
+
+
 STUDIES = ("gemm", "ag_gemm", "gemm_rs", "gemm_ar", "torch_ag_gemm", "torch_gemm_rs", "timeline")
 
 
@@ -313,6 +510,28 @@ def measure(study: str, gpus: Sequence[int] = (0, 1), reps: int = 10) -> pd.Data
     return sweep_partial(team, scatter=study == "gemm_rs", reps=reps)
 
 
+def parameters(gpus: Sequence[int], reps: int) -> dict:
+    """The parameters recorded with each study (`main --record` and `recorded` write the same ones).
+
+    >>> parameters((0, 1), 10)
+    {'gpus': [0, 1], 'reps': 10}
+    """
+    return {"gpus": [int(g) for g in gpus], "reps": int(reps)}
+
+
+def recorded(study: str, *, mode: str, machine: str, gpus: Sequence[int] = (0, 1), reps: int = 10):
+    """One of STUDIES through `pkit.results.measure_or_replay` as experiment 'overlap_<study>': measured by
+    `measure(study, gpus, reps)` and recorded (mode 'measure'), or read back (mode 'replay'), with the
+    `parameters` the command line records, so studies recorded by `main` and by notebook 05 are
+    interchangeable. Returns the `pkit.results.Recorded`."""
+    from .. import results
+
+    if study not in STUDIES:
+        raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
+    return results.measure_or_replay(f"overlap_{study}", lambda: measure(study, gpus, reps), mode=mode,
+                                     machine=machine, parameters=parameters(gpus, reps))
+
+
 def main(argv=None) -> None:
     """Measure studies, print them; --record writes results/<machine>/overlap_<study>.{csv,json}."""
     import argparse
@@ -330,8 +549,8 @@ def main(argv=None) -> None:
         with pd.option_context("display.width", 200, "display.max_columns", None):
             print(frame, flush=True)
         if args.record:
-            parameters = {"gpus": args.gpus, "reps": args.reps}
-            print(f"recorded {pkit.results.record(f'overlap_{study}', frame, parameters).csv_path}", flush=True)
+            recorded_as = pkit.results.record(f"overlap_{study}", frame, parameters(args.gpus, args.reps))
+            print(f"recorded {recorded_as.csv_path}", flush=True)
 
 
 if __name__ == "__main__":
