@@ -13,6 +13,7 @@ ceilings.csv), else the datasheet's; the `ceilings` column says which.
 Usage (notebook 06):
     from pkit import results
     from pkit.experiments import roofline_gap
+    roofline_gap.ceilings_vs_datasheet(Ceilings.measured(results.load("ceilings", "h200x2-nv18").frame))
     base = results.load("baselines", "h200x2-nv18")
     gap = roofline_gap.gap_table(base.frame)          # sorted; category, bound, ceilings
     roofline_gap.claim_test(gap)                      # share of problems below 50% of their roofline
@@ -55,6 +56,37 @@ def require(frame: pd.DataFrame, columns, what: str, fix: str) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ValueError(f"{what}: expected columns {list(columns)}; missing {missing}: {fix}")
+
+
+def ceilings_vs_datasheet(measured, datasheet=None) -> pd.DataFrame:
+    """Measured ceilings (a `pkit.roofline.Ceilings`, e.g. `Ceilings.measured` of a recorded ceilings.csv) beside
+    a datasheet's (default the H200's), one row per ceiling: ceiling ('gemm <dtype>' for each dtype both have,
+    hbm, link, sync), unit, datasheet, measured and measured_over_datasheet (NaN where the datasheet states
+    nothing: datasheets give no sync latency α).
+
+    >>> from pkit.roofline import Ceilings
+    >>> sheet = Ceilings(989e12, 4.8e12, 450e9, "datasheet")
+    >>> got = ceilings_vs_datasheet(Ceilings(700e12, 4.0e12, 360e9, "measured", 2e-6), sheet)
+    >>> got.set_index("ceiling")["measured_over_datasheet"].round(2).to_dict()
+    {'gemm bfloat16': 0.71, 'hbm': 0.83, 'link': 0.8, 'sync': nan}
+    >>> got.loc[3, "unit"], float(got.loc[3, "datasheet"]), float(got.loc[3, "measured"])
+    ('us', 0.0, 2.0)
+    """
+    from ..roofline import DTYPES, MEASURED, Ceilings
+
+    sheet = datasheet or Ceilings.datasheet()
+
+    def values(c) -> dict:
+        gemm = {f"gemm {d}": c.flops_per_s_by_dtype[d] / MEASURED["gemm"][1] for d in DTYPES
+                if d in c.flops_per_s_by_dtype}
+        return {**gemm, "hbm": c.hbm_bytes_per_s / MEASURED["hbm"][1], "link": c.link_bytes_per_s / MEASURED["link"][1],
+                "sync": c.sync_s / MEASURED["sync"][1]}
+
+    theirs, ours = values(sheet), values(measured)
+    rows = [{"ceiling": name, "unit": MEASURED[name.split()[0]][0], "datasheet": theirs[name], "measured": ours[name],
+             "measured_over_datasheet": ours[name] / theirs[name] if theirs[name] > 0 else np.nan}
+            for name in ours if name in theirs]
+    return pd.DataFrame(rows)
 
 
 def gap_table(baselines: pd.DataFrame, *, time_column: str = "ref_time_ms_median") -> pd.DataFrame:
@@ -112,6 +144,26 @@ def claim_test(gap: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame:
                       "median_fraction": values.median(), "threshold": threshold,
                       "holds": bool(share > 0.5) if len(values) else None}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("ceilings")
+
+
+def bounds_by_category(gap: pd.DataFrame) -> pd.DataFrame:
+    """Which term bounds each problem's roofline, counted per category of a `gap_table` (rows with a fraction):
+    one row per category and an 'all' row, one column per term of `BOUNDS`, then problems.
+
+    >>> gap = pd.DataFrame({"category": ["moe", "moe", "fused"], "bound": ["link", "sync", "compute"],
+    ...                     "fraction": [0.2, 0.4, np.nan]})
+    >>> bounds_by_category(gap)  # doctest: +NORMALIZE_WHITESPACE
+              compute  hbm  link  sync  problems
+    category
+    moe             0    0     1     1         2
+    all             0    0     1     1         2
+    """
+    require(gap, ("category", "bound", "fraction"), "gap", "expected a gap_table")
+    shown = gap[gap["fraction"].notna()]
+    counts = pd.crosstab(shown["category"], shown["bound"]).reindex(columns=list(BOUNDS), fill_value=0)
+    counts.loc["all"] = counts.sum()
+    counts.columns.name, counts.index.name = None, "category"
+    return counts.assign(problems=counts.sum(axis=1))
 
 
 def solution_table(solutions) -> pd.DataFrame:

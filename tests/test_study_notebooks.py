@@ -1,0 +1,77 @@
+"""Notebooks 05 (overlap) and 06 (roofline gap), whose GPU results are not recorded yet, run end to end on CPU
+against synthetic recorded results (tests/synthetic_results.py: written by the real recording commands with the GPU
+work replaced) under a temporary results root; their figures go to a temporary folder, their executed copies to
+another. What the first recording on 2×H200 will replay, minus the numbers."""
+import ast
+import json
+import re
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+import synthetic_results
+
+from pkit import notebooks, results
+from pkit.experiments import overlap
+
+RECORDERS = {"05_overlap": lambda mp, rng, tmp: synthetic_results.record_overlap(mp, rng),
+             "06_roofline_gap": synthetic_results.record_roofline_gap}
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch):
+    """Results, figures and executed notebooks under tmp_path: nothing of the repository's is read or written."""
+    folders = {name: tmp_path / name for name in ("results", "figures", "build")}
+    monkeypatch.setenv("PKIT_RESULTS", str(folders["results"]))
+    monkeypatch.setenv("PKIT_FIGURES", str(folders["figures"]))
+    monkeypatch.setattr(notebooks, "BUILD_DIR", folders["build"])
+    return folders
+
+
+def saved_figures(nb) -> set[str]:
+    """The names the notebook passes to figures.save."""
+    return {name for cell in nb.cells if cell.cell_type == "code"
+            for name in re.findall(r'figures\.save\([^,]+,\s*"([^"]+)"\)', cell.source)}
+
+
+@pytest.mark.parametrize("stem", sorted(RECORDERS))
+def test_notebook_runs_on_synthetic_recorded_results(stem, roots, tmp_path, monkeypatch):
+    path = notebooks.NOTEBOOK_DIR / f"{stem}.ipynb"
+    meta = notebooks.pkit_metadata(path)
+    assert notebooks.skip_reason(path, "replay", synthetic_results.MACHINE).startswith("no recorded ")
+    with monkeypatch.context() as mp:  # the stand-ins live only while recording
+        RECORDERS[stem](mp, np.random.default_rng(), tmp_path)
+    recorded = {p.stem for p in (roots["results"] / synthetic_results.MACHINE).glob("*.json")}
+    assert set(meta["replays"]) <= recorded
+    assert notebooks.skip_reason(path, "replay", synthetic_results.MACHINE) == ""
+
+    run = notebooks.run_notebook(path, "replay", synthetic_results.MACHINE)  # raises NotebookFailed naming the cell
+    executed = nbformat.read(run.output, as_version=4)
+    code = [c for c in executed.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), "a cell did not run"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    expected = saved_figures(executed)
+    assert expected and all(name.startswith(stem[3:].split("_")[0]) for name in expected)
+    made = {p.name for p in roots["figures"].iterdir()}
+    assert made == {f"{name}{suffix}" for name in expected for suffix in (".png", ".svg")}
+    assert all((roots["figures"] / name).stat().st_size > 0 for name in made)
+
+
+def test_overlap_notebook_replays_what_the_command_line_records(roots, monkeypatch):
+    """05's metadata lists every study the command line records, and the notebook's defaults record the same
+    parameters, so a study recorded by `python -m pkit.experiments.overlap ... --record` replays in the notebook."""
+    path = notebooks.NOTEBOOK_DIR / "05_overlap.ipynb"
+    assert notebooks.pkit_metadata(path)["replays"] == [f"overlap_{s}" for s in overlap.STUDIES]
+    cell = next(c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+    defaults = {t.id: ast.literal_eval(node.value) for node in ast.parse(cell.source).body
+                for t in node.targets}
+    with monkeypatch.context() as mp:
+        synthetic_results.record_overlap(mp, np.random.default_rng(), defaults["gpus"], defaults["reps"])
+    prov = json.loads((roots["results"] / synthetic_results.MACHINE / "overlap_ag_gemm.json").read_text())
+    assert prov["parameters"] == overlap.parameters(defaults["gpus"], defaults["reps"])
+    # the synthetic GEMM gate has the columns of the one recorded on an H200 (results/h200x1)
+    real = results.load("overlap_gemm", "h200x1", root=notebooks.REPO_ROOT / "results").frame
+    synthetic = results.load("overlap_gemm", synthetic_results.MACHINE).frame
+    assert list(synthetic.columns) == list(real.columns)
+    pd.testing.assert_series_equal(synthetic.dtypes, real.dtypes)
