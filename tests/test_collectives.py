@@ -168,11 +168,12 @@ def test_torch_baselines_name_registered_ops():
     assert set(torch_collectives.PKIT_DIST) == set(torch_collectives.OPS)
 
 
-class _Team:
-    """Stands in for pkit.Team on the CPU: argument checks run before anything touches a GPU."""
+class _Team(pkit.Team):
+    """pkit.Team on the CPU, two ranks on GPUs 0 and 1 that are never touched: argument checks run before
+    anything touches a GPU."""
 
-    def __init__(self, rank=None):
-        self.size, self.rank, self.devices = 2, rank, (0, 1)
+    def __init__(self, rank=None):  # not Team.__init__, which would look for the GPUs
+        self.size, self.rank, self.devices, self._rank_streams = 2, rank, (0, 1), {}
 
 
 def _array(team, count, dtype="float32"):
