@@ -102,11 +102,13 @@ class Team:
         return self._rank_streams.get(rank)
 
     def require_gpu_per_rank(self, what: str) -> None:
-        """Raise when ranks share a GPU: `what` launches kernels whose blocks wait for the peers' blocks, and on a
-        shared GPU a waiting kernel can hold every SM while the peer's kernel queues behind it."""
+        """Raise when ranks share a GPU: `what` launches kernels whose blocks wait for the peers' blocks (pkit's
+        collectives), and on a shared GPU a waiting kernel can hold every SM while the peer's kernel queues behind
+        it; or it needs one GPU per rank itself (NCCL). The overlap schedules take shared teams: their ranks wait
+        only for their own streams' copies and flags, so the streams serialise them (correctness, not speed)."""
         if self.shares_gpus:
             raise PkitError(f"team: {what} needs one GPU per rank, got ranks sharing GPUs {list(self.devices)} "
-                            "(Team(share_gpus=True) serves small kernels only, such as the lesson's checks)")
+                            "(Team(share_gpus=True) serves the lesson's checks and the overlap schedules, for correctness)")
 
     @classmethod
     def from_torch_distributed(cls, group=None) -> "Team":

@@ -130,8 +130,9 @@ def record_overlap(monkeypatch, rng, gpus=(0, 1), reps=10) -> None:
     for name in ("AllGatherGemm", "PartialGemm"):
         monkeypatch.setattr(overlap, name, _Op)
     monkeypatch.setattr(overlap, "fill", lambda op, seed: [])
-    monkeypatch.setattr(overlap, "fill_partial", lambda op, seed: [])
-    monkeypatch.setattr(overlap, "check", lambda op, want, terms, roundings=1: (True, float(rng.uniform(0.01, 0.1))))
+    monkeypatch.setattr(overlap, "fill_partial", lambda op, seed: ([], []))
+    monkeypatch.setattr(overlap, "check", lambda op, want, terms, roundings=1, scales=None:
+                        (True, float(rng.uniform(0.01, 0.1))))
     monkeypatch.setattr(overlap, "bench", _synthetic_bench(rng))
     monkeypatch.setattr(overlap, "_gemm_pair", _gemm_pair(rng))
     monkeypatch.setattr(overlap, "torchrun", _torchrun(rng))

@@ -21,11 +21,25 @@ def test_schedules_are_listed_with_what_they_spend_on_communication():
     assert set(table["sms_for_communication"]) == {"none", "NCCL's", "comm_sms"}
 
 
+@pytest.fixture(scope="module", params=[pytest.param([0, 1], marks=pytest.mark.multigpu, id="own_gpus"),
+                                        pytest.param([0, 0], marks=pytest.mark.gpu, id="shared_gpu")])
+def team(request):
+    """Two ranks on GPUs 0 and 1, or sharing GPU 0 (streams serialise them there: correctness only)."""
+    import pkit
+
+    return pkit.Team(request.param, share_gpus=True)
+
+
 @pytest.fixture(scope="module")
-def team():
+def two_gpus():
     import pkit
 
     return pkit.Team([0, 1])
+
+
+def skip_nccl_on_a_shared_gpu(team, schedule: str) -> None:
+    if team.shares_gpus and schedule == "serial":
+        pytest.skip("serial runs NCCL, which takes one GPU per rank")
 
 
 def _fill(op, seed):
@@ -46,13 +60,13 @@ def _fill(op, seed):
     return torch.cat(shards).float(), weights
 
 
-@pytest.mark.multigpu
 @pytest.mark.parametrize("schedule, options", [("serial", {}), ("ce_chunks", {}), ("ce_flags", {}),
                                                ("sm_pull", {"comm_sms": 3}), ("sm_pull", {"comm_sms": 32}),
                                                ("tma_pull", {})])
 def test_schedule_matches_float32_on_every_rank(team, schedule, options):
     import torch
 
+    skip_nccl_on_a_shared_gpu(team, schedule)
     op = O.AllGatherGemm(team, m=2 * 384, k=520, n_local=776, chunk_rows=128)
     for call in range(3):  # fresh inputs each call: a stale flag or chunk from the last call shows
         a, weights = _fill(op, seed=call)
@@ -64,7 +78,6 @@ def test_schedule_matches_float32_on_every_rank(team, schedule, options):
                                        msg=lambda m, r=r: f"rank {r}, call {call}: {m}")
 
 
-@pytest.mark.multigpu
 def test_bad_arguments_name_the_argument(team):
     with pytest.raises(ValueError, match="m, chunk_rows: expected m to split"):
         O.AllGatherGemm(team, m=1000, k=64, n_local=64, chunk_rows=128)
@@ -87,8 +100,10 @@ def test_variants_time_sm_pull_once_per_sm_count():
 
 
 @pytest.mark.multigpu
-def test_sweep_and_timeline_at_a_small_shape(team):
+def test_sweep_and_timeline_at_a_small_shape(two_gpus):
     from pkit.experiments import overlap as E
+
+    team = two_gpus
 
     frame = E.sweep(team, n_locals=[512], m=1024, k=256, comm_sms=[4], chunk_rows=128, reps=3, warmup=1)
     assert frame["schedule"].tolist() == list(O.SCHEDULES) and frame["verified"].all()
@@ -126,11 +141,14 @@ def test_torch_schedules_are_checked_and_timed():
         E.torch_sweep([512], pattern="gemm_ar")
 
 
-@pytest.mark.multigpu
 @pytest.mark.parametrize("scatter", [True, False], ids=["gemm_rs", "gemm_ar"])
 @pytest.mark.parametrize("schedule", list(O.PARTIAL_SCHEDULES))
 def test_partial_products_sum_on_every_rank(team, schedule, scatter):
     import torch
+
+    from pkit.experiments import overlap as E
+
+    skip_nccl_on_a_shared_gpu(team, schedule)
 
     op = O.PartialGemm(team, m=2 * 256, k_local=264, n=776, scatter=scatter)
     for call in range(2):
@@ -145,12 +163,13 @@ def test_partial_products_sum_on_every_rank(team, schedule, scatter):
         team.synchronize()
         op.run(schedule)
         team.synchronize()
-        total = sum(x.float() @ w.float().T for x, w in zip(lhs, rhs))
+        parts = [x.float() @ w.float().T for x, w in zip(lhs, rhs)]
+        total, scale = sum(parts), sum(p.abs() for p in parts)
         for r in range(team.size):
-            want = total[r * op.out_rows:(r + 1) * op.out_rows] if scatter else total
-            # each partial rounded to bf16, then summed in bf16
-            torch.testing.assert_close(op.out(r).float().cpu(), want, rtol=2 ** -6, atol=4e-3 * op.k_local ** 0.5,
-                                       msg=lambda m, r=r: f"rank {r}, call {call}: {m}")
+            rows = slice(r * op.out_rows, (r + 1) * op.out_rows) if scatter else slice(None)
+            # each partial rounded to bf16, then summed in bf16: errors relative to the partials, which may cancel
+            ok, err = E.bf16_match(op.out(r).cpu(), total[rows], op.k_local, roundings=2, scale=scale[rows])
+            assert ok, f"rank {r}, call {call}: largest error {err}"
 
 
 def test_bf16_match_accepts_rounding_and_rejects_wrong_or_poisoned_outputs():

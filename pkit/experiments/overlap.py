@@ -126,43 +126,58 @@ def fill(op: AllGatherGemm, seed: int) -> list:
     return want
 
 
-def fill_partial(op: PartialGemm, seed: int) -> list:
-    """Fresh random K slices on every rank (outputs poisoned with NaN); returns each rank's float32 reference
-    output (its rows of the sum for reduce-scatter, the whole sum for all-reduce), computed on its GPU."""
+def fill_partial(op: PartialGemm, seed: int) -> tuple[list, list]:
+    """Fresh random K slices on every rank (outputs poisoned with NaN); returns (each rank's float32 reference
+    output: its rows of the sum for reduce-scatter, the whole sum for all-reduce; the sum of the partial products'
+    magnitudes over the same elements, the scale their bf16 roundings are relative to), computed on its GPU."""
     import torch
 
     team = op.team
     gen = torch.Generator(device="cpu").manual_seed(seed)
     lhs = [torch.randn(op.m, op.k_local, generator=gen).bfloat16() for _ in range(team.size)]
     rhs = [torch.randn(op.n, op.k_local, generator=gen).bfloat16() for _ in range(team.size)]
-    want = []
+    want, scales = [], []
     for r in range(team.size):
         device = team.devices[r]
         with torch.cuda.device(device):
             op.lhs(r).copy_(lhs[r])
             op.weight(r).copy_(rhs[r])
             op.out(r).fill_(float("nan"))
-            total = sum(x.to(device).float() @ w.to(device).float().T for x, w in zip(lhs, rhs))
-            want.append(total[r * op.out_rows:(r + 1) * op.out_rows] if op.scatter else total)
+            rows = slice(r * op.out_rows, (r + 1) * op.out_rows) if op.scatter else slice(None)
+            parts = [(x.to(device).float() @ w.to(device).float().T)[rows] for x, w in zip(lhs, rhs)]
+            want.append(sum(parts))
+            scales.append(sum(p.abs() for p in parts))
     team.synchronize()
-    return want
+    return want, scales
 
 
-def bf16_match(got, want, terms: int, roundings: int = 1) -> tuple[bool, float]:
+def bf16_match(got, want, terms: int, roundings: int = 1, scale=None) -> tuple[bool, float]:
     """(`got`, a bf16 GEMM output, is finite and within bf16 tolerance of its float32 reference `want`, largest
     absolute error). `terms`: products summed per output element; `roundings`: bf16 roundings on the way (2 when
-    partial products are rounded, then summed in bf16)."""
+    partial products are rounded, then summed in bf16); `scale`: what those roundings are relative to, elementwise
+    (default |want|; for a sum of partial products the sum of their magnitudes, since partials that cancel leave
+    |want| far below the rounding errors they carry).
+
+    >>> import torch
+    >>> parts = torch.tensor([[96.3, -96.2]])   # two partial products that cancel: the sum is 0.1
+    >>> got = parts.bfloat16().sum(dim=1, dtype=torch.bfloat16)
+    >>> bf16_match(got, parts.sum(1), terms=1, roundings=2)[0], bf16_match(got, parts.sum(1), 1, 2, parts.abs().sum(1))[0]
+    (False, True)
+    """
     import torch
 
     got = got.float()
     err = (got - want).abs()
-    bound = roundings * (2 ** -7 * want.abs() + 1e-3 * terms ** 0.5)
+    bound = roundings * (2 ** -7 * (want.abs() if scale is None else scale) + 1e-3 * terms ** 0.5)
     return bool(torch.isfinite(got).all()) and bool((err <= bound).all()), float(err.max())
 
 
-def check(op, want: list, terms: int, roundings: int = 1) -> tuple[bool, float]:
-    """(every rank's output matches its float32 reference, `bf16_match`; largest absolute error over the ranks)."""
-    verdicts = [bf16_match(op.out(r), expected, terms, roundings) for r, expected in enumerate(want)]
+def check(op, want: list, terms: int, roundings: int = 1, scales: list | None = None) -> tuple[bool, float]:
+    """(every rank's output matches its float32 reference, `bf16_match` with that rank's scale; largest absolute
+    error over the ranks)."""
+    scales = scales or [None] * len(want)
+    verdicts = [bf16_match(op.out(r), expected, terms, roundings, scale)
+                for r, (expected, scale) in enumerate(zip(want, scales))]
     return all(ok for ok, _ in verdicts), max(err for _, err in verdicts)
 
 
@@ -212,11 +227,11 @@ def sweep_partial(team, k_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 819
     for k_local in tqdm(k_locals, desc="K_local", leave=False):
         op = PartialGemm(team, m=m, k_local=int(k_local), n=n, scatter=scatter)
         for schedule in schedules:
-            want = fill_partial(op, seed=len(rows))
+            want, scales = fill_partial(op, seed=len(rows))
             op.run(schedule)
             team.synchronize()
-            verdict = check(op, want, terms=int(k_local), roundings=2)
-            del want
+            verdict = check(op, want, terms=int(k_local), roundings=2, scales=scales)
+            del want, scales
             rows.append(_row(team, op, pattern, schedule, {}, {"m": m, "k": int(k_local) * team.size, "n": n},
                              verdict, reps, warmup))
     return pd.DataFrame(rows)

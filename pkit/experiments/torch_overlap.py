@@ -19,7 +19,8 @@ from .torch_collectives import time_samples
 
 
 def _ag_gemm(m: int, k: int, n_local: int, rank: int, world: int, group_name: str, gen):
-    """(schedule, call) pairs of AG+GEMM on fresh random inputs, and this rank's float32 reference."""
+    """(schedule, call) pairs of AG+GEMM on fresh random inputs, this rank's float32 reference, and the scale of
+    its roundings (None: the reference's own magnitude)."""
     import torch
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
@@ -40,12 +41,13 @@ def _ag_gemm(m: int, k: int, n_local: int, rank: int, world: int, group_name: st
     def async_tp():
         return torch.ops.symm_mem.fused_all_gather_matmul(shard, [weight.T], 0, group_name)[1][0]
 
-    return [("torch_serial", serial), ("torch_async_tp", async_tp)], want
+    return [("torch_serial", serial), ("torch_async_tp", async_tp)], want, None
 
 
 def _gemm_rs(m: int, n: int, k_local: int, rank: int, world: int, group_name: str, gen):
-    """(schedule, call) pairs of GEMM+RS on fresh random K slices, and this rank's float32 reference (its rows
-    of the sum, reduced in float32 across ranks)."""
+    """(schedule, call) pairs of GEMM+RS on fresh random K slices, this rank's float32 reference (its rows of the
+    sum, reduced in float32 across ranks), and the sum of the partial products' magnitudes over those rows (what
+    the bf16 roundings of partials that may cancel are relative to)."""
     import torch
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
@@ -57,8 +59,9 @@ def _gemm_rs(m: int, n: int, k_local: int, rank: int, world: int, group_name: st
     partial = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
     out = torch.empty(m // world, n, dtype=torch.bfloat16, device=dev)
     total = lhs.float() @ weight.float().T
-    want = torch.empty(m // world, n, device=dev)
+    want, scale = torch.empty(m // world, n, device=dev), torch.empty(m // world, n, device=dev)
     dist.reduce_scatter_tensor(want, total)
+    dist.reduce_scatter_tensor(scale, total.abs())
 
     def serial():
         torch.matmul(lhs, weight.T, out=partial)
@@ -68,7 +71,7 @@ def _gemm_rs(m: int, n: int, k_local: int, rank: int, world: int, group_name: st
     def async_tp():
         return torch.ops.symm_mem.fused_matmul_reduce_scatter(lhs, weight.T, "sum", 0, group_name)
 
-    return [("torch_serial", serial), ("torch_async_tp", async_tp)], want
+    return [("torch_serial", serial), ("torch_async_tp", async_tp)], want, scale
 
 
 def main(argv=None) -> None:
@@ -95,14 +98,14 @@ def main(argv=None) -> None:
     for i, inner in enumerate(args.inner):
         gen = torch.Generator(device=torch.device("cuda", rank)).manual_seed(i * world + rank)
         if args.pattern == "ag_gemm":
-            cases, want = _ag_gemm(m, k, inner, rank, world, group_name, gen)
+            cases, want, scale = _ag_gemm(m, k, inner, rank, world, group_name, gen)
             shape, terms, roundings = {"m": m, "k": k, "n": inner}, k, 1
         else:
-            cases, want = _gemm_rs(m, n, inner, rank, world, group_name, gen)
+            cases, want, scale = _gemm_rs(m, n, inner, rank, world, group_name, gen)
             shape, terms, roundings = {"m": m, "k": inner * world, "n": n}, inner, 2
         flops = 2 * shape["m"] * shape["k"] * shape["n"] / (1 if args.pattern == "ag_gemm" else world)
         for schedule, call in cases:
-            ok, err = bf16_match(call(), want, terms, roundings)
+            ok, err = bf16_match(call(), want, terms, roundings, scale)
             verdict = torch.tensor([float(ok), err], device="cuda")
             dist.all_reduce(verdict[:1], op=dist.ReduceOp.MIN)
             dist.all_reduce(verdict[1:], op=dist.ReduceOp.MAX)

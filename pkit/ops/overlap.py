@@ -63,7 +63,6 @@ class _OnTeam:
     def __init__(self, team, **dims: int):
         if team.rank is not None:
             raise ValueError("team: expected a one-process Team (pkit.Team([...])); the schedules drive every GPU")
-        team.require_gpu_per_rank(f"pkit.ops.overlap.{type(self).__name__}")
         for name, value in dims.items():
             if not (isinstance(value, (int, np.integer)) and value > 0):
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
