@@ -44,6 +44,11 @@ def storage_dtype(dtype) -> tuple[np.dtype, str]:
     return dt, dt.name
 
 
+def _dims(dims) -> tuple[int, ...]:
+    """A launch's grid or block as a tuple (an int is one dimension)."""
+    return (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims)
+
+
 def _shape(shape) -> tuple[int, ...]:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     if not all(isinstance(s, (int, np.integer)) and s >= 0 for s in shape):
@@ -85,7 +90,7 @@ class Team:
         self._barrier_flags: SymmetricArray | None = None
         # Ranks sharing a GPU each get their own stream: on one stream a rank waiting for a peer would block the
         # peer's kernel queued behind it. Their kernels run side by side only while all of their blocks fit on
-        # the GPU at once, hence small kernels only (see require_gpu_per_rank); and every kernel's module must be
+        # the GPU at once, which launch() checks; and every kernel's module must be
         # loaded (kernel.on(device)) before the first rank launches, as loading a module waits for running kernels.
         shared = len(set(devices)) < len(devices)
         self._rank_streams = {r: on_device(d, lambda: cp.cuda.Stream(non_blocking=True))
@@ -102,13 +107,27 @@ class Team:
         return self._rank_streams.get(rank)
 
     def require_gpu_per_rank(self, what: str) -> None:
-        """Raise when ranks share a GPU: `what` launches kernels whose blocks wait for the peers' blocks (pkit's
-        collectives), and on a shared GPU a waiting kernel can hold every SM while the peer's kernel queues behind
-        it; or it needs one GPU per rank itself (NCCL). The overlap schedules take shared teams: their ranks wait
-        only for their own streams' copies and flags, so the streams serialise them (correctness, not speed)."""
+        """Raise when ranks share a GPU: `what` needs one GPU per rank (NCCL does)."""
         if self.shares_gpus:
-            raise PkitError(f"team: {what} needs one GPU per rank, got ranks sharing GPUs {list(self.devices)} "
-                            "(Team(share_gpus=True) serves the lesson's checks and the overlap schedules, for correctness)")
+            raise PkitError(f"team: {what} needs one GPU per rank, got ranks sharing GPUs {list(self.devices)}")
+
+    def _require_resident(self, kernel, grid, block, shared_mem: int) -> None:
+        """With ranks sharing a GPU, every block of every sharing rank's launch must fit on it at once: a block
+        may wait for a peer's block, and a peer's block that cannot start until the waiting one ends never does."""
+        from cupy_backends.cuda.api import driver
+
+        from .gpus import devices
+
+        blocks, threads = math.prod(_dims(grid)), math.prod(_dims(block))
+        for device in set(self.devices):
+            sharing = self.devices.count(device)
+            per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.on(device).ptr, threads, shared_mem)
+            fits = per_sm * devices()[device].sms
+            if blocks * sharing > fits:
+                raise PkitError(f"grid: {blocks} blocks per rank × {sharing} ranks sharing GPU {device} exceed the "
+                                f"{fits} blocks of {threads} threads it holds at once ({per_sm} per SM); ranks "
+                                "sharing a GPU need every block resident, as a block may wait for a peer's: use "
+                                "smaller messages, or one GPU per rank")
 
     @classmethod
     def from_torch_distributed(cls, group=None) -> "Team":
@@ -157,7 +176,10 @@ class Team:
         return self._barrier_flags
 
     def launch(self, kernel, grid, block, args: Callable[[int], tuple], shared_mem: int = 0) -> None:
-        """Launch `kernel` on every local rank's GPU (its `stream(rank)`) with `args(rank)`."""
+        """Launch `kernel` on every local rank's GPU (its `stream(rank)`) with `args(rank)`; with ranks sharing a
+        GPU, only a grid whose blocks all fit on it at once (else PkitError)."""
+        if self.shares_gpus:
+            self._require_resident(kernel, grid, block, shared_mem)
         for r in self.local_ranks:
             kernel(grid, block, args(r), shared_mem=shared_mem, device=self.devices[r], stream=self.stream(r))
 

@@ -110,16 +110,17 @@ def test_barrier_ten_thousand_rounds_on_four_blocks(devices):
         assert epochs.tolist() == [20_000] * blocks
 
 
-def test_ranks_sharing_a_gpu_run_on_their_own_streams_and_collectives_refuse_them():
+def test_ranks_sharing_a_gpu_get_their_own_streams_and_only_grids_that_fit():
     from pkit.ops.baselines import NcclCollectives
-    from pkit.ops.collectives import Collectives
 
     team = pkit.Team([0, 0], share_gpus=True)
     assert team.shares_gpus and team.stream(0) is not None and team.stream(0) is not team.stream(1)
     assert "ranks sharing GPUs" in repr(team) and not pkit.Team([0]).shares_gpus
-    for make, name in ((Collectives, "pkit.ops.collectives.Collectives"), (NcclCollectives, "NcclCollectives")):
-        with pytest.raises(pkit.PkitError, match=rf"team: {name} needs one GPU per rank, got ranks sharing"):
-            make(team)
+    kernel, sms = pkit.compile(CHECKS, "barrier_rounds"), pkit.devices()[0].sms
+    with pytest.raises(pkit.PkitError, match=rf"grid: {64 * sms} blocks per rank × 2 ranks sharing GPU 0 exceed"):
+        team.launch(kernel, (64 * sms,), (1024,), lambda r: ())  # refused before anything is launched
+    with pytest.raises(pkit.PkitError, match=r"team: NcclCollectives needs one GPU per rank, got ranks sharing"):
+        NcclCollectives(team)
 
 
 def test_unsatisfiable_wait_raises_peer_timeout_in_its_own_process():

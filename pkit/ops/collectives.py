@@ -67,7 +67,6 @@ class Collectives:
         (defaults in pkit/ops/copy_engine.py)."""
         if team.size > MAX_TEAM:
             raise ValueError(f"team: expected at most {MAX_TEAM} GPUs, got {team.size}")
-        team.require_gpu_per_rank("pkit.ops.collectives.Collectives")
         self.team = team
         self._kernels: dict = {}  # (name, module id) -> Kernel
         self._ce_options = {k: v for k, v in (("chunk_bytes", ce_chunk_bytes), ("slots", ce_slots)) if v is not None}
