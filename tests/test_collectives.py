@@ -307,9 +307,19 @@ def _expected(op, x, n):
     return [C.collective(op).reference(x, r) for r in range(n)]
 
 
+@pytest.fixture(scope="module", params=[pytest.param([0, 1], marks=pytest.mark.multigpu, id="own_gpus"),
+                                        pytest.param([0, 0], marks=pytest.mark.gpu, id="shared_gpu")])
+def team(request):
+    """Two ranks on GPUs 0 and 1, or sharing GPU 0 (each on its own stream, every block resident: correctness)."""
+    return pkit.Team(request.param, share_gpus=True)
+
+
 @pytest.fixture(scope="module")
-def team():
+def two_gpus():
     return pkit.Team([0, 1])
+
+
+LARGEST = 3 << 20  # elements per rank of test_collective_against_float64's largest calls
 
 
 def _cases():
@@ -322,9 +332,8 @@ def _case_id(value):
     return "-".join(value.values()) if isinstance(value, dict) else value
 
 
-@pytest.mark.multigpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("count", [64, 8 * 1000 + 16, 200_000 + 16, 3 << 20])  # 200,016: wide LL blocks
+@pytest.mark.parametrize("count", [64, 8 * 1000 + 16, 200_000 + 16, LARGEST])  # 200,016: wide LL blocks
 @pytest.mark.parametrize("op, options", _cases(), ids=_case_id)
 def test_collective_against_float64(team, op, options, dtype, count):
     coll = C.Collectives(team, ce_chunk_bytes=64 << 10, ce_slots=2)  # many chunks: the slots wrap around
@@ -338,14 +347,18 @@ def test_collective_against_float64(team, op, options, dtype, count):
         with pytest.raises(ValueError, match="'ll' sends at most"):
             coll.run(op, out, inp, **options)
         return
-    coll.run(op, out, inp, **options)
+    try:
+        coll.run(op, out, inp, **options)
+    except pkit.PkitError as e:  # ranks sharing a GPU: a grid too large to be resident at once is refused, not hung
+        if not (team.shares_gpus and count == LARGEST and "ranks sharing GPU" in str(e)):
+            raise
+        return
     want = _expected(op, x, n)
     team.synchronize()
     for r in range(n):
         _assert_close(_read(out, r), want[r], dtype, f"{op} {options} {dtype} n={count} rank {r}")
 
 
-@pytest.mark.multigpu
 def test_sizes_that_do_not_split_get_a_clear_error(team):
     coll = C.Collectives(team)
     odd = team.empty((1001,), "float32")
@@ -359,7 +372,6 @@ def test_sizes_that_do_not_split_get_a_clear_error(team):
         coll.all_reduce(team.empty((1024,), "int32"), team.empty((1024,), "int32"))
 
 
-@pytest.mark.multigpu
 @pytest.mark.parametrize("op", [name for name, op in C.COLLECTIVES.items() if "ll" in op.mechanisms])
 @pytest.mark.parametrize("count", [1 << 15, 1 << 18])  # small and wide LL blocks (each line layout)
 def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op, count):
@@ -381,7 +393,6 @@ def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op, count)
             _assert_close(_read(out, r), want[r], "float32", f"call {k} rank {r}")
 
 
-@pytest.mark.multigpu
 def test_thousand_back_to_back_all_reduces(team):
     coll = C.Collectives(team)
     inp, x = _inputs(team, "float32", 1 << 14)
@@ -397,7 +408,7 @@ def test_thousand_back_to_back_all_reduces(team):
 
 @pytest.mark.multigpu
 @pytest.mark.parametrize("mechanism", ["sm", "ll"])
-def test_calls_replayed_from_cuda_graphs_see_fresh_inputs(team, mechanism):
+def test_calls_replayed_from_cuda_graphs_see_fresh_inputs(two_gpus, mechanism):
     """Two all-reduces captured per GPU, replayed three times with new inputs written between replays: an epoch
     or flag baked into the graph would let a replay read the last replay's packets."""
     import cupy as cp
@@ -405,6 +416,7 @@ def test_calls_replayed_from_cuda_graphs_see_fresh_inputs(team, mechanism):
     from pkit.gpus import on_device
     from pkit.timing import _capture
 
+    team = two_gpus  # one capture stream per GPU
     coll, n = C.Collectives(team), 1 << 12
     x, y = team.empty((n,), "float32"), team.empty((n,), "float32")
     coll.all_reduce(y, x, mechanism=mechanism)  # modules load before the capture
