@@ -152,6 +152,9 @@ def _snap(value, root: str) -> Snapshot:
     return decode(encode(value), root)
 
 
+COMPARE_CHUNK = 1 << 22  # elements per pass of _compare_tensor
+
+
 def compare(ref_out, sol_out, *, pristine=None, ref_inputs=None, sol_inputs=None, inplace=(),
             ref_aliases=None, sol_aliases=None, atol: float | None = None, rtol: float | None = None,
             summands: int = 1) -> RankCheck:
@@ -218,29 +221,36 @@ def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, devices, tally:
         return True
     a_tol, r_tol = tolerance(r.dtype, atol, rtol, summands)
     want, got = comparable(r), comparable(s)
-    if want.dtype.is_floating_point:
-        got, want = got.to(torch.float64), want.to(torch.float64)
-        close = torch.isclose(got, want, rtol=r_tol, atol=a_tol, equal_nan=True)
-        finite = torch.isfinite(got) & torch.isfinite(want)
-        diff = torch.where(finite, (got - want).abs(), torch.zeros((), dtype=got.dtype))
-        if bool((~torch.isfinite(got) & torch.isfinite(want)).any()):
-            tally.flags.add("non_finite")
-    else:
-        close = got == want
-        got, want = got.to(torch.float64), want.to(torch.float64)
-        diff = (got - want).abs()
-    tally.total += close.numel()
-    tally.max_abs = max(tally.max_abs, float(diff.max()))
-    tally.max_rel = max(tally.max_rel, float((diff / want.abs().to(torch.float64).clamp_min(max(a_tol, 1e-30))).max()))
-    bad = int((~close).sum())
+    shape, want, got = want.shape, want.reshape(-1), got.reshape(-1)
+    floating = want.dtype.is_floating_point
+    # float32 holds every narrower float exactly and resolves any tolerance of theirs; float64 and integers go wide
+    work = torch.float32 if floating and want.dtype != torch.float64 else torch.float64
+    bad, first = 0, None
+    for start in range(0, want.numel(), COMPARE_CHUNK):  # a chunk at a time: bounded memory, cache-sized passes
+        w, g = want[start:start + COMPARE_CHUNK].to(work), got[start:start + COMPARE_CHUNK].to(work)
+        if floating:
+            close = torch.isclose(g, w, rtol=r_tol, atol=a_tol, equal_nan=True)
+            finite = torch.isfinite(g) & torch.isfinite(w)
+            diff = torch.where(finite, (g - w).abs(), torch.zeros((), dtype=work))
+            if bool((torch.isfinite(w) & ~torch.isfinite(g)).any()):
+                tally.flags.add("non_finite")
+        else:
+            close = want[start:start + COMPARE_CHUNK] == got[start:start + COMPARE_CHUNK]
+            diff = (g - w).abs()
+        tally.max_abs = max(tally.max_abs, float(diff.max()))
+        tally.max_rel = max(tally.max_rel, float((diff / w.abs().clamp_min(max(a_tol, 1e-30))).max()))
+        wrong = int((~close).sum())
+        if wrong and first is None:
+            first = start + int(torch.argmax((~close).to(torch.uint8)))
+        bad += wrong
+    tally.total += want.numel()
     if bad:
         tally.bad += bad
-        index = _unravel(int(torch.argmax((~close).flatten().to(torch.uint8))), close.shape)
+        index = _unravel(first, shape)
         if tally.first is None:
             tally.first = index
-        at = tuple(index)
-        tally.notes.append(f"{path}: {bad} of {close.numel()} elements differ beyond atol={a_tol:g} rtol={r_tol:g}; "
-                           f"first at {list(index)}: got {got[at].item()!r}, expected {want[at].item()!r}")
+        tally.notes.append(f"{path}: {bad} of {want.numel()} elements differ beyond atol={a_tol:g} rtol={r_tol:g}; "
+                           f"first at {list(index)}: got {float(got[first])!r}, expected {float(want[first])!r}")
     return True
 
 
@@ -360,7 +370,14 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     a, b = comparable(a), comparable(b)
     if torch.equal(a, b):
         return True
-    return a.dtype.is_floating_point and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
+    if not a.dtype.is_floating_point:
+        return False
+    a, b = a.reshape(-1), b.reshape(-1)
+    for start in range(0, a.numel(), COMPARE_CHUNK):  # NaN equals NaN; stop at the first chunk that differs
+        x, y = a[start:start + COMPARE_CHUNK], b[start:start + COMPARE_CHUNK]
+        if bool(((x != y) & ~(x.isnan() & y.isnan())).any()):
+            return False
+    return True
 
 
 def _check_inputs(clean: Snapshot, ref_in: Snapshot | None, sol_in: Snapshot, inplace: set, tally: _Tally,
