@@ -1,12 +1,12 @@
 """Checks for the lesson on multi-GPU communication (notebooks/08_lesson_multi_gpu_communication.ipynb).
 
-Every step of the lesson (`STEPS`) has a check, `check_<step>(source, team=None)`. It compiles the learner's
-kernel source, runs it on fresh random inputs with NaN-poisoned outputs on every rank of a two-rank team, and
-returns a `Verdict`. When the answer is wrong, the verdict says which rank and which elements are wrong, and
-gives a likely cause. The team is GPUs 0 and 1 where there are two; on a machine with one GPU both ranks share
-it (`Team([0, 0], share_gpus=True)`, each rank on its own stream); without a GPU a check compiles the source for
-sm_90a and reports that it did not run (`Verdict.ok is None`). The diagnosis is plain NumPy over the outputs (`diagnose_copy`, `diagnose_flag`,
-`diagnose_ring`), so it runs and is tested anywhere. `solution(step)` returns the reference kernel,
+Every step of the lesson (`STEPS`) has a check, `check_<step>(source, team=None)`. It compiles the learner's kernel
+source, runs it on fresh random inputs with NaN-poisoned outputs on every rank of a two-rank team, and returns a
+`Verdict`. When the answer is wrong, the verdict says which rank and which elements are wrong, and gives a likely
+cause. The team is GPUs 0 and 1 where there are two; on a machine with one GPU both ranks share it (`Team([0, 0],
+share_gpus=True)`, each rank on its own stream); without a GPU a check compiles the source for sm_90a and reports
+that it did not run (`Verdict.ok is None`). The diagnosis is plain NumPy over the outputs (`diagnose_copy`,
+`diagnose_flag`, `diagnose_ring`), so it runs and is tested anywhere. `solution(step)` returns the reference kernel,
 pkit/kernels/lesson_<step>.cu.
 
 Example:

@@ -50,7 +50,7 @@ def _dims(dims) -> tuple[int, ...]:
 
 
 def _shape(shape) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    shape = _dims(shape)
     if not all(isinstance(s, (int, np.integer)) and s >= 0 for s in shape):
         raise ValueError(f"shape: expected non-negative integers, got {shape!r}")
     return tuple(int(s) for s in shape)
