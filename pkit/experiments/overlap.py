@@ -160,8 +160,8 @@ def bf16_match(got, want, terms: int, roundings: int = 1, scale=None) -> tuple[b
 
     >>> import torch
     >>> parts = torch.tensor([[96.3, -96.2]])   # two partial products that cancel: the sum is 0.1
-    >>> got = parts.bfloat16().sum(dim=1, dtype=torch.bfloat16)
-    >>> bf16_match(got, parts.sum(1), terms=1, roundings=2)[0], bf16_match(got, parts.sum(1), 1, 2, parts.abs().sum(1))[0]
+    >>> got, want, scale = parts.bfloat16().sum(dim=1, dtype=torch.bfloat16), parts.sum(1), parts.abs().sum(1)
+    >>> bf16_match(got, want, terms=1, roundings=2)[0], bf16_match(got, want, terms=1, roundings=2, scale=scale)[0]
     (False, True)
     """
     import torch
