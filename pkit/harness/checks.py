@@ -227,15 +227,16 @@ def _compare_tensor(path: str, r: torch.Tensor, s: torch.Tensor, devices, tally:
     work = torch.float32 if floating and want.dtype != torch.float64 else torch.float64
     bad, first = 0, None
     for start in range(0, want.numel(), COMPARE_CHUNK):  # a chunk at a time: bounded memory, cache-sized passes
-        w, g = want[start:start + COMPARE_CHUNK].to(work), got[start:start + COMPARE_CHUNK].to(work)
+        w_chunk, g_chunk = want[start:start + COMPARE_CHUNK], got[start:start + COMPARE_CHUNK]
+        w, g = w_chunk.to(work), g_chunk.to(work)
         if floating:
             close = torch.isclose(g, w, rtol=r_tol, atol=a_tol, equal_nan=True)
-            finite = torch.isfinite(g) & torch.isfinite(w)
-            diff = torch.where(finite, (g - w).abs(), torch.zeros((), dtype=work))
-            if bool((torch.isfinite(w) & ~torch.isfinite(g)).any()):
+            finite_w, finite_g = torch.isfinite(w), torch.isfinite(g)
+            diff = torch.where(finite_w & finite_g, (g - w).abs(), torch.zeros((), dtype=work))
+            if bool((finite_w & ~finite_g).any()):
                 tally.flags.add("non_finite")
         else:
-            close = want[start:start + COMPARE_CHUNK] == got[start:start + COMPARE_CHUNK]
+            close = w_chunk == g_chunk
             diff = (g - w).abs()
         tally.max_abs = max(tally.max_abs, float(diff.max()))
         tally.max_rel = max(tally.max_rel, float((diff / w.abs().clamp_min(max(a_tol, 1e-30))).max()))

@@ -391,10 +391,9 @@ def run_candidate(problem: Problem, candidate: Candidate, reference: Reference, 
     try:
         notes = run.check_timed()
     except ReferenceFailed as e:
-        return dict(fields, **reference_failure(e)), wall
-    finally:
-        fields["phase_s"]["parent: check timed outputs"] = round(time.monotonic() - checking, 3)
-        wall = time.monotonic() - start
+        return dict(fields, **reference_failure(e)), time.monotonic() - start
+    fields["phase_s"]["parent: check timed outputs"] = round(time.monotonic() - checking, 3)
+    wall = time.monotonic() - start
     if notes:
         fields["flags"].add("timed_output")
         return dict(fields, status="wrong_result", error=excerpt(
