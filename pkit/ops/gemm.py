@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..driver import TENSOR_MAP_BYTES, encode_tiled_bf16
 from ..kernel_args import KernelArgs, packed
 
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64  # tile of C per block, K slice per stage (gemm.cu)
@@ -24,7 +25,7 @@ THREADS = 384  # a producer warpgroup and two consumer warpgroups
 SMEM_BYTES = 230464  # gemm.cu kSmemBytes: 4 stages of A and B slices, 2 epilogue boxes, mbarriers, alignment
 MAX_TARGETS = 8  # gemm.cu kMaxTargets
 EPILOGUE_BOX = 64  # rows and columns of the epilogue's TMA boxes
-TENSOR_MAP = np.dtype([("opaque", np.uint64, (16,))])  # CUtensorMap: 128 bytes, passed by value
+TENSOR_MAP = np.dtype([("opaque", np.uint64, (TENSOR_MAP_BYTES // 8,))])  # CUtensorMap, passed by value
 
 
 def _map_struct(*ints: str) -> np.dtype:
@@ -64,8 +65,6 @@ def tensor_map(tensor, box_rows: int, box_cols: int):
 @lru_cache(maxsize=256)
 def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int):
     """tensor_map's descriptor, encoded once per (address, shape, box): it holds no more than these."""
-    from ..driver import encode_tiled_bf16
-
     return packed(encode_tiled_bf16(address, rows, cols, box_rows, box_cols))
 
 
