@@ -307,18 +307,6 @@ def _expected(op, x, n):
     return [C.collective(op).reference(x, r) for r in range(n)]
 
 
-@pytest.fixture(scope="module", params=[pytest.param([0, 1], marks=pytest.mark.multigpu, id="own_gpus"),
-                                        pytest.param([0, 0], marks=pytest.mark.gpu, id="shared_gpu")])
-def team(request):
-    """Two ranks on GPUs 0 and 1, or sharing GPU 0 (each on its own stream, every block resident: correctness)."""
-    return pkit.Team(request.param, share_gpus=True)
-
-
-@pytest.fixture(scope="module")
-def two_gpus():
-    return pkit.Team([0, 1])
-
-
 LARGEST = 3 << 20  # elements per rank of test_collective_against_float64's largest calls
 
 

@@ -90,12 +90,9 @@ def test_library_copies_to_and_from_peer(source, kernel, extra, direction):
     np.testing.assert_array_equal(got[:n_copied], data[:n_copied])
 
 
-@pytest.mark.parametrize("devices", [pytest.param([0, 1], marks=pytest.mark.multigpu, id="own_gpus"),
-                                     pytest.param([0, 0], id="shared_gpu")])
-def test_barrier_ten_thousand_rounds_on_four_blocks(devices):
+def test_barrier_ten_thousand_rounds_on_four_blocks(team):
     import cupy as cp
 
-    team = pkit.Team(devices, share_gpus=True)
     blocks = 4
     mailbox = team.zeros((blocks, team.size), "uint32")
     errors = team.empty((blocks,), "uint32")

@@ -3,7 +3,6 @@ checks without GPUs, the lesson notebook replays; on 2 GPUs the reference answer
 tests/fixtures/lesson fail with the right message (multigpu)."""
 import json
 import re
-from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -321,34 +320,22 @@ def test_notebook_replays_without_gpus(tmp_path, monkeypatch):
 
 # --- live: two GPUs, or two ranks sharing one --------------------------------------------------------------------
 
-PLACEMENTS = [pytest.param("own GPUs", marks=pytest.mark.multigpu, id="own_gpus"),
-              pytest.param("one shared GPU", marks=pytest.mark.gpu, id="shared_gpu")]
-
-
-@lru_cache(maxsize=None)
-def team(placement: str):
-    return pkit.Team([0, 1]) if placement == "own GPUs" else pkit.Team([0, 0], share_gpus=True)
-
-
-@pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("step", list(lesson.STEPS))
-def test_reference_answers_pass(step, placement):
-    v = lesson.STEPS[step].check(lesson.solution(step), team=team(placement))
+def test_reference_answers_pass(step, team):
+    v = lesson.STEPS[step].check(lesson.solution(step), team=team)
     assert v.ok is True, str(v)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("name", list(WRONG))
-def test_wrong_kernels_fail_with_the_right_message(name, placement):
+def test_wrong_kernels_fail_with_the_right_message(name, team):
     step, says = WRONG[name]
-    v = lesson.STEPS[step].check((FIXTURES / name).read_text(), team=team(placement))
+    v = lesson.STEPS[step].check((FIXTURES / name).read_text(), team=team)
     assert v.ok is False and says in v.message, str(v)
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("step", list(lesson.STEPS))
-def test_notebook_exercises_as_given_fail_without_a_timeout(step, placement):
-    v = lesson.STEPS[step].check(notebook_exercises()[step], team=team(placement))
+def test_notebook_exercises_as_given_fail_without_a_timeout(step, team):
+    v = lesson.STEPS[step].check(notebook_exercises()[step], team=team)
     assert v.ok is False and not v.details.get("timeout"), str(v)
 
 

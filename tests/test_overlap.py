@@ -21,22 +21,6 @@ def test_schedules_are_listed_with_what_they_spend_on_communication():
     assert set(table["sms_for_communication"]) == {"none", "NCCL's", "comm_sms"}
 
 
-@pytest.fixture(scope="module", params=[pytest.param([0, 1], marks=pytest.mark.multigpu, id="own_gpus"),
-                                        pytest.param([0, 0], marks=pytest.mark.gpu, id="shared_gpu")])
-def team(request):
-    """Two ranks on GPUs 0 and 1, or sharing GPU 0 (streams serialise them there: correctness only)."""
-    import pkit
-
-    return pkit.Team(request.param, share_gpus=True)
-
-
-@pytest.fixture(scope="module")
-def two_gpus():
-    import pkit
-
-    return pkit.Team([0, 1])
-
-
 def skip_nccl_on_a_shared_gpu(team, schedule: str) -> None:
     if team.shares_gpus and schedule == "serial":
         pytest.skip("serial runs NCCL, which takes one GPU per rank")
