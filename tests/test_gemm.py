@@ -24,23 +24,26 @@ def test_bad_arguments_name_the_argument(a, b, text):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m, n, k", [(128, 256, 64), (1000, 776, 1096), (8, 2, 8), (333, 512, 4096)])
+@pytest.mark.parametrize("m, n, k", [(128, 256, 64), (1000, 776, 1096), (8, 8, 8), (333, 512, 4096)])
 def test_gemm_matches_float32(m, n, k):
+    """C lies at the start of a larger NaN-poisoned buffer: the edge tiles' stores must stop at C's last row."""
     gen = torch.Generator(device="cuda").manual_seed(m * n + k)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    buffer = torch.full((m * n + 256 * n,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = buffer[: m * n].view(m, n)
     G.gemm(a, b, out)
     torch.cuda.synchronize()
     want = a.float() @ b.float().T
     # bf16 output rounding (2^-8 relative) plus fp32 accumulation-order differences over k terms
     torch.testing.assert_close(out.float(), want, rtol=2 ** -7, atol=1e-3 * k ** 0.5)
+    assert buffer[m * n:].isnan().all(), "the GEMM wrote past C"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kwargs, text", [
     (dict(m=64, n=64, k=12), "b: expected N × K with K = 12"),
-    (dict(m=64, n=63, k=64), "b: expected an even number of rows"),
+    (dict(m=64, n=60, k=64), "b: expected a number of rows N that is a multiple of 8"),
 ])
 def test_gpu_argument_errors(kwargs, text):
     a = torch.zeros(kwargs["m"], kwargs["k"], device="cuda", dtype=torch.bfloat16)

@@ -1,8 +1,8 @@
 """pkit's Hopper GEMM (pkit/kernels/gemm.cu): C = A · Bᵀ in bf16 with fp32 accumulation, TMA loads and wgmma.
 
 A is M × K, B is N × K (K-contiguous, the layout of an nn.Linear weight), C is M × N; all row-major bf16 torch
-tensors on one GPU. Tiles that do not divide the shape are handled (TMA reads zeros past the edges; stores are
-masked). It is the compute half of pkit's overlap schedules, and its rate is compared with cuBLAS's in the
+tensors on one GPU, N a multiple of 8 (C's rows are written by TMA in 16-byte units). Tiles that do not divide the
+shape are handled (TMA reads zeros past the edges and drops what falls outside C). It is the compute half of pkit's overlap schedules, and its rate is compared with cuBLAS's in the
 overlap study.
 
 Example:
@@ -29,20 +29,21 @@ TENSOR_MAP = np.dtype([("opaque", np.uint64, (TENSOR_MAP_BYTES // 8,))])  # CUte
 
 
 def _map_struct(*ints: str) -> np.dtype:
-    """MAX_TARGETS tensor maps (64-byte aligned: the struct pads to a multiple of 64), then two int32 fields."""
-    return np.dtype({"names": ["maps", *ints], "formats": [(TENSOR_MAP, (MAX_TARGETS,)), np.int32, np.int32],
-                     "offsets": [0, MAX_TARGETS * 128, MAX_TARGETS * 128 + 4], "itemsize": 1088})
+    """MAX_TARGETS tensor maps (64-byte aligned: the struct pads to a multiple of 64), then int32 fields."""
+    return np.dtype({"names": ["maps", *ints], "formats": [(TENSOR_MAP, (MAX_TARGETS,))] + [np.int32] * len(ints),
+                     "offsets": [0] + [MAX_TARGETS * 128 + 4 * i for i in range(len(ints))], "itemsize": 1088})
 
 
-# gemm.cu's ASources (tensor maps of row blocks of A) and TileTargets (tensor maps the epilogue adds into), each
-# with two ints after the maps; tests compile the *_ASSERTS against the kernel.
+# gemm.cu's ASources (tensor maps of row blocks of A) and TileTargets (tensor maps the epilogue stores or adds
+# into), each with its ints after the maps; tests compile the *_ASSERTS against the kernel.
 A_SOURCES = _map_struct("rows_per_source", "count")
 A_SOURCES_ASSERTS = ("static_assert(sizeof(ASources) == 1088, \"ASources size\");\n"
                      "static_assert(__builtin_offsetof(ASources, count) == 1028, \"ASources::count\");")
-TILE_TARGETS = _map_struct("count", "rows_per_target")
+TILE_TARGETS = _map_struct("count", "rows_per_target", "add")
 TILE_TARGETS_ASSERTS = ("static_assert(sizeof(TileTargets) == 1088, \"TileTargets size\");\n"
                         "static_assert(__builtin_offsetof(TileTargets, count) == 1024, \"TileTargets::count\");\n"
-                        "static_assert(__builtin_offsetof(TileTargets, rows_per_target) == 1028, \"rows_per_target\");")
+                        "static_assert(__builtin_offsetof(TileTargets, rows_per_target) == 1028, \"rows_per_target\");\n"
+                        "static_assert(__builtin_offsetof(TileTargets, add) == 1032, \"TileTargets::add\");")
 # gemm.cu's RowsReady: uint32 flags saying which rows of A are in place (ready = 0: all of A at launch).
 ROWS_READY = KernelArgs("RowsReady", (("ready", "ptr"), ("epoch", "u32"), ("rows_per_flag", "i32"),
                                       ("first_row_tile", "i32")))
@@ -68,16 +69,10 @@ def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int):
     return packed(encode_tiled_bf16(address, rows, cols, box_rows, box_cols))
 
 
-@lru_cache(maxsize=None)
-def _no_targets():
-    """TileTargets with count 0: tiles are stored to C."""
-    return packed(bytes(TILE_TARGETS.itemsize))
-
-
 def _maps(dtype: np.dtype, entries, cols: int, box_rows: int, box_cols: int, arg: str) -> np.ndarray:
     """A one-element struct of `dtype` whose maps describe `entries`, (device address, rows) pairs of row-major
     bf16 tensors of `cols` columns that TMA reaches in box_rows × box_cols boxes (`arg` names them in errors);
-    the caller fills the two ints."""
+    the caller fills its ints."""
     if not 1 <= len(entries) <= MAX_TARGETS:
         raise ValueError(f"{arg}: expected 1 to {MAX_TARGETS} (address, rows) pairs, got {len(entries)}")
     struct = np.zeros(1, dtype=dtype)
@@ -102,8 +97,9 @@ def _check(a, b, out) -> tuple[int, int, int]:
     (m, k), (n, kb) = a.shape, b.shape
     if kb != k or k % 8 or k == 0:
         raise ValueError(f"b: expected N × K with K = {k} (a's columns), a positive multiple of 8; got {tuple(b.shape)}")
-    if n % 2:
-        raise ValueError(f"b: expected an even number of rows N (C is stored in bf16 pairs), got {n}")
+    if n % 8:
+        raise ValueError(f"b: expected a number of rows N that is a multiple of 8 (TMA writes C's rows in 16-byte "
+                         f"units), got {n}")
     if b.device != a.device:
         raise ValueError(f"b: expected a tensor on {a.device}, got {b.device}")
     if out is not None and (out.shape != (m, n) or out.dtype != torch.bfloat16 or out.device != a.device
@@ -124,15 +120,20 @@ def a_sources(sources: tuple[tuple[int, int], ...], k: int, rows_per_source: int
     return packed(struct.tobytes())
 
 
-def tile_targets(targets, n: int, rows_per_target: int = 0):
+def tile_targets(targets, n: int, rows_per_target: int = 0, *, add: bool = True):
     """gemm.cu's TileTargets for bf16 tensors of `n` columns given as (device address, rows) pairs (a peer's
-    address as this GPU sees it is fine): tiles are added into all of them, or with `rows_per_target` > 0 row r
-    into target r // rows_per_target at row r % rows_per_target."""
-    targets = list(targets)
+    address as this GPU sees it is fine): tiles are added into all of them (`add=False`: stored), or with
+    `rows_per_target` > 0 row r into target r // rows_per_target at row r % rows_per_target."""
+    return _tile_targets(tuple(tuple(t) for t in targets), n, rows_per_target, add)
+
+
+@lru_cache(maxsize=256)
+def _tile_targets(targets: tuple[tuple[int, int], ...], n: int, rows_per_target: int, add: bool):
+    """tile_targets, packed once per distinct set of targets (schedules pass the same ones call after call)."""
     if rows_per_target < 0 or rows_per_target % BLOCK_M:
         raise ValueError(f"rows_per_target: expected 0 or a positive multiple of {BLOCK_M}, got {rows_per_target}")
     struct = _maps(TILE_TARGETS, targets, n, EPILOGUE_BOX, EPILOGUE_BOX, "targets")
-    struct["count"], struct["rows_per_target"] = len(targets), rows_per_target
+    struct["count"], struct["rows_per_target"], struct["add"] = len(targets), rows_per_target, add
     return packed(struct.tobytes())
 
 
@@ -171,7 +172,7 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
                            first_row_tile=first_row // BLOCK_M)
     _kernel()((min(tiles, blocks or sms),), (THREADS,),
               (a_sources(((a.data_ptr(), m),), k) if a_from is None else a_from,
-               tensor_map(b, BLOCK_N, BLOCK_K), np.uint64(0 if out is None else out.data_ptr()),
-               np.int32(m), np.int32(n), np.int32(k), rows, _no_targets() if add_into is None else add_into),
+               tensor_map(b, BLOCK_N, BLOCK_K), np.int32(m), np.int32(n), np.int32(k), rows,
+               tile_targets(((out.data_ptr(), m),), n, add=False) if add_into is None else add_into),
               shared_mem=SMEM_BYTES, device=a.device.index)
     return out

@@ -83,8 +83,9 @@ class AllGatherGemm(_OnTeam):
         if m % (team.size * chunk_rows) or chunk_rows % BLOCK_M:
             raise ValueError(f"m, chunk_rows: expected m to split into {team.size} shards of whole chunks and "
                              f"chunk_rows a multiple of {BLOCK_M}; got m={m}, chunk_rows={chunk_rows}")
-        if k % 8 or n_local % 2:
-            raise ValueError(f"k, n_local: expected k a multiple of 8 and n_local even, got {k} and {n_local}")
+        if k % 8 or n_local % 8:
+            raise ValueError(f"k, n_local: expected multiples of 8 (TMA moves rows in 16-byte units), got {k} and "
+                             f"{n_local}")
         self.m, self.k, self.n_local, self.chunk_rows = m, k, n_local, chunk_rows
         self.gathered = team.zeros((m, k), "bfloat16")
         self.weights = team.zeros((n_local, k), "bfloat16")

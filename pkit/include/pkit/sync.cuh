@@ -46,8 +46,10 @@ __device__ __forceinline__ void add_release_sys(u32* p, u32 v) {
 // True when a counter `v` has reached `target`, robust to 32-bit wrap-around.
 __device__ __forceinline__ bool reached(u32 v, u32 target) { return int(v - target) >= 0; }
 
-__device__ __noinline__ void report_timeout_and_trap(const u32* flag, u32 expected, u32 observed, u64 waited,
-                                                     Site site) {
+// Inlined, not called: a function call inside a warpgroup that changed its register limit (setmaxnreg, as pkit's
+// GEMM does) makes ptxas refuse the change.
+__device__ __forceinline__ void report_timeout_and_trap(const u32* flag, u32 expected, u32 observed, u64 waited,
+                                                        Site site) {
   WaitReport* r = pkit_wait_report;
   if (r != nullptr && atomicCAS(&r->claimed, 0u, 1u) == 0u) {
     r->line = site.line;

@@ -68,6 +68,13 @@ __device__ __forceinline__ void tensor_add_2d(const TensorMap& map, int x, int y
                ::"l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(smem_addr(smem_src)) : "memory");
 }
 
+// Shared box -> the tensor at column x, row y (TMA store); parts outside the tensor are dropped. Completes with
+// bulk_commit() + bulk_wait*.
+__device__ __forceinline__ void tensor_store_2d(const TensorMap& map, int x, int y, const void* smem_src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];"
+               ::"l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y), "r"(smem_addr(smem_src)) : "memory");
+}
+
 // Arrive once on `bar` (e.g. a consumer releasing a stage to its producer).
 __device__ __forceinline__ void mbarrier_arrive(u64* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");

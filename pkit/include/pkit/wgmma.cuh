@@ -21,6 +21,18 @@ __device__ __forceinline__ u64 smem_desc(const void* tile) {
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 
+// Hand registers between the warpgroups of a block (sm_90a; every thread of the warpgroup executes it): a
+// producer that only issues TMA lowers its limit to N per thread, consumers holding wgmma accumulators raise
+// theirs to N. The block's total must stay within what it was launched with.
+template <int N>
+__device__ __forceinline__ void registers_lower_to() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void registers_raise_to() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
 // Wait until at most N committed wgmma groups of this warpgroup are in flight.
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
