@@ -26,14 +26,17 @@ from tqdm.auto import tqdm
 
 from ..ops.overlap import PARTIAL_SCHEDULES, SCHEDULES, AllGatherGemm, PartialGemm
 from ..roofline import PATTERNS, Ceilings, floor, overlap_efficiency
-from ..timing import bench
+from ..timing import BenchResult, bench
 from .torchrun import torchrun
 
 DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 GEMM_IMPLEMENTATIONS = ("pkit_gemm", "cublas")  # gemm_rates' implementation names
-GEMM_SHAPES = ((8192, 8192, 8192), (8192, 4096, 8192), (8192, 16384, 8192), (4096, 4096, 4096))
+# 8192³ (the gate), AG+GEMM's output shapes around the balanced point (N_local 1024-16384 at M = K = 8192), 4096³
+GEMM_SHAPES = ((8192, 8192, 8192), (8192, 1024, 8192), (8192, 2048, 8192), (8192, 4096, 8192), (8192, 16384, 8192),
+               (4096, 4096, 4096))
+GEMM_ROUNDS = 4  # gemm_rates alternates the two implementations this many times per shape
 GEMM_GATE = 0.7  # pkit's GEMM over cuBLAS (TFLOP/s at 8192³) below which the fused schedules' numbers mean little
 TORCH_SCHEDULES = ("torch_serial", "torch_async_tp")  # torch_sweep's schedule names (pkit.experiments.torch_overlap)
 
@@ -42,7 +45,9 @@ def gemm_rates(shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, device: int
                warmup: int = 5) -> pd.DataFrame:
     """pkit's GEMM (pkit.ops.gemm) against cuBLAS (torch.matmul) on the same bf16 inputs, C = A · Bᵀ for each
     (M, N, K): the gate of the fused schedules (pkit's GEMM should reach 70% of cuBLAS at 8192³ before its
-    overlap numbers mean anything). Inputs of these sizes exceed the L2, so calls repeat on one set.
+    overlap numbers mean anything). Inputs of these sizes exceed the L2, so calls repeat on one set. The two are
+    timed in GEMM_ROUNDS alternating rounds of `reps` calls each, their samples pooled, so a clock that drifts as
+    the GPU warms weighs on both alike.
 
     Rows: implementation ('pkit_gemm', 'cublas'), m, n, k, time_median_us, time_min_us, time_max_us, cv,
     tflops, verified (within bf16 rounding of a float32 product), max_abs_err, and ratio_to_cublas.
@@ -77,16 +82,22 @@ def _gemm_pair(m: int, n: int, k: int, device: int, reps: int, warmup: int) -> l
         with torch_stream(device):
             torch.matmul(a, b.T, out=out)
 
-    rows = []
-    for name, call in zip(GEMM_IMPLEMENTATIONS, (pkit_gemm, cublas)):
+    calls = dict(zip(GEMM_IMPLEMENTATIONS, (pkit_gemm, cublas)))
+    checks = {}
+    for name, call in calls.items():
         out.fill_(float("nan"))
         call()
         torch.cuda.synchronize(device)
-        verified, err = bf16_match(out, want, terms=k)
-        timing = bench(call, devices=[device], warmup=warmup, reps=reps)
-        rows.append({"implementation": name, "m": m, "n": n, "k": k, "time_median_us": timing.median_ms * 1e3,
-                     "time_min_us": float(np.min(timing.samples_ms)) * 1e3,
-                     "time_max_us": float(np.max(timing.samples_ms)) * 1e3, "cv": timing.cv,
+        checks[name] = bf16_match(out, want, terms=k)
+    samples = {name: [] for name in calls}
+    for _ in range(GEMM_ROUNDS):
+        for name, call in calls.items():
+            samples[name].append(bench(call, devices=[device], warmup=warmup, reps=reps).samples_ms)
+    rows = []
+    for name, (verified, err) in checks.items():
+        timing = BenchResult(np.concatenate(samples[name]))
+        rows.append({"implementation": name, "m": m, "n": n, "k": k, "time_median_us": timing.median_us,
+                     "time_min_us": timing.min_ms * 1e3, "time_max_us": timing.max_ms * 1e3, "cv": timing.cv,
                      "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12, "verified": verified,
                      "max_abs_err": err})
     return rows
