@@ -6,6 +6,8 @@
 # Usage, from the repository root: scripts/gpu_run.sh [NOTEBOOK ...]    e.g. scripts/gpu_run.sh 00 04_collectives
 # python3 needs pkit's dependencies (`make install`, then activate .venv; or an environment that ships them);
 # pkit itself is imported from this checkout. CUDA_VISIBLE_DEVICES picks the GPUs; PYTEST_ARGS go to pytest.
+# Records name the commit they were measured at: where the tree was copied without an up-to-date .git, pass it,
+# e.g. PKIT_COMMIT=$(git rev-parse HEAD) taken where the copy came from (a clean tree only).
 # Without a package index, put wheels of papermill, ipykernel and their dependencies in .whl/: they are
 # installed under /tmp/site after the tests and used for the notebooks only.
 set -uo pipefail
