@@ -33,9 +33,10 @@ DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 GEMM_IMPLEMENTATIONS = ("pkit_gemm", "cublas")  # gemm_rates' implementation names
-# 8192³ (the gate), AG+GEMM's output shapes around the balanced point (N_local 1024-16384 at M = K = 8192), 4096³
+# 8192³ (the gate), AG+GEMM's output shapes around its balanced point (N_local 1024-16384 at M = K = 8192), GEMM+RS
+# and GEMM+AR's partial products around theirs (K_local 256-1024 at M = N = 8192), 4096³
 GEMM_SHAPES = ((8192, 8192, 8192), (8192, 1024, 8192), (8192, 2048, 8192), (8192, 4096, 8192), (8192, 16384, 8192),
-               (4096, 4096, 4096))
+               (8192, 8192, 256), (8192, 8192, 1024), (4096, 4096, 4096))
 GEMM_ROUNDS = 4  # gemm_rates alternates the two implementations this many times per shape
 GEMM_GATE = 0.7  # pkit's GEMM over cuBLAS (TFLOP/s at 8192³) below which the fused schedules' numbers mean little
 TORCH_SCHEDULES = ("torch_serial", "torch_async_tp")  # torch_sweep's schedule names (pkit.experiments.torch_overlap)

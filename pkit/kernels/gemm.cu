@@ -87,20 +87,23 @@ __device__ __forceinline__ void warpgroup_sync() {
 // Rows row0.. (64) of this warpgroup's accumulator (layout: include/pkit/wgmma.cuh), rounded to bf16 and put into
 // the targets through `out`, 128 columns at a time: each thread writes its fragment into the boxes (128-byte
 // swizzle: 16-byte chunk c of row r sits at c ^ (r % 8)), then one thread stores or adds both boxes into every
-// target the rows belong to.
+// target the rows belong to. The last half's boxes are read out while the next tile is multiplied.
 __device__ void put_tile(const float (&d)[128], Outbox& out, const TileTargets& targets, int row0, int col0) {
   const int t = threadIdx.x % 128;
   const int row = 16 * (t / 32) + (t % 32) / 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    if (t == 0) pkit::bulk_wait_read<0>();  // the boxes are free again (the last half's, or last tile's, reads)
+    warpgroup_sync();
 #pragma unroll
     for (int i = 16 * h; i < 16 * h + 16; ++i) {
       const int col = 8 * (i - 16 * h) + 2 * (t % 4), box = col / 64, chunk = (col % 64) / 8;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = row + 8 * half;
-        auto* at = reinterpret_cast<unsigned char*>(out.box[box]) + r * 128 + ((chunk ^ (r % 8)) * 16) + (col % 8) * 2;
-        *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]);
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]);
+        pkit::store_shared(pkit::smem_addr(out.box[box]) + r * 128 + ((chunk ^ (r % 8)) * 16) + (col % 8) * 2,
+                           *reinterpret_cast<const u32*>(&pair));
       }
     }
     pkit::fence_async_shared();
@@ -119,9 +122,7 @@ __device__ void put_tile(const float (&d)[128], Outbox& out, const TileTargets& 
           }
         }
       pkit::bulk_commit();
-      pkit::bulk_wait_read<0>();  // the boxes are free again
     }
-    warpgroup_sync();
   }
 }
 
