@@ -323,9 +323,11 @@ class CandidateRun:
             if timing_mismatch(self.reference_timing, self.timing):
                 # a load spike on this machine or a lie: time the reference and the candidate again, back to
                 # back, and judge that pair (a lie repeats; the outputs checked are the second window's)
+                # (a window of its own under --timeout, so an honest candidate near its limit does not time out)
                 again = time.monotonic()
                 self.reference_timing = ref.retime(counts["iters"])
-                self.timing = timed_phase(ws, ref.sets, counts["iters"], ref.inplace, deadline, ref.out_bytes)
+                self.timing = timed_phase(ws, ref.sets, counts["iters"], ref.inplace,
+                                          time.monotonic() + self.options.timeout_s, ref.out_bytes)
                 self.retime_s = time.monotonic() - again
         ws.send({"op": "quit"})
         ws.wait_exit(2.0)

@@ -1,9 +1,9 @@
 """pkit's Hopper GEMM (pkit/kernels/gemm.cu): C = A · Bᵀ in bf16 with fp32 accumulation, TMA loads and wgmma.
 
 A is M × K, B is N × K (K-contiguous, the layout of an nn.Linear weight), C is M × N; all row-major bf16 torch
-tensors on one GPU, N a multiple of 8 (C's rows are written by TMA in 16-byte units). Tiles that do not divide the
-shape are handled (TMA reads zeros past the edges and drops what falls outside C). It is the compute half of pkit's overlap schedules, and its rate is compared with cuBLAS's in the
-overlap study.
+tensors on one GPU, N a multiple of 8 (C's rows are written by TMA in 16-byte units). Tiles that do not divide
+the shape are handled (TMA reads zeros past the edges and drops what falls outside C). It is the compute half of
+pkit's overlap schedules, and its rate is compared with cuBLAS's in the overlap study.
 
 Example:
     >>> import torch; from pkit.ops.gemm import gemm                                    # doctest: +SKIP
