@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
+
+WIDTH = 110  # characters per line of a listing printed one block per entry
 
 
 def info(args: argparse.Namespace) -> int:
@@ -33,6 +36,7 @@ def info(args: argparse.Namespace) -> int:
 
 # What `pkit list` shows: name -> (module, function returning a DataFrame, one line on what it lists)
 LISTINGS = {
+    "studies": ("pkit.studies", "list_studies", "studies: what each records, its notebook, what it needs of this machine"),
     "collectives": ("pkit.ops.collectives", "list_collectives", "collective ops and the mechanisms that run them"),
     "schedules": ("pkit.ops.overlap", "list_schedules", "compute/communication overlap schedules per pattern"),
     "systems": ("pkit.experiments.projection", "list_systems", "systems the roofline projection models (datasheets)"),
@@ -49,7 +53,16 @@ def list_registry(args: argparse.Namespace) -> int:
     frame = getattr(import_module(module), function)()
     frame = frame.reset_index() if frame.index.name else frame  # a registry keyed by name keeps it as a column
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_colwidth", 90):
-        print(frame.to_string(index=False))
+        table = frame.to_string(index=False)
+    if max(map(len, table.splitlines())) <= 200:  # a table that fits a wide terminal
+        print(table)
+        return 0
+    for row in frame.astype(str).itertuples(index=False):  # too wide for a terminal: one block per entry
+        first, *rest = zip(frame.columns, row)
+        print(first[1])
+        width = max(len(c) for c, _ in rest)
+        for column, value in rest:
+            print("  " + textwrap.fill(f"{column + ':':<{width + 1}} {value}", WIDTH, subsequent_indent=" " * (width + 4)))
     return 0
 
 
@@ -62,10 +75,11 @@ def figures(args: argparse.Namespace) -> int:
     except (NotebookFailed, ValueError) as e:
         print(f"pkit figures: {e}", file=sys.stderr)
         return 1
-    skipped = [r.name for r in runs if r.skipped]
-    print(f"{len(runs) - len(skipped)} notebooks ran; figures in figures/, executed notebooks in build/notebooks/"
-          + (f"; {len(skipped)} skipped, their recorded inputs missing (see above): {', '.join(skipped)}"
-             if skipped else ""))
+    counts = {what: sum(1 for r in runs if test(r)) for what, test in (
+        ("measured", lambda r: not r.skipped and r.mode == "measure"),
+        ("replayed", lambda r: not r.skipped and r.mode == "replay"), ("skipped", lambda r: r.skipped))}
+    print(", ".join(f"{n} {what}" for what, n in counts.items() if n) + "; figures in figures/ (another machine's in "
+          "figures/<machine>/), executed notebooks in build/notebooks/")
     return 0
 
 
@@ -79,9 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=list_registry)
     fig = sub.add_parser("figures", help="run the notebooks through papermill and regenerate figures/")
     fig.add_argument("--mode", choices=("auto", "measure", "replay"), default="auto",
-                     help="auto: measure when the GPUs a notebook needs are present, else replay")
+                     help="auto: measure what this machine can (pkit list studies), replay the rest; measure: "
+                          "the same, but say what each study that only replays would need")
     fig.add_argument("--only", nargs="+", metavar="NAME", help="notebook stems or prefixes, e.g. 00 01_compute")
-    fig.add_argument("--machine", help="recorded results to replay (default h200x2-nv18; measuring: this machine)")
+    fig.add_argument("--machine", help="recorded results to replay (default: the machine of the committed figures, "
+                     "pkit.studies.FIGURES_MACHINE; measuring: this machine)")
     fig.set_defaults(func=figures)
     try:
         from .harness.cli import register

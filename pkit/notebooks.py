@@ -1,11 +1,13 @@
-"""Run the notebooks in `notebooks/` through papermill: measure on GPUs when present, else replay.
+"""Run the notebooks in `notebooks/` through papermill: measure what this machine can, replay the rest.
 
-Each notebook has a cell tagged `parameters` with at least `mode` and `machine`, and may declare in its
-metadata how many GPUs its measurements need (`{"pkit": {"gpus": 2}}`; 0 or absent: it measures nothing) and
-the recorded experiments it reads back (`"replays": ["overlap_gemm", ...]`, optionally `"record": "<command>"`
-saying how to record them). A notebook that would read recorded results (it replays, or it measures nothing)
-while one of its `replays` is not recorded for the machine is skipped with one line naming what is missing and
-how to record it (`skip_reason`), instead of failing. Executed copies go to `build/notebooks/`, outside git.
+Each notebook has a cell tagged `parameters` with at least `mode` and `machine`. What it measures and needs comes
+from its study's entry in `pkit.studies.STUDIES` (the recorded experiments, the GPUs each needs): in mode 'auto'
+a notebook measures when this machine has the GPUs its study needs and replays otherwise; asked to measure where
+it cannot, it replays and says what measuring needs. A notebook that would read recorded results while one of
+its study's experiments is not recorded for the machine (and that machine could have recorded it) is skipped
+with one line naming what is missing and how to record it (`skip_reason`), instead of failing. Figures of a
+machine other than `pkit.studies.FIGURES_MACHINE` go to `figures/<machine>/`. Executed copies go to
+`build/notebooks/`, outside git.
 
 Example:
     >>> from pkit.notebooks import run_all
@@ -16,16 +18,18 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from . import studies
 from .errors import PkitError
 from .results import REPO_ROOT
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 BUILD_DIR = REPO_ROOT / "build" / "notebooks"
-DEFAULT_MACHINE = "h200x2-nv18"  # the machine whose recorded results replay uses by default
+DEFAULT_MACHINE = studies.FIGURES_MACHINE  # the machine whose recorded results replay uses by default
 MODES = ("auto", "measure", "replay")
 
 
@@ -40,6 +44,8 @@ class NotebookRun:
     seconds: float
     output: Path | None  # the executed copy; None when skipped
     skipped: str = ""  # why the notebook did not run (`skip_reason`); empty when it ran
+    machine: str = ""  # whose results it measured or replayed
+    note: str = ""  # what this machine could not measure, in one line; empty when nothing
 
 
 def discover(only: Sequence[str] | None = None) -> list[Path]:
@@ -54,47 +60,38 @@ def discover(only: Sequence[str] | None = None) -> list[Path]:
     return chosen
 
 
-def pkit_metadata(path: Path) -> dict:
-    """The notebook's `pkit` metadata (gpus, replays, record), {} when it has none."""
-    import nbformat
-
-    return dict(nbformat.read(path, as_version=4).metadata.get("pkit", {}))
-
-
-def gpus_needed(path: Path) -> int:
-    """How many GPUs the notebook's measurements need: its metadata `{"pkit": {"gpus": N}}`, 0 when absent."""
-    return int(pkit_metadata(path).get("gpus", 0))
+def study_of(path: Path) -> studies.Study:
+    """The registry entry of the notebook at `path`; a notebook no study names measures nothing."""
+    return studies.for_notebook(path.stem) or studies.Study(path.stem, "", "", path.stem, gpus=0)
 
 
 def skip_reason(path: Path, mode: str, machine: str) -> str:
     """Why the notebook at `path` cannot run in `mode` ('measure' or 'replay', as resolved) for `machine`, in
-    one line; '' when it can. A notebook reads recorded results when it replays, and always when it measures
-    nothing (`gpus` 0); then every experiment its metadata lists under `replays` must be recorded for `machine`
-    (`pkit.results.is_recorded`, under `pkit.results.results_root()`). The line names the missing experiments
-    and the machine, and says how to record them: the metadata's `record` command, and for a notebook that
+    one line; '' when it can. A notebook reads recorded results when it replays, and always when its study
+    measures nothing; then every experiment of its study that `machine` could have measured (it has the GPUs
+    the experiment needs) must be recorded for `machine` (`pkit.results.is_recorded`). The line names the missing
+    experiments and the machine, and says how to record them: the study's `record` command, and for a study that
     measures, the run in measure mode on a machine with its GPUs.
 
     Example:
-        >>> import nbformat, tempfile, pathlib
-        >>> nb = nbformat.v4.new_notebook(metadata={"pkit": {"gpus": 2, "replays": ["no_such_experiment"]}})
-        >>> path = pathlib.Path(tempfile.mkdtemp()) / "05_study.ipynb"; nbformat.write(nb, path)
-        >>> print(skip_reason(path, "replay", "h200x2-nv18"))  # doctest: +NORMALIZE_WHITESPACE
-        no recorded no_such_experiment for machine 'h200x2-nv18'; run the notebook in measure mode on a machine
-        with 2 GPUs: pkit figures --mode measure --only 05_study
-        >>> skip_reason(path, "measure", "h200x2-nv18")  # measuring records them
+        >>> print(skip_reason(NOTEBOOK_DIR / "05_overlap.ipynb", "replay", "h200x9-nv18"))  # doctest: +ELLIPSIS
+        no recorded overlap_gemm, overlap_ag_gemm, ... for machine 'h200x9-nv18'; record them with: python -m ...
+        >>> skip_reason(NOTEBOOK_DIR / "05_overlap.ipynb", "measure", "h200x9-nv18")  # measuring records them
         ''
     """
     from .results import is_recorded
 
-    meta = pkit_metadata(path)
-    gpus = int(meta.get("gpus", 0))
+    study = study_of(path)
+    gpus = study.notebook_gpus
     if mode == "measure" and gpus:
         return ""
-    missing = [e for e in meta.get("replays", []) if not is_recorded(e, machine)]
+    target = studies.Machine.from_slug(machine)
+    missing = [p.experiment for p in study.parts
+               if not is_recorded(p.experiment, machine) and (not p.gpus or not p.lacking(target) or not gpus)]
     if not missing:
         return ""
     them = "them" if len(missing) > 1 else "it"
-    how = [f"record {them} with: {meta['record']}"] if meta.get("record") else []
+    how = [f"record {them} with: {study.record}"] if study.record else []
     if gpus:
         how.append(f"{'or ' if how else ''}run the notebook in measure mode on a machine with {gpus} "
                    f"GPU{'s' if gpus > 1 else ''}: pkit figures --mode measure --only {path.stem}")
@@ -125,53 +122,91 @@ def strip_outputs(path: str | Path) -> bool:
     return changed
 
 
-def resolve_mode(mode: str, needed: int) -> str:
-    """'auto' → 'measure' when this machine has the GPUs the notebook measures on, else 'replay'."""
+def resolve_mode(mode: str, study: studies.Study | int, machine: studies.Machine | None = None) -> tuple[str, str]:
+    """(the mode a notebook runs in, a note): 'auto' → 'measure' when `machine` (default: this one) has the GPUs
+    `study` needs to measure (a Study, or that many GPUs), else 'replay'; 'measure' where it cannot → 'replay',
+    the note saying what measuring needs."""
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-    if mode != "auto":
-        return mode
-    from .gpus import devices
+    if isinstance(study, int):
+        study = studies.Study("notebook", "", "", "notebook", (studies.Part("notebook", study),) if study else (),
+                              gpus=study)
+    if mode == "replay" or not study.notebook_gpus:
+        return "replay", ""
+    plan = study.requires(machine or studies.Machine.here())
+    if plan.can_measure:
+        return "measure", plan.line()
+    return "replay", plan.line() if mode == "measure" else ""
 
-    return "measure" if needed and len(devices()) >= needed else "replay"
+
+@contextmanager
+def _environment(**values: str):
+    """Set environment variables for the kernels started inside, restoring them after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: dict | None = None) -> NotebookRun:
     """Execute one notebook, or skip it when `skip_reason` gives a reason (the run's `skipped`); raise
-    NotebookFailed naming the cell that failed."""
+    NotebookFailed naming the cell that failed. Its figures go to `pkit.studies.figures_folder` for the machine
+    whose results it shows."""
     import papermill as pm
 
+    from .figures import figures_root
     from .results import machine_slug
 
-    resolved = resolve_mode(mode, gpus_needed(path))
-    machine = machine or (machine_slug() if resolved == "measure" else DEFAULT_MACHINE)
+    resolved, note = resolve_mode(mode, study_of(path))
+    machine = machine_slug() if resolved == "measure" else (machine or DEFAULT_MACHINE)
     reason = skip_reason(path, resolved, machine)
     if reason:
-        return NotebookRun(path.stem, resolved, 0.0, None, reason)
+        return NotebookRun(path.stem, resolved, 0.0, None, reason, machine, note)
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     output = BUILD_DIR / path.name
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     start = time.perf_counter()
-    try:
-        pm.execute_notebook(str(path), str(output), parameters={"mode": resolved, "machine": machine,
-                                                                **(parameters or {})},
-                            kernel_name="python3", progress_bar=False, cwd=str(path.parent), log_output=False)
-    except pm.PapermillExecutionError as e:
-        raise NotebookFailed(f"notebook {path.name} failed in cell {e.cell_index} (execution count {e.exec_count}): "
-                             f"{e.ename}: {e.evalue}\n  executed copy with the traceback: {output}") from None
-    return NotebookRun(path.stem, resolved, time.perf_counter() - start, output)
+    with _environment(PYTHONPATH=pythonpath, PKIT_FIGURES=str(studies.figures_folder(figures_root(), machine))):
+        try:
+            pm.execute_notebook(str(path), str(output), parameters={"mode": resolved, "machine": machine,
+                                                                    **(parameters or {})},
+                                kernel_name="python3", progress_bar=False, cwd=str(path.parent), log_output=False)
+        except pm.PapermillExecutionError as e:
+            raise NotebookFailed(f"notebook {path.name} failed in cell {e.cell_index} (execution count "
+                                 f"{e.exec_count}): {e.ename}: {e.evalue}\n  executed copy with the traceback: "
+                                 f"{output}") from None
+    return NotebookRun(path.stem, resolved, time.perf_counter() - start, output, "", machine, note)
+
+
+def describe_run(run: NotebookRun) -> str:
+    """A run as its progress line ends: 'measured on h200x1, 93.1 s' (+ what needs more GPUs), 'replayed
+    h200x2-nv18, 4.0 s', or 'skipped: ' and the reason.
+
+    Example:
+        >>> describe_run(NotebookRun("03", "measure", 61.04, None, machine="h200x1",
+        ...                          note="mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1"))
+        'measured on h200x1, 61.0 s; mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1'
+    """
+    if run.skipped:
+        return f"skipped: {run.skipped}"
+    done = "measured on" if run.mode == "measure" else "replayed"
+    return f"{done} {run.machine}, {run.seconds:.1f} s" + (f"; {run.note}" if run.note else "")
 
 
 def run_all(mode: str = "auto", only: Sequence[str] | None = None, machine: str | None = None,
             stream=sys.stderr) -> list[NotebookRun]:
-    """Run every selected notebook in order, printing one progress line per notebook (for a skipped one:
-    'skipped: ' and the reason)."""
+    """Run every selected notebook in order, printing one progress line per notebook (`describe_run`)."""
     paths = discover(only)
     runs = []
     for i, path in enumerate(paths, 1):
         print(f"[{i}/{len(paths)}] {path.stem} ...", end="", file=stream, flush=True)
         run = run_notebook(path, mode, machine)
-        print(f" skipped: {run.skipped}" if run.skipped else f" {run.mode}, {run.seconds:.1f} s", file=stream,
-              flush=True)
+        print(f" {describe_run(run)}", file=stream, flush=True)
         runs.append(run)
     return runs

@@ -11,7 +11,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from pkit import notebooks, results
+from pkit import notebooks, results, studies
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -69,32 +69,60 @@ def test_notebook_with_unrecorded_replays_is_skipped_with_what_is_missing(tmp_pa
     monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", folder)
     monkeypatch.setattr(notebooks, "BUILD_DIR", tmp_path / "build")
     monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
-    write_notebook(folder / "98_study.ipynb", ["print('ran')"], {"gpus": 2, "replays": ["study_a", "study_b"]})
-    write_notebook(folder / "99_tables.ipynb", ["print('ran')"],
-                   {"gpus": 0, "replays": ["table"], "record": "python -m make_table --record"})
-    results.record("study_a", pd.DataFrame({"x": [1]}), machine="m1")  # study_b is missing
+    monkeypatch.setenv("PKIT_FIGURES", str(tmp_path / "figures"))
+    register(monkeypatch, studies.Study("study", "two parts", "m", "98_study", (studies.Part("study_a", 2),
+                                                                               studies.Part("study_b", 2))),
+             studies.Study("tables", "built from records", "m", "99_tables", (studies.Part("table", 0),), gpus=0,
+                           record="python -m make_table --record"))
+    write_notebook(folder / "98_study.ipynb", ["print('ran')"])
+    write_notebook(folder / "99_tables.ipynb", ["print('ran')"])
+    results.record("study_a", pd.DataFrame({"x": [1]}), machine="m1x2")  # study_b is missing
     stream = io.StringIO()
-    runs = notebooks.run_all(mode="replay", machine="m1", stream=stream)
+    runs = notebooks.run_all(mode="replay", machine="m1x2", stream=stream)
     assert [r.skipped != "" for r in runs] == [True, True] and not (tmp_path / "build").exists()
     lines = stream.getvalue().splitlines()
-    assert lines[0] == ("[1/2] 98_study ... skipped: no recorded study_b for machine 'm1'; run the notebook in "
+    assert lines[0] == ("[1/2] 98_study ... skipped: no recorded study_b for machine 'm1x2'; run the notebook in "
                         "measure mode on a machine with 2 GPUs: pkit figures --mode measure --only 98_study")
-    assert lines[1] == ("[2/2] 99_tables ... skipped: no recorded table for machine 'm1'; record it with: "
+    assert lines[1] == ("[2/2] 99_tables ... skipped: no recorded table for machine 'm1x2'; record it with: "
                         "python -m make_table --record")
     # a notebook that measures nothing reads its tables in any mode; one that measures records its own
-    assert notebooks.skip_reason(folder / "99_tables.ipynb", "measure", "m1") == lines[1].split("skipped: ")[1]
-    assert notebooks.skip_reason(folder / "98_study.ipynb", "measure", "m1") == ""
-    results.record("study_b", pd.DataFrame({"x": [1]}), machine="m1")
-    run = notebooks.run_notebook(folder / "98_study.ipynb", "replay", "m1")
-    assert not run.skipped and run.output.exists()
+    assert notebooks.skip_reason(folder / "99_tables.ipynb", "measure", "m1x2") == lines[1].split("skipped: ")[1]
+    assert notebooks.skip_reason(folder / "98_study.ipynb", "measure", "m1x2") == ""
+    # replaying a one-GPU machine's results does not ask for parts that need two
+    assert notebooks.skip_reason(folder / "98_study.ipynb", "replay", "m1x1") == ""
+    results.record("study_b", pd.DataFrame({"x": [1]}), machine="m1x2")
+    run = notebooks.run_notebook(folder / "98_study.ipynb", "replay", "m1x2")
+    assert not run.skipped and run.output.exists() and run.machine == "m1x2"
 
 
-def write_notebook(path, cells, pkit_metadata=None):
-    """A notebook at `path`: a parameters cell (mode, machine), then code `cells`; `pkit_metadata` its pkit entry."""
+def register(monkeypatch, *entries):
+    """Put `entries` (pkit.studies.Study) in the registry for one test."""
+    monkeypatch.setattr(studies, "STUDIES", {**studies.STUDIES, **{s.name: s for s in entries}})
+
+
+def test_modes_follow_what_the_machine_has():
+    """auto measures where the study's GPUs are; measure where they are not replays and says what they need."""
+    one, two = studies.Machine("h200x1", 1), studies.Machine("h200x2-nv18", 2, True)
+    mechanisms, collectives = studies.get("mechanisms"), studies.get("collectives")
+    assert notebooks.resolve_mode("auto", mechanisms, one) == (
+        "measure", "mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1")
+    assert notebooks.resolve_mode("auto", mechanisms, two) == ("measure", "")
+    assert notebooks.resolve_mode("auto", collectives, one) == ("replay", "")
+    assert notebooks.resolve_mode("measure", collectives, one) == (
+        "replay", "study 'collectives' needs 2 GPUs with peer access, one per rank (NCCL) to measure")
+    assert notebooks.resolve_mode("measure", studies.get("explorers"), two) == ("replay", "")
+    assert notebooks.resolve_mode("replay", mechanisms, two) == ("replay", "")
+
+
+def test_figures_of_another_machine_go_to_its_own_folder(tmp_path):
+    assert studies.figures_folder(tmp_path, studies.FIGURES_MACHINE) == tmp_path
+    assert studies.figures_folder(tmp_path, "h200x1") == tmp_path / "h200x1"
+
+
+def write_notebook(path, cells):
+    """A notebook at `path`: a parameters cell (mode, machine), then code `cells`."""
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                            "language": "python"}})
-    if pkit_metadata is not None:
-        nb.metadata["pkit"] = pkit_metadata
     params = nbformat.v4.new_code_cell('mode = "auto"\nmachine = "x"')
     params.metadata["tags"] = ["parameters"]
     nb.cells = [params, *map(nbformat.v4.new_code_cell, cells)]
@@ -116,5 +144,5 @@ def test_runner_argument_errors():
         notebooks.discover(["does_not_exist"])
     with pytest.raises(ValueError, match="mode: expected"):
         notebooks.resolve_mode("fast", 0)
-    assert notebooks.resolve_mode("auto", 2) == "replay"  # no GPUs here
-    assert notebooks.resolve_mode("auto", 0) == "replay"
+    assert notebooks.resolve_mode("auto", 2, studies.Machine("cpu", 0)) == ("replay", "")
+    assert notebooks.resolve_mode("auto", 0) == ("replay", "")

@@ -38,12 +38,12 @@ def saved_figures(nb) -> set[str]:
 @pytest.mark.parametrize("stem", sorted(RECORDERS))
 def test_notebook_runs_on_synthetic_recorded_results(stem, roots, tmp_path, monkeypatch):
     path = notebooks.NOTEBOOK_DIR / f"{stem}.ipynb"
-    meta = notebooks.pkit_metadata(path)
+    experiments = notebooks.study_of(path).experiments
     assert notebooks.skip_reason(path, "replay", synthetic_results.MACHINE).startswith("no recorded ")
     with monkeypatch.context() as mp:  # the stand-ins live only while recording
         RECORDERS[stem](mp, np.random.default_rng(), tmp_path)
     recorded = {p.stem for p in (roots["results"] / synthetic_results.MACHINE).glob("*.json")}
-    assert set(meta["replays"]) <= recorded
+    assert set(experiments) <= recorded
     assert notebooks.skip_reason(path, "replay", synthetic_results.MACHINE) == ""
 
     run = notebooks.run_notebook(path, "replay", synthetic_results.MACHINE)  # raises NotebookFailed naming the cell
@@ -59,10 +59,10 @@ def test_notebook_runs_on_synthetic_recorded_results(stem, roots, tmp_path, monk
 
 
 def test_overlap_notebook_replays_what_the_command_line_records(roots, monkeypatch):
-    """05's metadata lists every study the command line records, and the notebook's defaults record the same
+    """05's study lists every study the command line records, and the notebook's defaults record the same
     parameters, so a study recorded by `python -m pkit.experiments.overlap ... --record` replays in the notebook."""
     path = notebooks.NOTEBOOK_DIR / "05_overlap.ipynb"
-    assert notebooks.pkit_metadata(path)["replays"] == [f"overlap_{s}" for s in overlap.STUDIES]
+    assert list(notebooks.study_of(path).experiments) == [f"overlap_{s}" for s in overlap.STUDIES]
     cell = next(c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
     defaults = {t.id: ast.literal_eval(node.value) for node in ast.parse(cell.source).body
                 for t in node.targets}
