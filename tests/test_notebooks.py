@@ -7,9 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
 import pandas as pd
 import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbformat (make install brings it)")
 
 from pkit import notebooks, results, studies
 

@@ -6,10 +6,11 @@ import ast
 import json
 import re
 
-import nbformat
 import numpy as np
 import pandas as pd
 import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbformat (make install brings it)")
 import synthetic_results
 
 from pkit import notebooks, results
