@@ -76,6 +76,7 @@ class Part:
     gpus: int = 1
     peer: bool = False
     per_rank: bool = False
+    description: str = ""  # what the recorded table holds, in one line
 
     def needs(self) -> str:
         """What measuring it needs, in words: '2 GPUs with peer access, one per rank (NCCL)'."""
@@ -160,7 +161,8 @@ _NCCL = dict(gpus=2, peer=True, per_rank=True)
 
 STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("quickstart", "a 20-line SM copy kernel against the copy engine: GPU0 → GPU1, or HBM → HBM on one GPU",
-          "pkit.experiments.quickstart", "00_quickstart", (Part("quickstart"),)),
+          "pkit.experiments.quickstart", "00_quickstart",
+          (Part("quickstart", description="00_quickstart's 20-line copy kernel and the copy engine, by message size"),)),
     Study("compute_vs_network", "datasheet growth of compute, HBM, NVLink and network since A100; measured NVLink",
           "pkit.hardware", "01_compute_vs_network", gpus=0, reads=("quickstart",)),
     Study("hierarchy", "latency and bandwidth rung by rung (shared memory to HBM, the peer GPU, the host), an "
@@ -169,7 +171,9 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
                                         Part("hierarchy_matrix"), Part("hierarchy_sizes"))),
     Study("mechanisms", "copy engine vs SM loads/stores vs TMA: SMs needed to match the copy engine, size where each "
           "pays off, one copy split between two", "pkit.experiments.mechanisms", "03_transfer_mechanisms",
-          (Part("mechanisms_sm_sweep"), Part("mechanisms_size_sweep"), Part("mechanisms_splits", **_PEER))),
+          (Part("mechanisms_sm_sweep", description="pkit.ops.transfers by SMs given, at one message size"),
+           Part("mechanisms_size_sweep", description="pkit.ops.transfers by message size, each mechanism's default grid"),
+           Part("mechanisms_splits", **_PEER))),
     Study("collectives", "pkit's collectives beside NCCL and torch symmetric memory, by size and per call",
           "pkit.experiments.collectives", "04_collectives",
           (Part("collectives_pkit_nccl", **_NCCL), Part("collectives_torch", **_NCCL),

@@ -33,7 +33,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-from . import figures, results
+from . import figures, results, studies
 from .errors import PkitError
 from .hardware import GPUS
 from .harness.records import STATUSES, read_jsonl
@@ -229,12 +229,8 @@ def roofline_explorer(gpu: str = "H200", world_size: int = 8, message_bytes: int
 
 # --- recorded transfers ------------------------------------------------------------------------------------
 
-TRANSFER_STUDIES = {
-    "mechanisms_size_sweep": "pkit.ops.transfers by message size, each mechanism's default grid",
-    "mechanisms_sm_sweep": "pkit.ops.transfers by SMs given, at one message size",
-    "quickstart": "00_quickstart's 20-line peer-copy kernel and the copy engine, by message size",
-}
-"""Recorded results the transfer explorer reads: experiment → what it measured."""
+TRANSFER_STUDIES = {e: studies.for_experiment(e)[1].description for e in studies.get("explorers").reads}
+"""Recorded results the transfer explorer reads (the explorers study's `reads`): experiment → what it measured."""
 
 KERNEL_SETS = {"pkit.ops.transfers": ("mechanisms_size_sweep", "mechanisms_sm_sweep"),
                "00_quickstart kernel": ("quickstart",)}
@@ -243,7 +239,7 @@ KERNEL_SETS = {"pkit.ops.transfers": ("mechanisms_size_sweep", "mechanisms_sm_sw
 _TRANSFER_COLUMNS = ["study", "mechanism", "sms", "bytes", "bandwidth_GBps", "time_median_us", "cv"]
 
 
-def transfer_frame(machine: str = "h200x2-nv18", studies: Iterable[str] = tuple(TRANSFER_STUDIES), *,
+def transfer_frame(machine: str = studies.FIGURES_MACHINE, studies: Iterable[str] = tuple(TRANSFER_STUDIES), *,
                    root: Path | None = None) -> tuple[pd.DataFrame, dict]:
     """The recorded transfer results of `machine` in one frame, and each study's provenance.
 
@@ -384,7 +380,7 @@ def transfer_figure(frame: pd.DataFrame, lookup: pd.DataFrame):
     return fig
 
 
-def transfer_explorer(machine: str = "h200x2-nv18", *, root: Path | None = None):
+def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | None = None):
     """Pick kernels, mechanism(s), message size and SMs → bandwidth and time from `machine`'s recorded results
     (`transfer_lookup`, nearest recorded point, said so), with the provenance line. Controls: `.controls['kernels']`
     (`KERNEL_SETS`), 'mechanisms', 'nbytes', 'default_grid', 'sms'; outputs: 'text' (HTML), 'chart' (PNG)."""
