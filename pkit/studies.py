@@ -111,7 +111,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class Study:
-    """One study: its `name`, a one-line `description`, the `module` that measures it, the `notebook` that shows it,
+    """One study: its `name`, a one-line `description`, the `module` that measures it, the `notebook` that shows it
+    ('' for a study recorded by a command and shown in no notebook),
     its recorded experiments (`parts`), `gpus`: how many GPUs its notebook needs to measure anything (default: the
     fewest any part needs; 0: it measures nothing), and `record`: a shell command that records its parts without
     the notebook, when there is one."""
@@ -197,6 +198,10 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("lesson", "six exercises in multi-GPU CUDA, each checked on two ranks (two GPUs, or one GPU shared)",
           "pkit.lesson", "08_lesson_multi_gpu_communication", (Part("overlap_timeline", **_PEER),), gpus=1,
           reads=("hierarchy_ladder", "quickstart", "collectives_latency", "collectives_pkit_nccl")),
+    Study("eval_noise", "ParallelKernelBench's references timed as their own candidates: how far `pkit eval` reads a "
+          "tie from 1x", "pkit.harness.pkb", "", (Part("pkb_references", **_NCCL),),
+          record="pkit eval --pkb-root R --solutions EMPTY_DIR --reference-as-candidate --out part.jsonl, then "
+                 "python -m pkit.harness.baseline pkb part*.jsonl (docs/harness.md)"),
     Study("explorers", "three ipywidgets explorers: the roofline, recorded transfers, eval records (measures nothing)",
           "pkit.widgets", "09_explorers", gpus=0, reads=("mechanisms_size_sweep", "mechanisms_sm_sweep", "quickstart")),
 )}
@@ -212,7 +217,7 @@ def get(name: str) -> Study:
 
 def for_notebook(stem: str) -> Study | None:
     """The study a notebook (by file stem, e.g. '02_interconnect_hierarchy') shows; None for a notebook with none."""
-    return next((s for s in STUDIES.values() if s.notebook == stem), None)
+    return next((s for s in STUDIES.values() if stem and s.notebook == stem), None)
 
 
 def for_experiment(experiment: str) -> tuple[Study, Part]:
@@ -312,6 +317,6 @@ def list_studies(machine: Machine | None = None) -> pd.DataFrame:
             here = f"measures {', '.join(plan.measures) or 'its checks, recording nothing'}; not {', '.join(plan.lacking)}"
         else:
             here = "measures all"
-        rows.append({"study": s.name, "notebook": s.notebook, "description": s.description,
+        rows.append({"study": s.name, "notebook": s.notebook or "-", "description": s.description,
                      "records": ", ".join(s.experiments) or "-", "needs": plan.needs, "here": here})
     return pd.DataFrame(rows)
