@@ -3,8 +3,9 @@
 #                    and the test tools; `source .venv/bin/activate` then puts `pkit` on the PATH
 #   make test        the whole suite; tests marked gpu/multigpu skip where the GPUs they need are missing
 #   make test-gpu    only the GPU tests: `gpu` needs one CUDA GPU, `multigpu` two with peer access
-#   make figures     every notebook through papermill, rewriting figures/; MODE=auto measures a notebook when
-#                    this machine has the GPUs it needs (rewriting results/<machine>/), else replays results/
+#   make figures     every notebook through papermill; MODE=auto measures each study this machine has the GPUs
+#                    for (rewriting results/<machine>/) and replays the rest (`pkit list studies` says which);
+#                    figures go to figures/, or figures/<machine>/ for a machine other than the committed set's
 #   make lab         JupyterLab on notebooks/ (LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888" adds options)
 # CUDA_VISIBLE_DEVICES picks the GPUs. scripts/gpu_run.sh runs the GPU tests and chosen notebooks in one batch.
 PY ?= python3

@@ -70,7 +70,7 @@ COLORS = {
 # A marker per name as well (a second cue where two colours come close for some readers), and dashed lines for
 # baselines that are not NCCL itself (torch's), so a baseline lying on NCCL's curve still shows.
 MARKERS = {
-    "ce": "P", "sm_push": "s", "sm_pull": "D", "tma_push": "^", "tma_pull": "v",
+    "ce": "P", "sm_push": "s", "sm_pull": "D", "tma_push": "^", "tma_pull": "v", "sm": "s", "tma": "^",
     "nccl": "o", "pkit_sm": "s", "pkit_sm_one_shot": "^", "pkit_sm_two_shot": "v", "pkit_ll": "D", "pkit_ce": "P",
     "torch_nccl": "x", "torch_symm_one_shot": "<", "torch_symm_two_shot": ">", "pkit_gemm": "s", "cublas": "o",
     "serial": "o", "ce_chunks": "P", "ce_flags": "X", "tma_add": "^", "torch_serial": "x", "torch_async_tp": "<",
