@@ -1,11 +1,12 @@
 """Checks for the lesson on multi-GPU communication (notebooks/08_lesson_multi_gpu_communication.ipynb).
 
 Every step of the lesson (`STEPS`) has a check, `check_<step>(source, team=None)`. It compiles the learner's kernel
-source, runs it on fresh random inputs with NaN-poisoned outputs on every rank of a two-rank team, and returns a
-`Verdict`. When the answer is wrong, the verdict says which rank and which elements are wrong, and gives a likely
-cause. The team is GPUs 0 and 1 where there are two; on a machine with one GPU both ranks share it (`Team([0, 0],
-share_gpus=True)`, each rank on its own stream); without a GPU a check compiles the source for sm_90a and reports
-that it did not run (`Verdict.ok is None`). The diagnosis is plain NumPy over the outputs (`diagnose_copy`,
+source, runs it on fresh random inputs with NaN-poisoned outputs on every rank of a team (any size from 2 to 8; the
+flag step uses ranks 0 and 1), and returns a `Verdict`. When the answer is wrong, the verdict says which rank and
+which elements are wrong, and gives a likely cause. The default team is every GPU of the machine where there are two
+or more; on a machine with one GPU two ranks share it (`Team([0, 0], share_gpus=True)`, each rank on its own
+stream); without a GPU a check compiles the source for sm_90a and reports that it did not run (`Verdict.ok is
+None`). The diagnosis is plain NumPy over the outputs (`diagnose_copy`,
 `diagnose_flag`, `diagnose_ring`), so it runs and is tested anywhere. `solution(step)` returns the reference kernel,
 pkit/kernels/lesson_<step>.cu.
 
@@ -441,7 +442,7 @@ def _check(source: str, names: tuple, team, run: Callable) -> Verdict:
         return Verdict(False, f"{e} (the check launches {', '.join(names)})", {"compiled": False})
     if not live:
         return Verdict(None, f"compiled {', '.join(names)} for sm_90a; not run: this machine has no GPU (with one, "
-                             "both ranks share it; with two, each rank has its own)", {"compiled": True})
+                             "two ranks share it; with two or more, each GPU is a rank)", {"compiled": True})
     import cupy as cp
 
     team = team or _default_team()
@@ -466,10 +467,11 @@ def _gpu_count() -> int:
 
 @lru_cache(maxsize=1)
 def _default_team():
-    """GPUs 0 and 1 where there are two, else two ranks sharing GPU 0 (the lesson's kernels are small enough)."""
-    from .team import Team
+    """Every GPU of the machine, one rank each, where there are two or more; else two ranks sharing GPU 0 (the
+    lesson's kernels are small enough)."""
+    from .team import default_team
 
-    return Team([0, 1]) if _gpu_count() >= 2 else Team([0, 0], share_gpus=True)
+    return default_team(shared_ranks=2)
 
 
 def _unique_inputs(rng, size: int, n: int) -> list[np.ndarray]:

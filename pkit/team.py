@@ -5,9 +5,10 @@ allocation per GPU (a SymmetricArray): `arr[r]` is rank r's buffer as a CuPy arr
 is a device array on rank r's GPU holding every rank's address (valid there), for kernels that read or
 write peers through `pkit::PeerTable` (include/pkit/peer.cuh).
 
-Two execution models share the same kernels:
-  * one process, several GPUs: `Team([0, 1])`; for small kernels, ranks may share a GPU
-    (`Team([0, 0], share_gpus=True)`), each rank on its own stream;
+Two execution models share the same kernels, for any number of ranks from 1 to 8:
+  * one process, several GPUs: `Team(team_devices())` (every GPU of the machine) or `Team([0, 1])`; for small
+    kernels, ranks may share a GPU (`Team([0] * 4, share_gpus=True)`), each rank on its own stream, each
+    kernel's grid within its share of the GPU's SMs (`Team.sms_per_rank`);
   * one process per GPU: `Team.from_torch_distributed()` exchanges CUDA IPC handles over the torch
     process group; this process drives only `team.rank`, and `arr[r]` for another rank is a view of
     that rank's buffer through its IPC mapping on the local GPU.
@@ -17,6 +18,9 @@ Example:
     >>> team = pkit.Team([0, 1])                                   # doctest: +SKIP
     >>> x = team.zeros((1024,), "float32")                         # doctest: +SKIP
     >>> x[1][:] = 1; x[0][:] = x[1]  # a peer copy                 # doctest: +SKIP
+    >>> team_devices([0, 0], need=2)  # checked before any GPU is touched        # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    pkit.errors.PkitError: devices: expected at least 2 distinct GPUs, got [0, 0]; ...
 """
 from __future__ import annotations
 
@@ -42,6 +46,32 @@ def storage_dtype(dtype) -> tuple[np.dtype, str]:
     except TypeError:
         raise ValueError(f"dtype: expected a NumPy dtype or 'bfloat16', got {dtype!r}") from None
     return dt, dt.name
+
+
+def team_devices(devices: Sequence[int] | None = None, need: int = 1, arg: str = "devices",
+                 what: str = "") -> list[int]:
+    """`devices` as a list of GPU ids, None meaning every GPU of this machine (`pkit.devices()`), checked to name
+    at least `need` distinct GPUs; else a PkitError naming `arg`, what needs them (`what`, e.g. "(NCCL takes one GPU
+    per rank)"), what the machine has, and the fix."""
+    from .gpus import devices as visible
+
+    have = len(visible())
+    chosen = list(range(have)) if devices is None else list(devices)
+    if len(set(chosen)) < need:
+        got = f"this machine has {have}" if devices is None else f"got {chosen}"
+        plural = "s" if need > 1 else ""
+        raise PkitError(f"{arg}: expected at least {need} distinct GPU{plural}{' ' + what if what else ''}, {got}; "
+                        f"run on a machine with {need} or more GPU{plural} (this one has {have}), or replay recorded "
+                        "results")
+    return chosen
+
+
+def default_team(shared_ranks: int = 2) -> "Team":
+    """Every GPU of this machine, one rank each, where there are two or more; else `shared_ranks` ranks sharing GPU 0
+    (`Team([0] * shared_ranks, share_gpus=True)`: for correctness checks of small kernels, never for speed)."""
+    from .gpus import devices
+
+    return Team(team_devices(need=2)) if len(devices()) >= 2 else Team([0] * shared_ranks, share_gpus=True)
 
 
 def _dims(dims) -> tuple[int, ...]:
@@ -105,6 +135,16 @@ class Team:
         """The CuPy stream rank `rank`'s kernels go to: its own stream when ranks share a GPU, else None (the
         current stream of its GPU)."""
         return self._rank_streams.get(rank)
+
+    def sms_per_rank(self, rank: int) -> int:
+        """SMs of rank `rank`'s GPU that its kernels may fill: all of them, or with ranks of this process sharing the
+        GPU an equal part (at least 1), so that every sharing rank's grid of that many blocks is resident at once
+        (what `launch` requires of them)."""
+        from .gpus import devices
+
+        device = self.devices[rank]
+        sms = devices()[device].sms
+        return max(1, sms // self.devices.count(device)) if self.shares_gpus else sms
 
     def require_gpu_per_rank(self, what: str) -> None:
         """Raise when ranks share a GPU: `what` needs one GPU per rank (NCCL does)."""

@@ -196,8 +196,8 @@ def test_measure_builds_the_frame_the_roofline_reads(monkeypatch):
          for m in ("ce", "sm_push")]))
     monkeypatch.setattr(ceilings, "link_rates", lambda nbytes, src, dst: pd.DataFrame(
         [{"mechanism": "ce", "src": src, "dst": dst, "bytes": nbytes, "bandwidth_GBps": 390.0, **times(700.0)}]))
-    monkeypatch.setattr(ceilings, "sync_latency", lambda pair, steps: pd.DataFrame(
-        [{"devices": "0,1", "steps": steps, "step_us": 1.5, **times(1500.0)}]))
+    monkeypatch.setattr(ceilings, "sync_latency", lambda devices, steps: pd.DataFrame(
+        [{"devices": ",".join(map(str, devices)), "steps": steps, "step_us": 1.5, **times(1500.0)}]))
     frame = ceilings.measure(devices=(0, 1), dtypes=("bfloat16",), sizes=(1024, 2048))
     assert list(frame.columns) == list(ceilings.COLUMNS) and len(frame) == 2 + 2 + 1 + 1
     assert list(frame["method"]) == ["cublas", "cublas", "ce", "sm_push", "ce", "team_barriers"]
@@ -207,6 +207,8 @@ def test_measure_builds_the_frame_the_roofline_reads(monkeypatch):
     assert c.hbm_bytes_per_s == pytest.approx(4e12) and c.sync_s == pytest.approx(1.5e-6)
     one = ceilings.measure(devices=(0,), dtypes=("bfloat16",), sizes=(1024,))
     assert set(one["ceiling"]) == {"gemm", "hbm"}
+    four = ceilings.measure(devices=(2, 0, 1, 3), dtypes=("bfloat16",), sizes=(1024,))  # the link: the first two
+    assert list(four["devices"]) == ["2", "2", "2", "2,0", "2,0,1,3"]  # GPUs; the sync step: all of them
 
 
 # ---- argument checks of the measurements (no GPU touched) ------------------------------------------------------
@@ -220,13 +222,18 @@ def test_measure_builds_the_frame_the_roofline_reads(monkeypatch):
     (lambda: ceilings.link_rates(nbytes=0), r"nbytes: expected positive multiples of 16 bytes, got \[0\]"),
     (lambda: ceilings.link_rates(src=1, dst=1), "src, dst: expected two different GPUs, got 1 and 1"),
     (lambda: ceilings.link_rates(mechanisms=()), r"mechanisms: expected names from .*got \[\]"),
-    (lambda: ceilings.sync_latency(device_pair=(0, 0)), r"device_pair: expected two different GPU ids, got \(0, 0\)"),
     (lambda: ceilings.sync_latency(steps=0), r"steps: expected positive integers, got \[0\]"),
-    (lambda: ceilings.measure(devices=(0, 1, 2)), r"devices: expected one GPU id or two different ones"),
+    (lambda: ceilings.measure(devices=(0, 0)), r"devices: expected distinct GPU ids, got \[0, 0\]"),
 ])
 def test_measurement_argument_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_the_sync_step_needs_two_distinct_gpus():
+    with pytest.raises(pkit.PkitError, match=r"devices: expected at least 2 distinct GPUs \(one rank per GPU\), "
+                                             r"got \[0, 0\]; run on a machine with 2 or more GPUs"):
+        ceilings.sync_latency(devices=(0, 0))
 
 
 def test_tf32_setting_is_restored():
@@ -307,7 +314,8 @@ def test_link_rates_stay_below_one_direction_of_nvlink():
 def test_sync_latency_is_a_few_microseconds():
     frame = ceilings.sync_latency(steps=200, reps=5)
     row = frame.iloc[0]
-    assert row["verified"] and row["steps"] == 200 and row["devices"] == "0,1"
+    every_gpu = ",".join(str(g.index) for g in pkit.devices())  # the default: every GPU of the machine
+    assert row["verified"] and row["steps"] == 200 and row["devices"] == every_gpu
     assert row["step_us"] == pytest.approx(row["time_median_us"] / 200)
     assert 0 < row["step_us"] < 50  # one flag round over NVLink; tens of µs would mean a broken barrier
 

@@ -5,14 +5,14 @@ Each function checks its operation's result once, then times it with CUDA events
   * `gemm_rates`: cuBLAS through torch.matmul on square matrices, per input dtype, in TFLOP/s;
   * `hbm_copy_rate`: a device-to-device copy within one GPU, as bytes read + written per second;
   * `link_rates`: one direction GPU → GPU, per transfer mechanism (copy engine, SM push);
-  * `sync_latency`: α, one cross-GPU synchronisation step (team barriers timed inside one kernel).
+  * `sync_latency`: α, one cross-GPU synchronisation step (team barriers over every GPU timed inside one kernel).
 `measure` runs them all into one tidy frame (`COLUMNS`) that `pkit.roofline.Ceilings.measured` reads;
 `python -m pkit.experiments.ceilings --record` records it as results/<machine>/ceilings.csv.
 
 Example:
     >>> import pkit
     >>> from pkit.experiments import ceilings
-    >>> frame = ceilings.measure(devices=(0, 1))                               # doctest: +SKIP
+    >>> frame = ceilings.measure()  # every GPU of this machine                 # doctest: +SKIP
     >>> pkit.roofline.Ceilings.measured(frame).link_bytes_per_s / 1e9          # doctest: +SKIP
     >>> ceilings.link_rates(src=0, dst=0)  # arguments are checked before any GPU is touched
     Traceback (most recent call last):
@@ -30,6 +30,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..gpus import require_gpus
+from ..team import team_devices
 from ..ops.transfers import MECHANISMS, peer_copy, worker
 from ..roofline import DTYPES, MEASURED, dtype_name
 from .peer_copies import check_sizes_and_pair, time_copies, time_copy
@@ -194,22 +195,21 @@ def link_rates(nbytes: int = 256 << 20, src: int = 0, dst: int = 1, mechanisms: 
                          for m in tqdm(mechanisms, desc="link", leave=False)])
 
 
-def sync_latency(device_pair: Sequence[int] = (0, 1), steps: int = 1000, reps: int = 20,
+def sync_latency(devices: Sequence[int] | None = None, steps: int = 1000, reps: int = 20,
                  warmup: int = 3) -> pd.DataFrame:
     """α, the time of one cross-GPU synchronisation step: a kernel of `steps` back-to-back team barriers
-    (`pkit::barrier`, kernels/team_barrier.cu) on every GPU of `device_pair`, timed per call (launches
-    hidden), divided by `steps` so launch overhead stays out. Checked once: after one call, every rank's
-    barrier flags hold `steps` (each peer's signals and its own epoch count).
+    (`pkit::barrier`, kernels/team_barrier.cu) on every GPU of `devices` (default: every GPU of this machine, at
+    least two, distinct), timed per call (launches hidden), divided by `steps` so launch overhead stays out.
+    Checked once: after one call, every rank's barrier flags hold `steps` (each peer's signals and its own epoch
+    count).
 
     One row: devices, steps, time_*_us (one call), cv, step_us (α in µs), verified.
     """
     import pkit
 
-    pair = list(device_pair)
-    if len(pair) != 2 or pair[0] == pair[1]:
-        raise ValueError(f"device_pair: expected two different GPU ids, got {device_pair!r}")
     (steps,) = _positive_ints("steps", [steps])
-    team = pkit.Team(pair)
+    devices = _distinct(devices, need=2)
+    team = pkit.Team(devices)
     flags = team.barrier_flags
     kernel = pkit.compile("team_barrier.cu", "team_barriers")
 
@@ -220,10 +220,10 @@ def sync_latency(device_pair: Sequence[int] = (0, 1), steps: int = 1000, reps: i
     team.synchronize()
     seen = [flags[r][0].get() for r in range(team.size)]
     if not all((row == steps).all() for row in seen):
-        raise AssertionError(f"{steps} team barriers on GPUs {pair} left flag rows {[row.tolist() for row in seen]}, "
+        raise AssertionError(f"{steps} team barriers on GPUs {devices} left flag rows {[row.tolist() for row in seen]}, "
                              f"expected every word {steps}")
-    r = pkit.bench(barriers, devices=pair, reps=reps, warmup=warmup, hide_launch=True)
-    return pd.DataFrame([{"devices": ",".join(map(str, pair)), "steps": steps, **r.times_us(),
+    r = pkit.bench(barriers, devices=devices, reps=reps, warmup=warmup, hide_launch=True)
+    return pd.DataFrame([{"devices": ",".join(map(str, devices)), "steps": steps, **r.times_us(),
                           "step_us": r.median_us / steps, "verified": True}])
 
 
@@ -234,21 +234,28 @@ def _tidy(frame: pd.DataFrame, ceiling: str, column: str, devices: str, method=N
                         method=frame["mechanism"] if method is None else method)
 
 
-def measure(devices: Sequence[int] = (0, 1), dtypes: Sequence[str] = DTYPES, sizes: Sequence[int] = SIZES,
+def _distinct(devices: Sequence[int] | None, need: int) -> list[int]:
+    """`devices` (None: every GPU of this machine) as distinct GPU ids, at least `need` of them."""
+    chosen = team_devices(devices, need=need, what="(one rank per GPU)")
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"devices: expected distinct GPU ids, got {list(devices)!r}")
+    return chosen
+
+
+def measure(devices: Sequence[int] | None = None, dtypes: Sequence[str] = DTYPES, sizes: Sequence[int] = SIZES,
             hbm_bytes: int = 1 << 30, link_bytes: int = 256 << 20, sync_steps: int = 1000) -> pd.DataFrame:
-    """Every ceiling: GEMM rates and HBM copy on GPU devices[0]; link rates devices[0] → devices[1] and the
-    sync step between them (left out when `devices` names one GPU). One row per measurement, `COLUMNS`.
+    """Every ceiling on `devices` (default: every GPU of this machine): GEMM rates and HBM copy on GPU
+    devices[0]; link rates devices[0] → devices[1] and the sync step over all of `devices` (both left out when
+    `devices` names one GPU). One row per measurement, `COLUMNS`.
     """
-    devices = list(devices)
-    if not 1 <= len(devices) <= 2 or len(set(devices)) != len(devices):
-        raise ValueError(f"devices: expected one GPU id or two different ones, got {devices!r}")
+    devices = _distinct(devices, need=1)
     first = devices[0]
     parts = [_tidy(gemm_rates(dtypes, sizes, first), "gemm", "rate_TFLOPps", str(first), "cublas"),
              _tidy(hbm_copy_rate(hbm_bytes, first), "hbm", "read_write_GBps", str(first))]
-    if len(devices) == 2:
-        pair = f"{devices[0]},{devices[1]}"
-        parts += [_tidy(link_rates(link_bytes, *devices), "link", "bandwidth_GBps", pair),
-                  _tidy(sync_latency(devices, sync_steps), "sync", "step_us", pair, "team_barriers")]
+    if len(devices) >= 2:
+        parts += [_tidy(link_rates(link_bytes, *devices[:2]), "link", "bandwidth_GBps", f"{devices[0]},{devices[1]}"),
+                  _tidy(sync_latency(devices, sync_steps), "sync", "step_us", ",".join(map(str, devices)),
+                        "team_barriers")]
     return pd.concat(parts, ignore_index=True).reindex(columns=list(COLUMNS))
 
 
@@ -258,7 +265,7 @@ def main(argv=None) -> None:
     import pkit
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--devices", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--devices", type=int, nargs="+", default=None, help="GPU ids (default: every GPU here)")
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES))
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="GEMM sides n")
     parser.add_argument("--hbm-bytes", type=int, default=1 << 30)

@@ -9,7 +9,7 @@ the scattered input (reduce-scatter). Rows carry algbw and busbw in GB/s. Implem
 
 Example:
     >>> from pkit.experiments import collectives
-    >>> df = collectives.sweep(sizes=[1 << 16, 1 << 30], dtype=["bfloat16", "float32"])   # doctest: +SKIP
+    >>> df = collectives.sweep(sizes=[1 << 16, 1 << 30], dtype=["bfloat16", "float32"])  # every GPU  # doctest: +SKIP
     >>> collectives.best_pkit(df)                                                        # doctest: +SKIP
 """
 from __future__ import annotations
@@ -24,12 +24,14 @@ from ..bf16 import NAN_BITS, from_bf16_bits, to_bf16_bits
 from ..gpus import on_device as _on
 from ..ops.baselines import NcclCollectives
 from ..ops.collectives import COLLECTIVES, Collectives, bandwidths, choose, collective, per_peer_bytes
+from ..team import team_devices
 from ..timing import bench as time_calls
 from .torch_collectives import OPS as TORCH_OPS, SYMM_MIN_BYTES
-from .torchrun import torchrun
+from .torchrun import gpu_processes, torchrun
 
 OPS = tuple(COLLECTIVES)
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
+NEEDS = "(NCCL, the baseline, takes one GPU per rank)"  # why the one-process sweeps need two GPUs or more
 ITEMSIZE = {"bfloat16": 2, "float32": 4}  # bytes per element of the swept dtypes
 
 
@@ -89,10 +91,11 @@ def _dtypes(dtype: str | Sequence[str]) -> list[str]:
 
 
 def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16",
-          devices: Sequence[int] = (0, 1), reps: int = 20, calls_per_sample: int = 1,
+          devices: Sequence[int] | None = None, reps: int = 20, calls_per_sample: int = 1,
           implementations: Sequence[str] | None = None, graph: bool = False) -> pd.DataFrame:
-    """pkit's collectives and single-process NCCL on the same buffers; each result checked against NCCL's (the
-    registry's NumPy reference for an op NCCL lacks).
+    """pkit's collectives and single-process NCCL on the same buffers, one rank per GPU of `devices` (default: every
+    GPU of this machine, at least two); each result checked against NCCL's (the registry's NumPy reference for an
+    op NCCL lacks).
 
     `graph=True` times CUDA-graph replays of `calls_per_sample` calls (nccl-tests' -G; see pkit.bench), leaving
     out the copy-engine variants (they order the GPUs with events, which per-GPU graphs cannot hold); the
@@ -113,17 +116,18 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     if implementations is not None and not set(implementations) <= set(known):
         raise ValueError(f"implementations: expected names from {known}, got {list(implementations)}")
     dtypes = _dtypes(dtype)
-    team = pkit.Team(list(devices))
-    quantum = 16 * team.size
+    devices = team_devices(devices, need=2, what=NEEDS)
+    quantum = 16 * len(devices)
     if not sizes or any(s <= 0 or s % quantum for s in sizes):
-        raise ValueError(f"sizes: expected positive multiples of {quantum} bytes, got {list(sizes)}")
+        raise ValueError(f"sizes: expected positive multiples of {quantum} bytes (16 per rank), got {list(sizes)}")
+    team = pkit.Team(devices)
     coll, nccl = Collectives(team), NcclCollectives(team)
     rows = []
     for dt in dtypes:
         for op in tqdm(ops, desc=f"collectives ({dt})", leave=False):
             for nbytes in sizes:
                 rows += _measure(team, coll, nccl, op, nbytes, dt, implementations,
-                                 dict(devices=list(devices), reps=reps, warmup=5, hide_launch=True,
+                                 dict(devices=devices, reps=reps, warmup=5, hide_launch=True,
                                       calls_per_sample=calls_per_sample, graph=graph))
     return pd.DataFrame(rows)
 
@@ -176,24 +180,27 @@ def _expected(team, nccl, op: str, inp, out_shape, dtype: str):
     return expected
 
 
-def launch_floor(devices: Sequence[int] = (0, 1), calls_per_sample: int = 20, reps: int = 20) -> pd.DataFrame:
-    """The time of an empty kernel launched on every GPU of `devices`, timed as `sweep` times collectives: the
-    floor under any collective that is one kernel per GPU. One row, implementation 'empty_kernel', bytes 0."""
+def launch_floor(devices: Sequence[int] | None = None, calls_per_sample: int = 20, reps: int = 20) -> pd.DataFrame:
+    """The time of an empty kernel launched on every GPU of `devices` (default: every GPU of this machine), timed as
+    `sweep` times collectives: the floor under any collective that is one kernel per GPU. One row, implementation
+    'empty_kernel', bytes 0."""
     import pkit
 
+    devices = team_devices(devices)
     spin = pkit.compile("spin.cu", "spin_ns")
-    r = pkit.bench(lambda: [spin((1,), (1,), (np.uint64(0),), device=d) for d in devices], devices=list(devices),
+    r = pkit.bench(lambda: [spin((1,), (1,), (np.uint64(0),), device=d) for d in devices], devices=devices,
                    reps=reps, warmup=5, hide_launch=True, calls_per_sample=calls_per_sample)
     return pd.DataFrame([{"implementation": "empty_kernel", "op": "all_reduce", "dtype": "none", "bytes": 0,
                           "calls_per_sample": calls_per_sample, **r.times_us(), "verified": False}])
 
 
-def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16", nproc: int = 2,
-                    reps: int = 20, timeout_s: float = 600, calls_per_sample: int = 1,
+def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16",
+                    nproc: int | None = None, reps: int = 20, timeout_s: float = 600, calls_per_sample: int = 1,
                     ops: Sequence[str] = TORCH_OPS, graph: bool = False) -> pd.DataFrame:
     """torch.distributed, torch symmetric memory and pkit.dist (`pkit_dist`: pkit's kernels on torch tensors) under
-    torchrun (one process per GPU, one run per dtype of `dtype`: one or a list), the same columns as `sweep`;
-    `graph` times CUDA-graph replays."""
+    torchrun (one process per GPU: `nproc` of them, default every GPU of this machine; one run per dtype of
+    `dtype`: one or a list), the same columns as `sweep`; `graph` times CUDA-graph replays."""
+    nproc = gpu_processes(nproc, NEEDS)
     frames = [torchrun("pkit.experiments.torch_collectives",
                        ["--dtype", dt, "--reps", reps, "--calls-per-sample", calls_per_sample, "--ops", *ops,
                         *(["--graph"] if graph else []), "--sizes", *sizes], nproc=nproc, timeout_s=timeout_s)
@@ -217,10 +224,11 @@ TORCH_MIN_BYTES = SYMM_MIN_BYTES
 
 def latency_sweep(sizes: Sequence[int] = LATENCY_SIZES, calls_per_sample: int = 20, reps: int = 20,
                   implementations: Sequence[str] = LATENCY_IMPLEMENTATIONS,
-                  devices: Sequence[int] = (0, 1)) -> pd.DataFrame:
+                  devices: Sequence[int] | None = None) -> pd.DataFrame:
     """bf16 all-reduce latency as nccl-tests times it: `calls_per_sample` back-to-back calls per sample, of
-    each of `implementations` at each size, after the launch floor (`launch_floor`, row 'empty_kernel').
-    Columns as `sweep`'s; times in µs per call."""
+    each of `implementations` at each size, after the launch floor (`launch_floor`, row 'empty_kernel'), on
+    `devices` (default: every GPU of this machine, at least two). Columns as `sweep`'s; times in µs per call."""
+    devices = team_devices(devices, need=2, what=NEEDS)
     return pd.concat([launch_floor(devices, calls_per_sample=calls_per_sample, reps=reps),
                       sweep(ops=["all_reduce"], sizes=sizes, reps=reps, calls_per_sample=calls_per_sample,
                             implementations=implementations, devices=devices)], ignore_index=True)
@@ -230,11 +238,13 @@ GRAPH_SIZES = (4, 32, 256, 1 << 11, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # 4 B �
 
 
 def graph_latency(sizes: Sequence[int] = GRAPH_SIZES, dtype: str = "bfloat16", calls_per_sample: int = 20,
-                  reps: int = 20, nproc: int = 2) -> pd.DataFrame:
+                  reps: int = 20, nproc: int | None = None) -> pd.DataFrame:
     """Every op timed from CUDA-graph replays (nccl-tests' -G: no host launch path), `calls_per_sample` calls per
-    replay: pkit's one-process collectives beside one-process NCCL at the sizes whose shares are whole 16-byte
-    packs, and under torchrun torch NCCL, pkit.dist (`pkit_dist`, any size) and torch symmetric memory (all-reduce,
-    from SYMM_MIN_BYTES). Columns as `sweep`'s, `timing` 'graph'; `best_peer` compares them."""
+    replay, on GPUs 0 .. nproc − 1 (default every GPU of this machine): pkit's one-process collectives beside
+    one-process NCCL at the sizes whose shares are whole 16-byte packs, and under torchrun torch NCCL, pkit.dist
+    (`pkit_dist`, any size) and torch symmetric memory (all-reduce, from SYMM_MIN_BYTES). Columns as `sweep`'s,
+    `timing` 'graph'; `best_peer` compares them."""
+    nproc = gpu_processes(nproc, NEEDS)
     whole = [s for s in sizes if s % (16 * nproc) == 0]
     ours = sweep(sizes=whole, dtype=dtype, devices=tuple(range(nproc)), reps=reps,
                  calls_per_sample=calls_per_sample, graph=True)
@@ -244,9 +254,9 @@ def graph_latency(sizes: Sequence[int] = GRAPH_SIZES, dtype: str = "bfloat16", c
 
 
 def latency_torch(sizes: Sequence[int] = LATENCY_SIZES, calls_per_sample: int = 20, reps: int = 20,
-                  nproc: int = 2) -> pd.DataFrame:
+                  nproc: int | None = None) -> pd.DataFrame:
     """`latency_sweep`'s measurement for torch.distributed and torch symmetric memory (bf16 all-reduce, sizes
-    from TORCH_MIN_BYTES up), through `torch_baselines`."""
+    from TORCH_MIN_BYTES up), through `torch_baselines` (`nproc` processes, default one per GPU)."""
     return torch_baselines(sizes=[s for s in sizes if s >= TORCH_MIN_BYTES], nproc=nproc, reps=reps,
                            calls_per_sample=calls_per_sample, ops=["all_reduce"])
 

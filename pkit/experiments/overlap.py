@@ -13,7 +13,7 @@ On 2 GPUs the link time of AG+GEMM over its compute time is about 1000 / N_local
 
 Example:
     >>> import pkit; from pkit.experiments import overlap                                   # doctest: +SKIP
-    >>> frame = overlap.sweep(pkit.Team([0, 1]), n_locals=[1024, 4096])                       # doctest: +SKIP
+    >>> frame = overlap.sweep(pkit.Team(pkit.team.team_devices()), n_locals=[1024, 4096])     # doctest: +SKIP
     >>> overlap.with_bounds(frame)                                                           # doctest: +SKIP
 """
 from __future__ import annotations
@@ -27,9 +27,11 @@ from tqdm.auto import tqdm
 from ..ops.overlap import PARTIAL_SCHEDULES, SCHEDULES, AllGatherGemm, PartialGemm
 from ..roofline import PATTERNS, Ceilings, floor, overlap_efficiency
 from ..timing import BenchResult, bench
-from .torchrun import torchrun
+from ..team import team_devices
+from .torchrun import gpu_processes, torchrun
 
 DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+NEEDS = "(one GPU per rank: the serial schedules run NCCL)"  # why the studies of two or more ranks need their GPUs
 
 
 GEMM_IMPLEMENTATIONS = ("pkit_gemm", "cublas")  # gemm_rates' implementation names
@@ -250,8 +252,8 @@ def sweep_partial(team, k_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 819
 
 
 def torch_sweep(inner: Sequence[int] = DEFAULT_N_LOCALS, pattern: str = "ag_gemm", m: int = 8192, k: int = 8192,
-                n: int = 8192, nproc: int = 2, reps: int = 10, timeout_s: float = 600) -> pd.DataFrame:
-    """PyTorch's schedules under torchrun, one process per GPU (torch_serial: the NCCL collective and matmul one
+                n: int = 8192, nproc: int | None = None, reps: int = 10, timeout_s: float = 600) -> pd.DataFrame:
+    """PyTorch's schedules under torchrun, one process per GPU (`nproc`, default every GPU of this machine; torch_serial: the NCCL collective and matmul one
     after the other; torch_async_tp: fused_all_gather_matmul or fused_matmul_reduce_scatter on symmetric
     memory), each checked once against float32 on every rank. `inner`: N_local for 'ag_gemm' (K = `k`),
     K_local for 'gemm_rs' (N = `n`). `sweep`'s columns."""
@@ -259,7 +261,7 @@ def torch_sweep(inner: Sequence[int] = DEFAULT_N_LOCALS, pattern: str = "ag_gemm
         raise ValueError(f"pattern: expected 'ag_gemm' or 'gemm_rs' (PyTorch has no fused GEMM+AR), got {pattern!r}")
     return torchrun("pkit.experiments.torch_overlap", ["--pattern", pattern, "--shape", m, k, n, "--reps", reps,
                                                        "--inner", *inner],
-                    nproc=nproc, timeout_s=timeout_s)
+                    nproc=gpu_processes(nproc, NEEDS), timeout_s=timeout_s)
 
 
 def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows: int = 1024) -> pd.DataFrame:
@@ -518,18 +520,20 @@ def draw(bounded: pd.DataFrame, schedules: Sequence[str] | None = None):
 STUDIES = ("gemm", "ag_gemm", "gemm_rs", "gemm_ar", "torch_ag_gemm", "torch_gemm_rs", "timeline")
 
 
-def measure(study: str, gpus: Sequence[int] = (0, 1), reps: int = 10) -> pd.DataFrame:
-    """One of STUDIES at its default shapes: 'gemm' (gemm_rates, one GPU), the three patterns' sweeps, PyTorch's
-    two fused schedules (torchrun), or the ce_chunks timeline."""
+def measure(study: str, gpus: Sequence[int] | None = None, reps: int = 10) -> pd.DataFrame:
+    """One of STUDIES at its default shapes on `gpus` (default: every GPU of this machine): 'gemm' (gemm_rates, on
+    the first), the three patterns' sweeps, PyTorch's two fused schedules (torchrun), or the ce_chunks timeline
+    (one rank per GPU, at least two)."""
     import pkit
 
     if study not in STUDIES:
         raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
     if study == "gemm":
-        return gemm_rates(device=gpus[0], reps=reps)
+        return gemm_rates(device=team_devices(gpus, arg="gpus")[0], reps=reps)
+    gpus = team_devices(gpus, need=2, arg="gpus", what=NEEDS)
     if study.startswith("torch_"):
         return torch_sweep(pattern=study.removeprefix("torch_"), nproc=len(gpus), reps=reps)
-    team = pkit.Team(list(gpus))
+    team = pkit.Team(gpus)
     if study == "timeline":
         return timeline(team)
     if study == "ag_gemm":
@@ -537,16 +541,17 @@ def measure(study: str, gpus: Sequence[int] = (0, 1), reps: int = 10) -> pd.Data
     return sweep_partial(team, scatter=study == "gemm_rs", reps=reps)
 
 
-def parameters(gpus: Sequence[int], reps: int) -> dict:
-    """The parameters recorded with each study (`main --record` and `recorded` write the same ones).
+def parameters(gpus: Sequence[int] | None, reps: int) -> dict:
+    """The parameters recorded with each study (`main --record` and `recorded` write the same ones); `gpus` None
+    is every GPU of this machine.
 
     >>> parameters((0, 1), 10)
     {'gpus': [0, 1], 'reps': 10}
     """
-    return {"gpus": [int(g) for g in gpus], "reps": int(reps)}
+    return {"gpus": [int(g) for g in team_devices(gpus, need=0, arg="gpus")], "reps": int(reps)}
 
 
-def recorded(study: str, *, mode: str, machine: str, gpus: Sequence[int] = (0, 1), reps: int = 10):
+def recorded(study: str, *, mode: str, machine: str, gpus: Sequence[int] | None = None, reps: int = 10):
     """One of STUDIES through `pkit.results.measure_or_replay` as experiment 'overlap_<study>': measured by
     `measure(study, gpus, reps)` and recorded (mode 'measure'), or read back (mode 'replay'), with the
     `parameters` the command line records, so studies recorded by `main` and by notebook 05 are
@@ -567,7 +572,7 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("studies", nargs="+", choices=STUDIES)
-    parser.add_argument("--gpus", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--gpus", type=int, nargs="+", default=None, help="GPU ids (default: every GPU here)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--record", action="store_true", help="write results/<machine>/overlap_<study>.{csv,json}")
     args = parser.parse_args(argv)

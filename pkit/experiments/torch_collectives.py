@@ -1,7 +1,8 @@
 """torch.distributed (NCCL), torch symmetric-memory and pkit.dist collectives, one process per GPU.
 
-Run under torchrun; rank 0 writes a CSV with the slowest rank's median per (implementation, op, bytes):
-    python -m torch.distributed.run --nproc_per_node=2 -m pkit.experiments.torch_collectives \
+Run under torchrun, one process per GPU (any number from 2 to 8); rank 0 writes a CSV with the slowest rank's median
+per (implementation, op, bytes):
+    python -m torch.distributed.run --nproc_per_node=$(nvidia-smi -L | wc -l) -m pkit.experiments.torch_collectives \
         --out torch.csv --sizes 65536 1073741824 --dtype bfloat16
 `pkit.experiments.collectives.torch_baselines` does this and returns the DataFrame.
 """
@@ -47,6 +48,21 @@ def time_samples(fn, reps: int, warmup: int, calls_per_sample: int = 1, graph: b
         events[i + 1].record()
     torch.cuda.synchronize()
     return [events[i].elapsed_time(events[i + 1]) / calls_per_sample for i in range(reps)]
+
+
+def init_one_gpu_per_rank() -> tuple[int, int]:
+    """(rank, world size) of this torchrun process, after it took GPU `rank` and joined the NCCL process group; a
+    clear error when the run has more processes than the machine has GPUs (NCCL takes one GPU per rank)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world > torch.cuda.device_count():
+        raise SystemExit(f"nproc: expected at most {torch.cuda.device_count()} processes, one per GPU of this machine "
+                         f"(NCCL takes one GPU per rank), got {world}; start one process per GPU")
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    return rank, world
 
 
 def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
@@ -117,9 +133,7 @@ def main(argv=None) -> None:
     parser.add_argument("--symm-max-bytes", type=int, default=64 << 20, help="largest size for symmetric memory")
     parser.add_argument("--symm-min-bytes", type=int, default=SYMM_MIN_BYTES, help="smallest size for symmetric memory")
     args = parser.parse_args(argv)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    rank, world = init_one_gpu_per_rank()
     dtype = getattr(torch, args.dtype)
     group_name = dist.group.WORLD.group_name
     rows = []

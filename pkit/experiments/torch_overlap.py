@@ -2,20 +2,20 @@
 matmul then the collective) and async tensor parallelism on symmetric memory (no multicast):
 all-gather + GEMM (`fused_all_gather_matmul`) and GEMM + reduce-scatter (`fused_matmul_reduce_scatter`).
 
-Run under torchrun; rank 0 writes a CSV with `pkit.experiments.overlap.sweep`'s columns (the slowest rank's
-time per repetition); `--inner` is N_local for ag_gemm and K_local for gemm_rs:
-    python -m torch.distributed.run --nproc_per_node=2 -m pkit.experiments.torch_overlap \
+Run under torchrun, one process per GPU (any number from 2 to 8); rank 0 writes a CSV with
+`pkit.experiments.overlap.sweep`'s columns (the slowest rank's time per repetition); `--inner` is N_local for ag_gemm
+and K_local for gemm_rs:
+    python -m torch.distributed.run --nproc_per_node=$(nvidia-smi -L | wc -l) -m pkit.experiments.torch_overlap \
         --out torch.csv --pattern ag_gemm --inner 1024 4096
 `pkit.experiments.overlap.torch_sweep` does this and returns the DataFrame.
 """
 from __future__ import annotations
 
 import argparse
-import os
 
 from .overlap import TORCH_SCHEDULES as SCHEDULES  # noqa: F401 - the names main's rows carry
 from .overlap import bf16_match
-from .torch_collectives import time_samples
+from .torch_collectives import init_one_gpu_per_rank, time_samples
 
 
 def _ag_gemm(m: int, k: int, n_local: int, rank: int, world: int, group_name: str, gen):
@@ -89,10 +89,8 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args(argv)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world = init_one_gpu_per_rank()
     m, k, n = args.shape
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
     group_name = dist.group.WORLD.group_name
     rows = []
     for i, inner in enumerate(args.inner):

@@ -2,7 +2,7 @@
 
 Example:
     >>> from pkit.experiments.torchrun import torchrun                                            # doctest: +SKIP
-    >>> torchrun("pkit.experiments.torch_overlap", ["--n-locals", "1024"], nproc=2)                # doctest: +SKIP
+    >>> torchrun("pkit.experiments.torch_overlap", ["--inner", "1024"])  # one process per GPU       # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -17,9 +17,25 @@ import pandas as pd
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def torchrun(module: str, args: Sequence[str], nproc: int = 2, timeout_s: float = 600) -> pd.DataFrame:
+def gpu_processes(nproc: int | None = None, what: str = "(one process per GPU)") -> int:
+    """How many processes a one-process-per-GPU run starts: `nproc`, None meaning one per GPU of this machine;
+    checked to be at least 2 and at most the GPUs here, else an error naming `nproc`, what needs the GPUs (`what`)
+    and the fix."""
+    from ..team import team_devices
+
+    have = len(team_devices(need=2, arg="nproc", what=what))
+    if nproc is not None and not (isinstance(nproc, int) and 2 <= nproc <= have):
+        raise ValueError(f"nproc: expected 2 to {have} processes {what}, got {nproc!r}; pass nproc=None for one "
+                         "process per GPU of this machine")
+    return have if nproc is None else nproc
+
+
+def torchrun(module: str, args: Sequence[str], nproc: int | None = None, timeout_s: float = 600) -> pd.DataFrame:
     """`python -m torch.distributed.run --nproc_per_node=nproc -m module --out CSV *args` with NVLink multicast
-    off; rank 0's CSV as a DataFrame. A failed run raises RuntimeError with the end of its stderr."""
+    off; rank 0's CSV as a DataFrame. `nproc`: processes, None meaning one per GPU of this machine. A failed run
+    raises RuntimeError with the end of its stderr."""
+    if nproc is None:
+        nproc = gpu_processes(what="(one process per GPU)")
     if not (isinstance(nproc, int) and nproc >= 1):
         raise ValueError(f"nproc: expected a positive number of processes, got {nproc!r}")
     with tempfile.TemporaryDirectory() as tmp:

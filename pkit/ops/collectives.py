@@ -22,7 +22,7 @@ Mechanisms (the `mechanism` argument; "auto" picks by op and size, see `choose`)
 Example:
     >>> import pkit
     >>> from pkit.ops.collectives import Collectives
-    >>> team = pkit.Team([0, 1]); coll = Collectives(team)                       # doctest: +SKIP
+    >>> team = pkit.Team(pkit.team.team_devices()); coll = Collectives(team)       # doctest: +SKIP
     >>> x = team.empty((1 << 20,), "bfloat16"); y = team.empty((1 << 20,), "bfloat16")   # doctest: +SKIP
     >>> coll.all_reduce(y, x); team.synchronize()                                 # doctest: +SKIP
 """
@@ -108,14 +108,14 @@ class Collectives:
 
     @cached_property
     def _sms(self) -> int:
-        """SMs of the smallest local GPU."""
-        import pkit
-
-        return min(pkit.devices()[self.team.devices[r]].sms for r in self.team.local_ranks)
+        """SMs each local rank may fill: the smallest local GPU's, split among the ranks sharing a GPU
+        (`Team.sms_per_rank`)."""
+        return min(self.team.sms_per_rank(r) for r in self.team.local_ranks)
 
     def _grid(self, n16: int, threads: int) -> int:
-        """Blocks for `n16` packs at `threads` per block: at most one per SM of the smallest local GPU, so every
-        block is resident (an LL or barrier block never waits on one that has not launched)."""
+        """Blocks for `n16` packs at `threads` per block: at most one per SM a rank may fill, so every block of every
+        rank is resident (an LL or barrier block never waits on one that has not launched), however many ranks
+        share a GPU."""
         return max(1, min(self._sms, -(-n16 // threads)))
 
     def _launch_ll(self, name: str, inp, out, n16: int) -> None:

@@ -22,7 +22,8 @@ starts with its own rows, so the first chunks travel while they are multiplied.
 
 Example:
     >>> import pkit; from pkit.ops.overlap import AllGatherGemm                          # doctest: +SKIP
-    >>> op = AllGatherGemm(pkit.Team([0, 1]), m=8192, k=8192, n_local=4096)                # doctest: +SKIP
+    >>> team = pkit.Team(pkit.team.team_devices())  # every GPU here, one rank each            # doctest: +SKIP
+    >>> op = AllGatherGemm(team, m=8192, k=8192, n_local=4096)                                # doctest: +SKIP
     >>> op.run("ce_flags"); op.team.synchronize()                                          # doctest: +SKIP
 """
 from __future__ import annotations
