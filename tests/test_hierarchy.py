@@ -136,10 +136,19 @@ def test_half_bandwidth_point():
     assert half.loc["b", "half_bytes"] == 1  # already above half at the smallest size
     with pytest.raises(ValueError, match="frame: missing"):
         hierarchy.half_bandwidth_point(df.drop(columns=["bytes"]))
+    routes = pd.concat([df.assign(route="GPU0 → GPU0"), df.assign(route="CPU → GPU0", bandwidth_GBps=8.0)])
+    by_route = hierarchy.half_bandwidth_point(routes, by=["route", "mechanism"]).set_index(["route", "mechanism"])
+    assert by_route.loc[("GPU0 → GPU0", "a"), "half_bytes"] == pytest.approx(2 ** 1.5)
+    assert by_route.loc[("CPU → GPU0", "a"), "half_bytes"] == 1 and len(by_route) == 4
+    assert hierarchy.half_bandwidth_point(routes).equals(by_route.reset_index())  # the default groups by route
+    assert list(hierarchy.half_bandwidth_point(routes, by="route")["route"]) == ["CPU → GPU0", "GPU0 → GPU0"]
+    with pytest.raises(ValueError, match=r"frame: missing columns \['route'\]"):
+        hierarchy.half_bandwidth_point(df, by=["route", "mechanism"])
 
 
 @pytest.mark.parametrize("call, text", [
     (lambda: C.latency_ladder(0, 0), "peer: expected"),
+    (lambda: C.latency_ladder(peer=0), "peer: expected"),
     (lambda: C.latency_ladder(0, 1, reps=0), "reps: expected"),
     (lambda: C.latency_ladder(0, 1, stride=12), "stride: expected"),
     (lambda: C.latency_ladder(-1, 1), "device: expected"),
@@ -152,11 +161,15 @@ def test_half_bandwidth_point():
     (lambda: M.bandwidth_matrix((0, 1), nbytes=1000), "nbytes: expected"),
     (lambda: M.bandwidth_matrix((0, 1), testcases=["fastest"]), "testcases: unknown"),
     (lambda: M.bandwidth_matrix((0,), testcases=["device_to_device_memcpy_read_ce"]), "need two GPUs"),
+    (lambda: M.bandwidth_matrix(testcases=[]), "testcases: unknown"),
     (lambda: M.bandwidth_matrix((0, 1), reps=0), "reps, warmup"),
     (lambda: hierarchy.level_bandwidth(1, 1), "peer: expected"),
     (lambda: hierarchy.level_bandwidth(0, 1, warmup=-1), "reps, warmup"),
     (lambda: hierarchy.ladder(0, 0), "peer: expected"),
-    (lambda: hierarchy.peer_size_sweep([4096], 1, 1), "peer: expected"),
+    (lambda: hierarchy.peer_size_sweep([4096], 1, 1), "src, dst: expected two different GPUs"),
+    (lambda: hierarchy.size_sweep([4001]), "sizes_bytes: expected"),
+    (lambda: hierarchy.size_sweep([4096], mechanisms=["warp"]), "mechanisms: unknown"),
+    (lambda: hierarchy.size_sweep([4096], routes=["GPU0 - GPU1"]), "route: expected a label"),
     (lambda: hierarchy.peer_size_sweep([4001]), "sizes_bytes: expected"),
     (lambda: pattern(np, -1), "n_words"),
 ])
@@ -263,6 +276,90 @@ def test_bandwidth_matrix_every_testcase_verified():
 def test_peer_size_sweep_rows():
     sizes = [4096, 1 * MiB, 64 * MiB]
     df = hierarchy.peer_size_sweep(sizes, reps=3, warmup=1)
-    assert len(df) == 3 * len(sizes) and set(df["mechanism"]) == {"ce", "sm_push", "sm_pull"}
+    assert len(df) == 3 * len(sizes) and df["mechanism"].tolist() == ["sm_push", "sm_pull", "ce"] * len(sizes)
     assert df["verified"].all() and (df["latency_us"] == df["time_median_us"]).all()
+    assert (df["route"] == "GPU0 → GPU1").all() and "blocks" not in df.columns
     assert len(hierarchy.half_bandwidth_point(df)) == 3
+
+
+def _gpus() -> int:
+    from pkit.ops.transfers import gpu_count
+
+    return gpu_count()
+
+
+@pytest.mark.gpu
+def test_ladder_on_the_machines_gpus():
+    """The default ladder: every level, the peer rung only where the machine has a second GPU."""
+    df = hierarchy.ladder(latency_reps=2, bandwidth_reps=2)
+    levels = df[df["kind"] == "level"].set_index("level")
+    expected = [lv for lv in LEVELS if _gpus() >= 2 or lv != hierarchy.PEER]
+    assert list(levels.index) == expected and (levels["bandwidth_GBps"] > 0).all()
+    assert levels.loc["L1", "latency_ns"] < levels.loc["L2", "latency_ns"] < levels.loc["HBM", "latency_ns"]
+    assert levels.loc["HBM", "latency_ns"] < levels.loc["host (PCIe)", "latency_ns"]
+    assert levels.loc["L2", "bandwidth_GBps"] > levels.loc["HBM", "bandwidth_GBps"] > levels.loc["host (PCIe)",
+                                                                                                 "bandwidth_GBps"]
+    print(hierarchy.ladder_summary(df).round(3).to_string())
+
+
+@pytest.mark.gpu
+def test_bandwidth_matrix_on_one_gpu_leaves_device_to_device_out():
+    df = M.bandwidth_matrix([0], nbytes=16 * MiB + 16, reps=2, warmup=1)
+    assert set(df["testcase"]) == {n for n, t in M.TESTCASES.items() if not t.kind.startswith("d2d")}
+    assert df["verified"].all() and (df["bandwidth_GBps"] > 0).all() and set(df["engine"]) == {"ce", "sm"}
+    assert set(df["src"]) | set(df["dst"]) == {"CPU", "GPU0"}
+    M.print_matrix(df)
+
+
+@pytest.mark.gpu
+def test_size_sweep_on_the_machines_routes():
+    sizes = [4096, 1 * MiB, 16 * MiB]
+    df = hierarchy.size_sweep(sizes, reps=3, warmup=1)
+    routes = hierarchy.size_routes()
+    from pkit.ops.transfers import expand
+
+    per_route = {r.label: expand(r, ["ce", "sm"]) for r in routes}
+    assert len(df) == len(sizes) * sum(len(m) for m in per_route.values()) and df["verified"].all()
+    assert df.groupby("route")["mechanism"].apply(set).to_dict() == {k: set(v) for k, v in per_route.items()}
+    assert list(df.columns[:3]) == ["route", "mechanism", "bytes"] and "latency_us" in df.columns
+    half = hierarchy.half_bandwidth_point(df, by=["route", "mechanism"])
+    assert len(half) == sum(len(m) for m in per_route.values())
+
+
+@pytest.mark.gpu
+def test_local_and_host_copies_match_a_plain_torch_measurement():
+    """The cross-check: pkit's matrix numbers on GPU 0 for the copy engine's local copy (read + write counted)
+    and host → device copy against torch's `copy_` of 512 MiB timed with CUDA events (median of 20 after
+    warm-up), measured here; within 5%."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    nbytes = 512 * MiB
+    frame = M.bandwidth_matrix([0], nbytes, ["device_local_copy", "host_to_device_memcpy_ce"], reps=20, warmup=3)
+    ours = frame.set_index("testcase")["bandwidth_GBps"]
+    with torch.cuda.device(0):
+        src, dst = (torch.empty(nbytes, dtype=torch.uint8, device="cuda:0") for _ in range(2))
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        theirs = {"device_local_copy": _torch_GBps(torch, lambda: dst.copy_(src), 2 * nbytes),
+                  "host_to_device_memcpy_ce": _torch_GBps(torch, lambda: dst.copy_(host, non_blocking=True), nbytes)}
+    for testcase, torch_GBps in theirs.items():
+        ratio = ours[testcase] / torch_GBps
+        print(f"{testcase}: pkit {ours[testcase]:.1f} GB/s, torch {torch_GBps:.1f} GB/s, ratio {ratio:.4f}")
+    for testcase, torch_GBps in theirs.items():
+        assert abs(ours[testcase] / torch_GBps - 1) <= 0.05, (testcase, ours[testcase], torch_GBps)
+
+
+def _torch_GBps(torch, copy, counted_bytes: int, reps: int = 20, warmup: int = 3) -> float:
+    """10⁹ `counted_bytes` per second of `copy()`, the median of `reps` CUDA-event-timed calls after `warmup`."""
+    for _ in range(warmup):
+        copy()
+    torch.cuda.synchronize()
+    times_ms = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        copy()
+        end.record()
+        end.synchronize()
+        times_ms.append(start.elapsed_time(end))
+    return counted_bytes / (float(np.median(times_ms)) * 1e-3) / 1e9

@@ -1,14 +1,17 @@
 """The memory and interconnect hierarchy seen from one GPU: latency and bandwidth from shared memory to
-the peer GPU over NVLink and the host over PCIe, an nvbandwidth-style matrix, and a message-size sweep.
+the peer GPU over NVLink (when the machine has one) and the host over PCIe, an nvbandwidth-style matrix, and
+message-size sweeps along copy routes.
 
 The pieces live beside this module: pointer-chase latency in `hierarchy_chase`, the bandwidth matrix in
 `hierarchy_matrix`, buffers and level names in `hierarchy_memory`. Here: read bandwidth per level, the
-ladder that joins it with latency, and the peer-copy size sweep with its half-bandwidth points.
+ladder that joins it with latency, and the size sweeps with their half-bandwidth points. Every function
+measures the machine's GPUs by default: GPU 0, and GPU 1 as its peer where there is one.
 
 Example:
     >>> from pkit.experiments import hierarchy
-    >>> hierarchy.ladder(device=0, peer=1)[["level", "latency_ns", "bandwidth_GBps"]]   # doctest: +SKIP
-    >>> hierarchy.matrix_table(hierarchy.bandwidth_matrix((0, 1)))                       # doctest: +SKIP
+    >>> hierarchy.ladder()[["level", "latency_ns", "bandwidth_GBps"]]                    # doctest: +SKIP
+    >>> hierarchy.matrix_table(hierarchy.bandwidth_matrix())                             # doctest: +SKIP
+    >>> hierarchy.half_bandwidth_point(hierarchy.size_sweep())                           # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ import numpy as np
 import pandas as pd
 
 from ..launch import THREADS
-from .hierarchy_chase import LADDER, latency_ladder, working_set_sweep  # noqa: F401 - the study's interface
+from ..ops.transfers import Route, check_mechanisms, check_routes, default_route, gpu_count
+from .hierarchy_chase import (LADDER, check_peer, device_and_peer, latency_ladder,  # noqa: F401 - the interface
+                              without_peer, working_set_sweep)
 from .hierarchy_matrix import (TESTCASES, bandwidth_matrix, format_matrix, key_paths, matrix_table,  # noqa: F401
                                print_matrix)
 from .hierarchy_memory import HBM, HOST, L1, L2, LEVELS, PEER, SHARED, pinned  # noqa: F401
@@ -51,15 +56,7 @@ _READ_LOADS = {"read_block_shared": "ld.shared.v4", "read_block_l1": "ld.global.
                "read_grid_l2": "ld.global.cg.v4"}
 
 
-def _check_pair(device, peer) -> None:
-    for name, value in (("device", device), ("peer", peer)):
-        if not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"{name}: expected a GPU id >= 0, got {value!r}")
-    if device == peer:
-        raise ValueError(f"peer: expected a GPU other than device={device}, got {peer}")
-
-
-def _read_source(plan: ReadPlan, device: int, peer: int, stack) -> int:
+def _read_source(plan: ReadPlan, device: int, peer: int | None, stack) -> int:
     """Address of the plan's working set (allocated on the device, the peer or pinned host memory)."""
     import cupy as cp
 
@@ -71,9 +68,10 @@ def _read_source(plan: ReadPlan, device: int, peer: int, stack) -> int:
     return buffer.data.ptr
 
 
-def level_bandwidth(device: int = 0, peer: int = 1, reps: int = 10, warmup: int = 3,
+def level_bandwidth(device: int | None = None, peer: int | None = None, reps: int = 10, warmup: int = 3,
                     plans: Sequence[ReadPlan] = READS) -> pd.DataFrame:
-    """Read bandwidth of each level from GPU `device`'s SMs, all of them reading at once (16-byte loads).
+    """Read bandwidth of each level from GPU `device`'s SMs (default GPU 0), all of them reading at once
+    (16-byte loads). `peer` None: the next GPU, or no peer row on a one-GPU machine (`device_and_peer`).
 
     Shared memory and L1: every block rereads its own 16 KiB `passes` times; L2: the grid rereads 16 MiB;
     HBM (2 GiB), `peer`'s HBM over NVLink (1 GiB) and pinned host memory over PCIe (256 MiB): one pass,
@@ -82,9 +80,9 @@ def level_bandwidth(device: int = 0, peer: int = 1, reps: int = 10, warmup: int 
     launch), bandwidth_GBps (10⁹ B/s read), time_median_us, cv.
 
     Example:
-        >>> level_bandwidth(0, 1)[["level", "bandwidth_GBps"]]                          # doctest: +SKIP
+        >>> level_bandwidth()[["level", "bandwidth_GBps"]]                              # doctest: +SKIP
     """
-    _check_pair(device, peer)
+    check_peer(device, peer)
     if not isinstance(reps, (int, np.integer)) or reps < 1 or not isinstance(warmup, (int, np.integer)) or warmup < 0:
         raise ValueError(f"reps, warmup: expected reps >= 1 and warmup >= 0, got {reps!r}, {warmup!r}")
     if not plans or not all(isinstance(p, ReadPlan) and p.working_set_bytes % 16 == 0 for p in plans):
@@ -95,6 +93,8 @@ def level_bandwidth(device: int = 0, peer: int = 1, reps: int = 10, warmup: int 
 
     import pkit
 
+    device, peer = device_and_peer(device, peer)
+    plans = without_peer(plans, peer)
     if any(p.memory == "peer" for p in plans):
         pkit.Team([device, peer])
     blocks = BLOCKS_PER_SM * pkit.devices()[device].sms
@@ -117,17 +117,19 @@ def level_bandwidth(device: int = 0, peer: int = 1, reps: int = 10, warmup: int 
     return pd.DataFrame(rows)
 
 
-def ladder(device: int = 0, peer: int = 1, latency_reps: int = 5, bandwidth_reps: int = 10) -> pd.DataFrame:
-    """Latency (`latency_ladder`) and read bandwidth (`level_bandwidth`) of every level, one row per level.
+def ladder(device: int | None = None, peer: int | None = None, latency_reps: int = 5,
+           bandwidth_reps: int = 10) -> pd.DataFrame:
+    """Latency (`latency_ladder`) and read bandwidth (`level_bandwidth`) of every level seen from GPU `device`
+    (default 0), one row per level; `peer` None: the next GPU, or no peer rung on a one-GPU machine.
 
     Latency columns keep their names (latency_ns, latency_cycles, latency_cv, working_set_bytes ...);
     bandwidth columns: bandwidth_GBps, bandwidth_cv, read_working_set_bytes, read_bytes. Partition rows
     (L2 near/far) carry no bandwidth.
 
     Example:
-        >>> ladder(0, 1)[["level", "latency_ns", "bandwidth_GBps"]]                     # doctest: +SKIP
+        >>> ladder()[["level", "latency_ns", "bandwidth_GBps"]]                         # doctest: +SKIP
     """
-    _check_pair(device, peer)
+    device, peer = device_and_peer(device, peer)
     latency = latency_ladder(device, peer, reps=latency_reps).rename(columns={"cv": "latency_cv"})
     bandwidth = level_bandwidth(device, peer, reps=bandwidth_reps).rename(
         columns={"cv": "bandwidth_cv", "working_set_bytes": "read_working_set_bytes", "time_median_us": "read_time_us",
@@ -157,48 +159,96 @@ def ladder_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[keep].assign(latency_vs_hbm=frame["latency_ns"] / hbm).reset_index(drop=True)
 
 
-def peer_size_sweep(sizes_bytes: Sequence[int] | None = None, src: int = 0, dst: int = 1, reps: int = 20,
-                    warmup: int = 5) -> pd.DataFrame:
-    """One-way GPU `src` → GPU `dst` copies by size: copy engine, SM push and SM pull (pkit's copy16).
+def _sizes(sizes_bytes: Sequence[int] | None) -> list[int]:
+    from .peer_copies import check_sizes
 
-    Default sizes: 4 KiB to 1 GiB in powers of two. The measurement is the quickstart's
-    (`quickstart.peer_copy_sweep`: verified copies, buffers rotated past L2, launches queued); this adds
-    latency_us, the median time of one copy, which small messages are made of.
+    return [4 * KiB << k for k in range(19)] if sizes_bytes is None else check_sizes(sizes_bytes, "sizes_bytes")
+
+
+def size_routes(n_gpus: int | None = None) -> list[Route]:
+    """`size_sweep`'s default routes: GPU0 → GPU1 on a machine with two GPUs or more, else GPU0's local copy
+    and host → device.
+
+    Example:
+        >>> [r.label for r in size_routes(2)], [r.label for r in size_routes(1)]
+        (['GPU0 → GPU1'], ['GPU0 → GPU0', 'CPU → GPU0'])
+    """
+    n = gpu_count() if n_gpus is None else n_gpus
+    return check_routes([Route(0, 1)] if n >= 2 else [Route(0, 0), Route(None, 0)], "routes", n)
+
+
+def size_sweep(sizes_bytes: Sequence[int] | None = None, routes=None, mechanisms: Sequence[str] = ("ce", "sm"),
+               reps: int = 20, warmup: int = 5) -> pd.DataFrame:
+    """One-way copies by size along each route (Routes or labels such as 'CPU → GPU0'; default `size_routes`:
+    what the machine has), by each of `mechanisms` the route has (names or families: 'sm' is sm_push and
+    sm_pull between two GPUs, pkit's copy16 on every SM otherwise; 'ce' the copy engine).
+
+    Default sizes: 4 KiB to 1 GiB in powers of two. Each copy is verified, buffers rotate past L2 and
+    launches queue behind a spin kernel (`peer_copies.time_copy`). Bandwidth counts the bytes copied once.
+    Columns: route, mechanism, bytes, time_{median,min,max,iqr}_us, cv, bandwidth_GBps (10⁹ B/s),
+    verified, rotations, latency_us (the median time of one copy, which small messages are made of).
+
+    Example:
+        >>> size_sweep([1 << 20, 1 << 30], routes=["GPU0 → GPU0", "CPU → GPU0"])        # doctest: +SKIP
+    """
+    from .mechanisms import measure_copy, plan
+
+    sizes = _sizes(sizes_bytes)
+    check_mechanisms(mechanisms)
+    routes = size_routes() if routes is None else check_routes(routes)
+    rows = [measure_copy(route, size, m, reps=reps, warmup=warmup)
+            for route, names in plan(routes, mechanisms) for size in sizes for m in names]
+    frame = pd.DataFrame(rows).drop(columns="blocks")
+    return frame.assign(latency_us=frame["time_median_us"])
+
+
+def peer_size_sweep(sizes_bytes: Sequence[int] | None = None, src: int | None = None, dst: int | None = None,
+                    reps: int = 20, warmup: int = 5) -> pd.DataFrame:
+    """One-way GPU `src` → GPU `dst` copies by size (default GPU 0 → GPU 1; needs two GPUs, `size_sweep`
+    measures any machine): SM push, SM pull (pkit's copy16) and the copy engine, per size in that order.
+    Columns as `size_sweep`'s.
 
     Example:
         >>> peer_size_sweep([1 << 20, 1 << 30])                                         # doctest: +SKIP
     """
-    import pkit
-
     from .peer_copies import check_sizes_and_pair
-    from .quickstart import peer_copy_sweep
 
-    sizes = [4 * KiB << k for k in range(19)] if sizes_bytes is None else list(sizes_bytes)
-    _check_pair(src, dst)
-    check_sizes_and_pair(sizes, src, dst, "sizes_bytes")
-    frame = peer_copy_sweep(pkit.compile("copy.cu", "copy16"), sizes, src, dst, reps=reps, warmup=warmup)
-    return frame.assign(latency_us=frame["time_median_us"])
+    sizes = _sizes(sizes_bytes)
+    if src is not None and dst is not None:
+        check_sizes_and_pair(sizes, src, dst, "sizes_bytes")
+    route = default_route(src, dst)
+    if route.kind != "peer":
+        raise ValueError(f"src, dst: expected two different GPUs (a peer copy), got {route.label}; this machine "
+                         f"has {gpu_count()} GPU: hierarchy.size_sweep() measures its local and host routes")
+    return size_sweep(sizes, [route], ("sm_push", "sm_pull", "ce"), reps, warmup)
 
 
-def half_bandwidth_point(frame: pd.DataFrame, by: str = "mechanism") -> pd.DataFrame:
-    """Per group: peak bandwidth and the message size that first reaches half of it (n½, interpolated
-    linearly in log₂ size between the two measured sizes around it; the smallest size if it already does).
+def half_bandwidth_point(frame: pd.DataFrame, by: str | Sequence[str] | None = None) -> pd.DataFrame:
+    """Per group (`by`: a column or a list of columns; default route and mechanism, or mechanism alone when
+    the frame has no route column): peak bandwidth and the message size that first reaches half of it (n½,
+    interpolated linearly in log₂ size between the two measured sizes around it; the smallest size if it
+    already does).
 
     Example:
         >>> df = pd.DataFrame({"mechanism": ["ce"] * 3, "bytes": [1024, 2048, 4096],
         ...                    "bandwidth_GBps": [10.0, 30.0, 40.0]})
         >>> half_bandwidth_point(df).round(1).to_dict("records")
         [{'mechanism': 'ce', 'peak_GBps': 40.0, 'half_GBps': 20.0, 'half_bytes': 1448.2}]
+        >>> two = pd.concat([df.assign(route="CPU → GPU0"), df.assign(route="GPU0 → GPU0", bandwidth_GBps=[40.0] * 3)])
+        >>> half_bandwidth_point(two)[["route", "mechanism", "half_bytes"]].round(1).values.tolist()
+        [['CPU → GPU0', 'ce', 1448.2], ['GPU0 → GPU0', 'ce', 1024.0]]
     """
-    missing = {by, "bytes", "bandwidth_GBps"} - set(frame.columns)
+    keys = (["route", "mechanism"] if "route" in frame.columns else ["mechanism"]) if by is None else (
+        [by] if isinstance(by, str) else list(by))
+    missing = {*keys, "bytes", "bandwidth_GBps"} - set(frame.columns)
     if missing:
         raise ValueError(f"frame: missing columns {sorted(missing)}")
     rows = []
-    for name, group in frame.groupby(by, sort=True):
+    for name, group in frame.groupby(keys, sort=True):
         group = group.sort_values("bytes")
         size, gbps = np.log2(group["bytes"].to_numpy(dtype=float)), group["bandwidth_GBps"].to_numpy(dtype=float)
         peak = gbps.max()
         i = int(np.argmax(gbps >= peak / 2))
         x = size[0] if i == 0 else size[i - 1] + (peak / 2 - gbps[i - 1]) / (gbps[i] - gbps[i - 1]) * (size[i] - size[i - 1])
-        rows.append({by: name, "peak_GBps": peak, "half_GBps": peak / 2, "half_bytes": float(2 ** x)})
+        rows.append({**dict(zip(keys, name)), "peak_GBps": peak, "half_GBps": peak / 2, "half_bytes": float(2 ** x)})
     return pd.DataFrame(rows)

@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ..ops.transfers import check_gpus, gpu_count, next_gpu
 from .hierarchy_memory import HBM, HOST, L1, L2, PEER, SHARED, pinned
 
 STRIDE = 128  # bytes between links: one cache line, so every hop touches a new line
@@ -108,13 +109,51 @@ LADDER = (
 )
 
 
-def _check_common(device: int, reps: int, stride: int) -> None:
-    if not isinstance(device, (int, np.integer)) or device < 0:
+def _check_common(device: int | None, reps: int, stride: int) -> None:
+    if device is not None and (not isinstance(device, (int, np.integer)) or device < 0):
         raise ValueError(f"device: expected a GPU id >= 0, got {device!r}")
     if not isinstance(reps, (int, np.integer)) or reps < 1:
         raise ValueError(f"reps: expected at least 1 repetition, got {reps!r}")
     if not isinstance(stride, (int, np.integer)) or stride < 8 or stride % 8:
         raise ValueError(f"stride: expected a multiple of 8 bytes (one 64-bit link), got {stride!r}")
+
+
+def check_peer(device: int | None, peer: int | None) -> None:
+    """Raise unless `peer` is None or a GPU id other than `device` (before asking the machine)."""
+    if peer is not None and (not isinstance(peer, (int, np.integer)) or peer < 0 or peer == (device or 0)):
+        raise ValueError(f"peer: expected a GPU id other than device={device or 0} (or None: the next GPU), "
+                         f"got {peer!r}")
+
+
+def device_and_peer(device: int | None = None, peer: int | None = None, n_gpus: int | None = None):
+    """GPU `device` (default 0) and its peer: `peer`, or the next GPU when the machine has one, else None (the
+    hierarchy then has no peer rung), both checked against the machine (`n_gpus`, default this one's).
+
+    Example:
+        >>> device_and_peer(n_gpus=2), device_and_peer(n_gpus=1), device_and_peer(1, n_gpus=4)
+        ((0, 1), (0, None), (1, 2))
+        >>> device_and_peer(0, 1, n_gpus=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: peer: expected None on a machine with one GPU (the hierarchy then has no peer rung), got 1; this machine has 1 GPU
+    """
+    _check_common(device, 1, STRIDE)
+    check_peer(device, peer)
+    n = gpu_count() if n_gpus is None else n_gpus
+    device = 0 if device is None else int(device)
+    check_gpus("device", [device], n)
+    if peer is None:
+        return device, next_gpu(device, n)
+    if n < 2:
+        raise ValueError(f"peer: expected None on a machine with one GPU (the hierarchy then has no peer rung), "
+                         f"got {peer}; this machine has 1 GPU")
+    check_gpus("peer", [peer], n)
+    return device, int(peer)
+
+
+def without_peer(plans: Sequence, peer: int | None) -> list:
+    """`plans` (ChasePlans or ReadPlans), less the peer rung when there is no peer GPU."""
+    return [p for p in plans if peer is not None or p.memory != "peer"]
 
 
 @lru_cache(maxsize=None)
@@ -227,24 +266,26 @@ def _profile(device: int, base: int, order: np.ndarray, stride: int) -> np.ndarr
     return cp.asnumpy(cycles)
 
 
-def latency_ladder(device: int = 0, peer: int = 1, reps: int = 5, stride: int = STRIDE, seed: int = 0,
-                   plans: Sequence[ChasePlan] = LADDER) -> pd.DataFrame:
-    """Latency of every level from GPU `device`: shared memory, L1, L2 (near/far where visible), HBM,
-    `peer`'s HBM over NVLink, pinned host memory over PCIe. One row per level (see `measure_rung`).
+def latency_ladder(device: int | None = None, peer: int | None = None, reps: int = 5, stride: int = STRIDE,
+                   seed: int = 0, plans: Sequence[ChasePlan] = LADDER) -> pd.DataFrame:
+    """Latency of every level from GPU `device` (default 0): shared memory, L1, L2 (near/far where visible),
+    HBM, `peer`'s HBM over NVLink, pinned host memory over PCIe. One row per level (see `measure_rung`).
+    `peer` None: the next GPU, or no peer rung on a one-GPU machine (`device_and_peer`).
 
     Hops per level are in LADDER (65 536 for shared memory and L1, 16 384 for L2, 2 048-4 096 for the
     memories, whose 256 MiB chains are far larger than L2); each level is launched `reps` times.
 
     Example:
-        >>> latency_ladder(0, 1)[["level", "latency_ns", "latency_cycles"]]        # doctest: +SKIP
+        >>> latency_ladder()[["level", "latency_ns", "latency_cycles"]]        # doctest: +SKIP
     """
     _check_common(device, reps, stride)
-    if not isinstance(peer, (int, np.integer)) or peer < 0 or peer == device:
-        raise ValueError(f"peer: expected a GPU id other than device={device}, got {peer!r}")
+    check_peer(device, peer)
     if not plans or not all(isinstance(p, ChasePlan) for p in plans):
         raise ValueError(f"plans: expected a non-empty sequence of ChasePlan, got {plans!r}")
     import pkit
 
+    device, peer = device_and_peer(device, peer)
+    plans = without_peer(plans, peer)
     if any(p.memory == "peer" for p in plans):
         pkit.Team([device, peer])  # peer access both ways
     rows = []

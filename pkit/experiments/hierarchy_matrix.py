@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..launch import THREADS
+from ..ops.transfers import check_gpus, gpu_count
 from .hierarchy_memory import pattern, pinned
 
 POISON = np.uint32(0xA5A5A5A5)
@@ -98,21 +99,49 @@ def _endpoints(kind: str, gpus: Sequence[int]) -> list[tuple[int, int | None]]:
     return [(g, None) for g in gpus]
 
 
-def _check(gpus, nbytes, testcases, reps, warmup) -> tuple[list[int], list[str]]:
-    gpus = list(gpus)
-    if not gpus or len(set(gpus)) != len(gpus) or not all(isinstance(g, (int, np.integer)) and g >= 0 for g in gpus):
-        raise ValueError(f"gpus: expected distinct GPU ids, got {gpus!r}")
+def _check(gpus, nbytes, testcases, reps, warmup) -> tuple[list[int] | None, list[str] | None]:
+    """The arguments checked without asking the machine; gpus and testcases stay None where not given."""
+    if gpus is not None:
+        gpus = list(gpus)
+        if not gpus or len(set(gpus)) != len(gpus) or not all(isinstance(g, (int, np.integer)) and g >= 0
+                                                               for g in gpus):
+            raise ValueError(f"gpus: expected distinct GPU ids (or None: every GPU), got {gpus!r}")
+        gpus = [int(g) for g in gpus]
     if not isinstance(nbytes, (int, np.integer)) or nbytes <= 0 or nbytes % 16:
         raise ValueError(f"nbytes: expected a positive multiple of 16 bytes, got {nbytes!r}")
-    names = list(TESTCASES) if testcases is None else list(testcases)
-    unknown = [n for n in names if n not in TESTCASES]
-    if unknown or not names:
+    names = None if testcases is None else list(testcases)
+    unknown = [n for n in names or () if n not in TESTCASES]
+    if unknown or names == []:
         raise ValueError(f"testcases: unknown {unknown or names}; known: {list(TESTCASES)}")
-    if len(gpus) < 2 and any(TESTCASES[n].kind.startswith("d2d") for n in names):
-        raise ValueError(f"gpus: device-to-device testcases need two GPUs, got {gpus}")
+    if gpus is not None and names is not None:
+        _check_d2d(gpus, names)
     if not isinstance(reps, (int, np.integer)) or reps < 1 or not isinstance(warmup, (int, np.integer)) or warmup < 0:
         raise ValueError(f"reps, warmup: expected reps >= 1 and warmup >= 0, got {reps!r}, {warmup!r}")
-    return [int(g) for g in gpus], names
+    return gpus, names
+
+
+def _check_d2d(gpus: list[int], names: list[str]) -> None:
+    if len(gpus) < 2 and any(TESTCASES[n].kind.startswith("d2d") for n in names):
+        raise ValueError(f"gpus: device-to-device testcases need two GPUs, got {gpus}; leave testcases=None to "
+                         "measure the others")
+
+
+def on_machine(gpus: list[int] | None, names: list[str] | None, n_gpus: int | None = None):
+    """`gpus` (None: every GPU of the machine) checked against it, and the testcases to run (None: all of
+    TESTCASES, less the device-to-device ones with one GPU).
+
+    Example:
+        >>> gpus, names = on_machine(None, None, n_gpus=1)
+        >>> gpus, [n for n in names if n.endswith("_ce")]
+        ([0], ['host_to_device_memcpy_ce', 'device_to_host_memcpy_ce', 'host_to_device_bidirectional_memcpy_ce'])
+    """
+    n = gpu_count() if n_gpus is None else n_gpus
+    gpus = list(range(n)) if gpus is None else gpus
+    check_gpus("gpus", gpus or [0], n)
+    if names is None:
+        names = [k for k, t in TESTCASES.items() if len(gpus) >= 2 or not t.kind.startswith("d2d")]
+    _check_d2d(gpus, names)
+    return gpus, names
 
 
 class _Buffers:
@@ -188,9 +217,11 @@ def _enqueue_all(engine: str, copies: Sequence[Copy], buffers: _Buffers, nbytes:
             main.wait_event(join)
 
 
-def bandwidth_matrix(gpus: Sequence[int] = (0, 1), nbytes: int = 512 * MiB, testcases: Sequence[str] | None = None,
-                     reps: int = 10, warmup: int = 3) -> pd.DataFrame:
-    """Every testcase (default: all of TESTCASES) between every GPU pair, and each GPU and the host.
+def bandwidth_matrix(gpus: Sequence[int] | None = None, nbytes: int = 512 * MiB,
+                     testcases: Sequence[str] | None = None, reps: int = 10, warmup: int = 3) -> pd.DataFrame:
+    """Every testcase (default: all of TESTCASES) between every GPU pair of `gpus` (default: every GPU of the
+    machine), and each GPU and the host. With one GPU the default leaves the device-to-device testcases out:
+    the matrix is then its local copy, host → device, device → host and both at once, by ce and sm.
 
     `nbytes` per copy (default 512 MiB, nvbandwidth's default; keep it well above 3× the L2 so no copy is
     served from cache). Timing: `pkit.bench` over the issuing GPUs, launches queued behind a spin kernel,
@@ -200,12 +231,13 @@ def bandwidth_matrix(gpus: Sequence[int] = (0, 1), nbytes: int = 512 * MiB, test
 
     Example:
         >>> bandwidth_matrix((0, 1), testcases=["device_to_device_memcpy_write_ce"])     # doctest: +SKIP
+        >>> bandwidth_matrix(testcases=["device_local_copy", "host_to_device_memcpy_ce"])  # doctest: +SKIP
     """
     from contextlib import ExitStack
 
     import pkit
 
-    gpus, names = _check(gpus, nbytes, testcases, reps, warmup)
+    gpus, names = on_machine(*_check(gpus, nbytes, testcases, reps, warmup))
     pkit.Team(gpus)  # peer access among all GPUs
     kernel = pkit.compile("copy.cu", "copy16")
     sms = min(pkit.devices()[g].sms for g in gpus)

@@ -1,4 +1,5 @@
-"""Quickstart study: a peer-copy kernel against the copy engine, GPU `src` → GPU `dst`.
+"""Quickstart study: a copy kernel against the copy engine, GPU `src` → GPU `dst` (a peer copy), or within
+one GPU's memory on a machine with one GPU.
 
 Example:
     >>> import pkit
@@ -15,61 +16,77 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..launch import THREADS
+from ..ops.transfers import default_route, expand, family, peer_copy
 
 
 def _grid(n16: int, sms: int) -> int:
     return max(1, min(sms * 4, -(-n16 // THREADS)))
 
 
-def peer_copy_sweep(kernel, sizes_bytes: Sequence[int], src: int = 0, dst: int = 1, reps: int = 20,
-                    warmup: int = 5) -> pd.DataFrame:
-    """Time one-way copies of each size from GPU `src` to GPU `dst` three ways, verifying each copy.
+def peer_copy_sweep(kernel, sizes_bytes: Sequence[int], src: int | None = None, dst: int | None = None,
+                    reps: int = 20, warmup: int = 5) -> pd.DataFrame:
+    """Time one-way copies of each size from GPU `src` (default 0) to GPU `dst` (default: GPU 1, or `src`
+    itself on a one-GPU machine: a local HBM → HBM copy), verifying each copy.
 
-    `kernel(dst, src, n16)` copies n16 16-byte words; it is launched on `src` (`sm_push`) and on `dst`
-    (`sm_pull`); `cudaMemcpyPeerAsync` gives the copy-engine baseline (`ce`). Buffers rotate past the L2 for
-    small sizes, and launches queue behind a spin kernel so host overhead stays out. Columns: mechanism, bytes,
-    time_{median,min,max,iqr}_us, cv, bandwidth_GBps (10⁹ B/s), verified, rotations.
+    `kernel(dst, src, n16)` copies n16 16-byte words. Between two GPUs it is launched on `src` (`sm_push`)
+    and on `dst` (`sm_pull`), and `cudaMemcpyPeerAsync` gives the copy-engine baseline (`ce`); within one GPU
+    it runs there (`sm`) beside `cudaMemcpyAsync` (`ce`). Buffers rotate past the L2 for small sizes, and
+    launches queue behind a spin kernel so host overhead stays out. Bandwidth counts the bytes copied once
+    (a local copy also reads them: its memory traffic is twice that). Columns: route ('GPU0 → GPU1'),
+    mechanism, bytes, time_{median,min,max,iqr}_us, cv, bandwidth_GBps (10⁹ B/s), verified, rotations.
     """
     import pkit
 
-    from ..ops.transfers import peer_copy
-    from .peer_copies import check_sizes_and_pair, time_copy
+    from .peer_copies import check_sizes, time_copy
 
-    sizes = check_sizes_and_pair(sizes_bytes, src, dst, "sizes_bytes")
-    team = pkit.Team([src, dst])
-    sms = pkit.devices()[src].sms
+    sizes = check_sizes(sizes_bytes, "sizes_bytes")
+    route = default_route(src, dst)
+    sms = pkit.devices()[route.src].sms
     rows = []
-    for size in tqdm(sizes, desc="peer copy sizes", leave=False):
+    for size in tqdm(sizes, desc="copy sizes", leave=False):
         n16 = size // 16
 
-        def sm_copy(on, d, s):
+        def copy(mechanism, d, s):
+            if family(mechanism) == "ce":
+                return peer_copy(d, s, "ce")
             kernel((_grid(n16, sms),), (THREADS,), (np.uint64(d.data.ptr), np.uint64(s.data.ptr), np.uint64(n16)),
-                   device=on)
+                   device=route.worker(mechanism))
 
-        mechanisms = {"sm_push": (lambda d, s: sm_copy(src, d, s), src),
-                      "sm_pull": (lambda d, s: sm_copy(dst, d, s), dst),
-                      "ce": (lambda d, s: peer_copy(d, s, "ce"), src)}
-        rows += [{"mechanism": name, **time_copy(team, size, fn, device, reps, warmup)}
-                 for name, (fn, device) in mechanisms.items()]
+        rows += [{"route": route.label, "mechanism": m,
+                  **time_copy(route, size, lambda d, s, m=m: copy(m, d, s), route.worker(m), reps, warmup)}
+                 for m in expand(route, ["sm", "ce"])]
     return pd.DataFrame(rows)
 
 
 def summary(frame: pd.DataFrame, link_GBps: float | None = None) -> pd.DataFrame:
-    """Each mechanism at the largest size of a `peer_copy_sweep` frame: bytes, bandwidth_GBps, vs_ce (its
-    bandwidth over the copy engine's, ×) and, with `link_GBps` (e.g. the datasheet's one-way NVLink),
-    of_link (bandwidth_GBps / link_GBps).
+    """Each mechanism at the largest size of a `peer_copy_sweep` frame (per route, when the frame has a route
+    column): route, bytes, bandwidth_GBps, vs_ce (its bandwidth over the copy engine's on the same route, ×)
+    and, with `link_GBps` (e.g. the datasheet's one-way NVLink), of_link (bandwidth_GBps / link_GBps).
 
     Example:
         >>> df = pd.DataFrame({"mechanism": ["sm_push", "ce"] * 2, "bytes": [1 << 20] * 2 + [1 << 30] * 2,
         ...                    "bandwidth_GBps": [120.0, 130.0, 369.0, 396.5]})
         >>> summary(df, link_GBps=450.0)[["mechanism", "vs_ce", "of_link"]].round(3).values.tolist()
         [['sm_push', 0.931, 0.82], ['ce', 1.0, 0.881]]
+        >>> local = pd.DataFrame({"route": ["GPU0 → GPU0"] * 2, "mechanism": ["sm", "ce"], "bytes": [1 << 30] * 2,
+        ...                       "bandwidth_GBps": [1945.0, 2095.0]})
+        >>> summary(local)[["route", "mechanism", "vs_ce"]].round(3).values.tolist()
+        [['GPU0 → GPU0', 'sm', 0.928], ['GPU0 → GPU0', 'ce', 1.0]]
     """
     missing = {"mechanism", "bytes", "bandwidth_GBps"} - set(frame.columns)
     if missing:
         raise ValueError(f"frame: missing columns {sorted(missing)}")
-    big = frame.loc[frame["bytes"] == frame["bytes"].max(), ["mechanism", "bytes", "bandwidth_GBps"]]
-    if not (big["mechanism"] == "ce").any():
-        raise ValueError("frame: expected a row of mechanism 'ce' (the copy engine) at the largest size")
-    out = big.assign(vs_ce=big["bandwidth_GBps"] / float(big.loc[big["mechanism"] == "ce", "bandwidth_GBps"].iloc[0]))
-    return (out if link_GBps is None else out.assign(of_link=out["bandwidth_GBps"] / link_GBps)).reset_index(drop=True)
+    keys = ["route"] if "route" in frame.columns else []
+    parts = [_summary(group) for _, group in (frame.groupby(keys, sort=False) if keys else [(None, frame)])]
+    out = pd.concat(parts, ignore_index=True)[keys + ["mechanism", "bytes", "bandwidth_GBps", "vs_ce"]]
+    return out if link_GBps is None else out.assign(of_link=out["bandwidth_GBps"] / link_GBps)
+
+
+def _summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """One route's rows at its largest size, with vs_ce."""
+    big = frame.loc[frame["bytes"] == frame["bytes"].max()]
+    ce = big.loc[big["mechanism"] == "ce", "bandwidth_GBps"]
+    if ce.empty:
+        where = f" of route {big['route'].iloc[0]!r}" if "route" in big.columns else ""
+        raise ValueError(f"frame: expected a row of mechanism 'ce' (the copy engine) at the largest size{where}")
+    return big.assign(vs_ce=big["bandwidth_GBps"] / float(ce.iloc[0]))
