@@ -234,7 +234,8 @@ def half_bandwidth_point(frame: pd.DataFrame, by: str | Sequence[str] | None = N
         ...                    "bandwidth_GBps": [10.0, 30.0, 40.0]})
         >>> half_bandwidth_point(df).round(1).to_dict("records")
         [{'mechanism': 'ce', 'peak_GBps': 40.0, 'half_GBps': 20.0, 'half_bytes': 1448.2}]
-        >>> two = pd.concat([df.assign(route="CPU → GPU0"), df.assign(route="GPU0 → GPU0", bandwidth_GBps=[40.0] * 3)])
+        >>> flat = df.assign(route="GPU0 → GPU0", bandwidth_GBps=[40.0] * 3)
+        >>> two = pd.concat([df.assign(route="CPU → GPU0"), flat])
         >>> half_bandwidth_point(two)[["route", "mechanism", "half_bytes"]].round(1).values.tolist()
         [['CPU → GPU0', 'ce', 1448.2], ['GPU0 → GPU0', 'ce', 1024.0]]
     """

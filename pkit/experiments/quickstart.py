@@ -25,8 +25,8 @@ def _grid(n16: int, sms: int) -> int:
 
 def peer_copy_sweep(kernel, sizes_bytes: Sequence[int], src: int | None = None, dst: int | None = None,
                     reps: int = 20, warmup: int = 5) -> pd.DataFrame:
-    """Time one-way copies of each size from GPU `src` (default 0) to GPU `dst` (default: GPU 1, or `src`
-    itself on a one-GPU machine: a local HBM → HBM copy), verifying each copy.
+    """Time one-way copies of each size from GPU `src` (default 0) to GPU `dst` (default: the next GPU, GPU 1
+    from GPU 0; on a one-GPU machine `src` itself: a local HBM → HBM copy), verifying each copy.
 
     `kernel(dst, src, n16)` copies n16 16-byte words. Between two GPUs it is launched on `src` (`sm_push`)
     and on `dst` (`sm_pull`), and `cudaMemcpyPeerAsync` gives the copy-engine baseline (`ce`); within one GPU

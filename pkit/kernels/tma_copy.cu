@@ -1,7 +1,8 @@
 // Copy through shared memory with TMA bulk copies: one thread per block keeps kStages chunk loads in
 // flight (global -> shared, completing on mbarriers) and stores each chunk as soon as it lands
 // (shared -> global). Either side may be a peer GPU's memory (push: run on the source GPU; pull: on the
-// destination GPU).
+// destination GPU) or mapped pinned host memory (run on the one GPU; whether bulk copies reach host memory is
+// checked on the GPU by tests/test_mechanisms.py, ROUTE_MECHANISMS in pkit/ops/transfers.py decides).
 #include <pkit/tma.cuh>
 
 constexpr int kStages = 4;

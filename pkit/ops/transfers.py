@@ -124,7 +124,12 @@ def worker(mechanism: str, src: int | None, dst: int | None) -> int:
     if mechanism in ("sm", "tma") and route.kind == "peer":
         raise ValueError(f"mechanism: {mechanism!r} names no GPU to run on between two GPUs; use "
                          f"{mechanism}_push (the source's) or {mechanism}_pull (the destination's)")
-    on = dst if mechanism.endswith("_pull") else src if mechanism.endswith("_push") or src is not None else dst
+    if mechanism.endswith("_pull"):
+        on = dst
+    elif mechanism.endswith("_push") or src is not None:
+        on = src
+    else:
+        on = dst
     if on is None:
         raise ValueError(f"mechanism: {mechanism!r} would run on the host; use one of {route.mechanisms} for "
                          f"{route.label}")
@@ -175,8 +180,8 @@ def default_route(src: int | None = None, dst: int | None = None, n_gpus: int | 
     if dst is None:
         Route(src, None)  # checks its type
         check_gpus("src", [src], n)
-        dst = next_gpu(src, n)
-        dst = src if dst is None else dst
+        after = next_gpu(src, n)
+        dst = src if after is None else after
     route = Route(src, dst)
     check_routes([route], "src, dst", n)
     return route
