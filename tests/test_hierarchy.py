@@ -350,13 +350,16 @@ def test_local_and_host_copies_match_a_plain_torch_measurement():
 
 
 def _torch_GBps(torch, copy, counted_bytes: int, reps: int = 20, warmup: int = 3) -> float:
-    """10⁹ `counted_bytes` per second of `copy()`, the median of `reps` CUDA-event-timed calls after `warmup`."""
+    """10⁹ `counted_bytes` per second of `copy()`, the median of `reps` CUDA-event-timed calls after `warmup`.
+    Each call's events queue behind a short spin kernel (torch.cuda._sleep), so they bracket the copy and not
+    the host's launch of it (pkit's bench does the same with hide_launch)."""
     for _ in range(warmup):
         copy()
     torch.cuda.synchronize()
     times_ms = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # about half a millisecond of clock cycles
         start.record()
         copy()
         end.record()
