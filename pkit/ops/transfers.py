@@ -195,6 +195,18 @@ def default_routes(n_gpus: int | None = None) -> list[Route]:
     return [Route(0, 1)] if n >= 2 else [Route(0, 0), Route(None, 0), Route(0, None)]
 
 
+def with_route(frame, route: str = "GPU0 → GPU1"):
+    """`frame` (a transfer study's table) with a route column first: its own, or `route` for tables recorded before
+    frames named their route (those were all measured GPU0 → GPU1).
+
+    Example:
+        >>> import pandas as pd
+        >>> list(with_route(pd.DataFrame({"mechanism": ["ce"]})).itertuples(index=False))
+        [Pandas(route='GPU0 → GPU1', mechanism='ce')]
+    """
+    return frame if "route" in frame.columns else frame.assign(route=route)[["route", *frame.columns]]
+
+
 def check_routes(routes, arg: str = "routes", n_gpus: int | None = None) -> list[Route]:
     """`routes` (Routes or labels) parsed and checked against the machine: every GPU they name exists.
 
