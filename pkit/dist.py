@@ -7,9 +7,11 @@ tensors run pkit's kernels on torch's current stream, with the mechanism pkit's 
 per GPU: LL packets for small messages (pkit/kernels/ll_collectives.cu: input and output used where they lie, no
 barrier), else the staged kernels (pkit/kernels/staged_collectives.cu: the input copied into this rank's half of a
 symmetric staging buffer, one team barrier, the output pulled from the peers' staging). CPU tensors run the same
-collective through torch.distributed (gloo), so code written against pkit.dist runs unchanged on a CPU machine.
+collective through torch.distributed (gloo), so code written against pkit.dist runs unchanged on a CPU machine, with
+the same bits: a CPU reduction gathers the parts it sums and adds them as the kernels do.
 
-Reductions sum float32 or bfloat16 (in fp32, in rank order, so every rank gets the same bits); moves take any dtype.
+Reductions sum float32 or bfloat16 (in fp32, in rank order, rounded once, so every rank gets the same bits, on any
+number of ranks); moves take any dtype.
 Every rank must make the same calls in the same order with the same shapes, as with torch.distributed.
 
 Example (under torchrun, one process per GPU, after `dist.init_process_group("nccl")`):
@@ -43,9 +45,9 @@ def all_reduce(x: torch.Tensor, group=None) -> torch.Tensor:
     """The elementwise sum of every rank's `x` (same shape and dtype on every rank)."""
     _check(x, "x", reduces=True)
     if not x.is_cuda:
-        y = x.clone()
-        tdist.all_reduce(y, group=group)
-        return y
+        parts = x.new_empty((tdist.get_world_size(group) * x.numel(),))
+        tdist.all_gather_into_tensor(parts, x.contiguous().reshape(-1), group=group)
+        return _sum_in_rank_order(parts, tdist.get_world_size(group)).view(x.shape)
     return _context(group).run("all_reduce", x, x.numel(), x.shape)
 
 
@@ -67,9 +69,9 @@ def reduce_scatter(x: torch.Tensor, group=None) -> torch.Tensor:
     size = _shares(x, group)
     shape = (x.shape[0] // size, *x.shape[1:])
     if not x.is_cuda:
-        y = x.new_empty(shape)
-        tdist.reduce_scatter_tensor(y, x.contiguous(), group=group)
-        return y
+        parts = torch.empty_like(x, memory_format=torch.contiguous_format)  # share `rank` of every rank's x
+        tdist.all_to_all_single(parts, x.contiguous(), group=group)
+        return _sum_in_rank_order(parts.reshape(-1), size).view(shape)
     return _context(group).run("reduce_scatter", x, x.numel() // size, shape)
 
 
@@ -82,6 +84,16 @@ def all_to_all(x: torch.Tensor, group=None) -> torch.Tensor:
         tdist.all_to_all_single(y, x.contiguous(), group=group)
         return y
     return _context(group).run("all_to_all", x, x.numel() // size, x.shape)
+
+
+def _sum_in_rank_order(parts: torch.Tensor, size: int) -> torch.Tensor:
+    """The sum of the `size` equal blocks of flat `parts` (rank q's part in block q), added in fp32 in rank order and
+    rounded once to their dtype, as the kernels add (torch.distributed's own sum takes another order beyond two ranks,
+    and rounds bfloat16 at every step)."""
+    acc = torch.zeros(parts.numel() // size, dtype=torch.float32)
+    for part in parts.view(size, -1):
+        acc += part.float()
+    return acc.to(parts.dtype)
 
 
 def _check(x, arg: str, reduces: bool) -> None:

@@ -1,4 +1,5 @@
-"""Shared test setup: GPU markers skip cleanly on machines without the GPUs they need; two-rank teams."""
+"""Shared test setup: GPU markers skip cleanly on machines without the GPUs they need; teams of every GPU of the
+machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`)."""
 import os
 
 import pytest
@@ -23,14 +24,35 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU; this machine has none"))
 
 
-@pytest.fixture(scope="module", params=[pytest.param([0, 1], marks=pytest.mark.multigpu, id="own_gpus"),
-                                        pytest.param([0, 0], marks=pytest.mark.gpu, id="shared_gpu")])
-def team(request):
-    """Two ranks on GPUs 0 and 1, or sharing GPU 0, each on its own stream (pkit.Team(..., share_gpus=True):
-    correctness, never speed), one module-wide team per placement."""
+def _placement(devices, id: str):
+    """A team placement as a fixture param: `devices` None is every GPU of the machine, one rank each (multigpu);
+    a list of GPU 0 repeated is that many ranks sharing it (gpu)."""
+    return pytest.param(devices, marks=pytest.mark.multigpu if devices is None or 1 in devices else pytest.mark.gpu,
+                        id=id)
+
+
+SHARED = {w: _placement([0] * w, "shared_gpu" if w == 2 else f"shared_gpu_w{w}") for w in (2, 3, 4, 8)}
+PLACEMENTS = (_placement(None, "own_gpus"), *SHARED.values())
+TWO_RANKS = (_placement([0, 1], "gpus_0_1"), SHARED[2])
+
+
+def _team(devices):
     import pkit
 
-    return pkit.Team(request.param, share_gpus=True)
+    return pkit.Team(pkit.team.team_devices(devices), share_gpus=True)
+
+
+@pytest.fixture(scope="module", params=PLACEMENTS)
+def team(request):
+    """Every GPU of the machine, one rank each, or 2, 3, 4 or 8 ranks sharing GPU 0, each on its own stream
+    (pkit.Team(..., share_gpus=True): correctness, never speed), one module-wide team per placement."""
+    return _team(request.param)
+
+
+@pytest.fixture(scope="module", params=TWO_RANKS)
+def pair(request):
+    """Two ranks on GPUs 0 and 1, or sharing GPU 0: for the tests that only make sense with exactly two ranks."""
+    return _team(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +61,20 @@ def two_gpus():
     import pkit
 
     return pkit.Team([0, 1])
+
+
+@pytest.fixture
+def gpus_here(monkeypatch):
+    """gpus_here(n): pkit sees n H200s from here on in the test (pkit.devices(); nothing is launched on them), for the
+    argument checks of defaults that take every GPU of the machine."""
+    from pkit import gpus
+
+    def pretend(count: int) -> None:
+        fake = tuple(gpus.GPUInfo(i, "NVIDIA H200", "9.0", 132, 141 << 30, 60 << 20, f"0000:{i + 1:02x}:00.0")
+                     for i in range(count))
+        monkeypatch.setattr(gpus, "_gpus", lambda: fake)
+
+    return pretend
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Run under torchrun (2 processes): peer push/pull, barrier and collectives checks with one process per rank
+"""Run under torchrun (2 to 8 processes): peer push/pull, barrier and collectives checks with one process per rank
 (one GPU each where there are enough, else sharing GPUs)."""
 import os
 
@@ -56,7 +56,7 @@ def main() -> None:
 def check_collectives(team, seed: int) -> None:
     """All-reduce (sm, ll), reduce-scatter (sm, ll) and all-gather (ll) of fresh float32 data against float64,
     several calls queued back to back; the copy engine path refuses one process per GPU with a clear error."""
-    coll, count = Collectives(team), 1 << 16
+    coll, count = Collectives(team), team.size << 15  # shares of 32768 floats: the LL limit holds up to 8 ranks
     calls = []
     for k, (op, mechanism) in enumerate([("all_reduce", "sm"), ("all_reduce", "ll"), ("reduce_scatter", "ll"),
                                          ("all_reduce", "ll"), ("reduce_scatter", "sm"), ("all_gather", "ll")]):

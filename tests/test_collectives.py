@@ -1,4 +1,5 @@
-"""Collectives: busbw formulas and argument checks on CPU; every op against float64 on 2 GPUs."""
+"""Collectives: busbw formulas and argument checks on CPU, the sweeps' errors on machines with too few GPUs; every
+op, mechanism and dtype against float64 on every GPU of the machine and on 2, 3, 4 and 8 ranks sharing one GPU."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -161,6 +162,35 @@ def test_entries_name_the_mechanisms_auto_may_pick():
         C.CollectiveOp("copy", "", _copy, None, None, None, None, mechanisms=("sm",), ll_auto_max_bytes=1024)
 
 
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_sweeps_need_two_gpus_and_say_so(gpus_here, gpus):
+    """The sweeps' default is every GPU of the machine; with fewer than NCCL's two, one clear error before any GPU
+    is touched, not a hang."""
+    from pkit.experiments import collectives as E
+
+    gpus_here(gpus)
+    needs = (rf"expected at least 2 distinct GPUs \(NCCL, the baseline, takes one GPU per rank\), this machine has "
+             rf"{gpus}; run on a machine with 2 or more GPUs \(this one has {gpus}\), or replay recorded results")
+    for call, arg in ((E.sweep, "devices"), (E.latency_sweep, "devices"), (E.torch_baselines, "nproc"),
+                      (E.graph_latency, "nproc"), (E.latency_torch, "nproc")):
+        with pytest.raises(pkit.PkitError, match=f"{arg}: {needs}"):
+            call()
+    with pytest.raises(pkit.PkitError, match=r"devices: expected at least 2 distinct GPUs .*got \[0, 0\]"):
+        E.sweep(devices=[0, 0])
+
+
+def test_sweep_sizes_split_over_every_gpu_of_the_machine(gpus_here):
+    from pkit.experiments import collectives as E
+    from pkit.experiments.torchrun import gpu_processes
+
+    gpus_here(8)
+    with pytest.raises(ValueError, match=r"sizes: expected positive multiples of 128 bytes \(16 per rank\)"):
+        E.sweep(sizes=[1 << 16, 1000])
+    assert gpu_processes() == 8 and gpu_processes(3) == 3
+    with pytest.raises(ValueError, match="nproc: expected 2 to 8 processes .*got 9; pass nproc=None"):
+        E.torch_baselines(nproc=9)
+
+
 def test_torch_baselines_name_registered_ops():
     from pkit.experiments import torch_collectives
 
@@ -307,7 +337,13 @@ def _expected(op, x, n):
     return [C.collective(op).reference(x, r) for r in range(n)]
 
 
-LARGEST = 3 << 20  # elements per rank of test_collective_against_float64's largest calls
+LARGEST = 3 << 20  # elements per rank of the two-rank tests' largest calls
+
+
+def _count(base: int, ranks: int) -> int:
+    """`base` elements rounded up to split into `ranks` shares of whole 16-byte packs of either dtype (8 bf16)."""
+    quantum = 8 * ranks
+    return -(-base // quantum) * quantum
 
 
 def _cases():
@@ -321,9 +357,24 @@ def _case_id(value):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("count", [64, 8 * 1000 + 16, 200_000 + 16, LARGEST])  # 200,016: wide LL blocks
+@pytest.mark.parametrize("count", [8 * 1000 + 16, 200_000 + 16])  # 200,016: wide LL blocks
 @pytest.mark.parametrize("op, options", _cases(), ids=_case_id)
 def test_collective_against_float64(team, op, options, dtype, count):
+    """Every placement, 2 to 8 ranks: two sizes (rounded up to whole shares of the team)."""
+    _check_collective(team, op, options, dtype, _count(count, team.size))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("count", [64, LARGEST])
+@pytest.mark.parametrize("op, options", _cases(), ids=_case_id)
+def test_collective_against_float64_at_the_edge_sizes(pair, op, options, dtype, count):
+    """Two ranks: the smallest whole shares, and a size past the LL limit of every op."""
+    _check_collective(pair, op, options, dtype, count)
+
+
+def _check_collective(team, op, options, dtype, count):
+    """One call of `op` over `count` elements (nccl-tests' S) on fresh random inputs into poisoned outputs, every
+    rank's output against float64; a mechanism that cannot send this much must refuse it."""
     coll = C.Collectives(team, ce_chunk_bytes=64 << 10, ce_slots=2)  # many chunks: the slots wrap around
     n = team.size
     in_count, out_count = C.collective(op).counts(count, n)
@@ -335,12 +386,7 @@ def test_collective_against_float64(team, op, options, dtype, count):
         with pytest.raises(ValueError, match="'ll' sends at most"):
             coll.run(op, out, inp, **options)
         return
-    try:
-        coll.run(op, out, inp, **options)
-    except pkit.PkitError as e:  # ranks sharing a GPU: a grid too large to be resident at once is refused, not hung
-        if not (team.shares_gpus and count == LARGEST and "ranks sharing GPU" in str(e)):
-            raise
-        return
+    coll.run(op, out, inp, **options)  # ranks sharing a GPU: grids within their share of its SMs, all resident
     want = _expected(op, x, n)
     team.synchronize()
     for r in range(n):
@@ -348,14 +394,14 @@ def test_collective_against_float64(team, op, options, dtype, count):
 
 
 def test_sizes_that_do_not_split_get_a_clear_error(team):
-    coll = C.Collectives(team)
-    odd = team.empty((1001,), "float32")
-    with pytest.raises(ValueError, match="do not split into 2 shares"):
+    coll, n = C.Collectives(team), team.size
+    odd = team.empty((1001,), "float32")  # 7 · 11 · 13: no team of 2 to 8 ranks splits it
+    with pytest.raises(ValueError, match=f"do not split into {n} shares"):
         coll.all_to_all(team.empty((1001,), "float32"), odd)
     with pytest.raises(ValueError, match="not a multiple of 16"):
         coll.all_reduce(team.empty((1001,), "float32"), odd, algorithm="one_shot")
-    with pytest.raises(ValueError, match="expected 2002 elements"):
-        coll.all_gather(team.empty((2000,), "float32"), odd)
+    with pytest.raises(ValueError, match=f"expected {1001 * n} elements"):
+        coll.all_gather(team.empty((1000 * n,), "float32"), odd)
     with pytest.raises(ValueError, match="reductions support"):
         coll.all_reduce(team.empty((1024,), "int32"), team.empty((1024,), "int32"))
 
@@ -366,7 +412,7 @@ def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op, count)
     """Eight LL calls enqueued without a sync in between: a packet read from the wrong epoch shows up."""
     coll = C.Collectives(team)
     n = team.size
-    in_count, out_count = C.collective(op).counts(count, n)
+    in_count, out_count = C.collective(op).counts(_count(count, n), n)
     calls = []
     for _ in range(8):
         inp, x = _inputs(team, "float32", in_count)
@@ -382,9 +428,9 @@ def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op, count)
 
 
 def test_thousand_back_to_back_all_reduces(team):
-    coll = C.Collectives(team)
-    inp, x = _inputs(team, "float32", 1 << 14)
-    outs = [team.empty((1 << 14,), "float32") for _ in range(2)]
+    coll, count = C.Collectives(team), _count(1 << 14, team.size)  # two-shot's shares split evenly
+    inp, x = _inputs(team, "float32", count)
+    outs = [team.empty((count,), "float32") for _ in range(2)]
     plans = [(a, m) for m, algorithms in C.collective("all_reduce").algorithms.items() for a in algorithms]
     for i in range(1000):
         algorithm, mechanism = plans[i % len(plans)]
@@ -436,10 +482,11 @@ def test_calls_replayed_from_cuda_graphs_see_fresh_inputs(two_gpus, mechanism):
 def test_graph_timed_sweeps_check_their_replays():
     from pkit.experiments import collectives as E
 
-    frame = E.sweep(ops=["all_reduce", "all_gather"], sizes=[1 << 16], graph=True, reps=3, calls_per_sample=4)
+    size = 840 << 8  # 210 KiB: whole 16-byte shares for any team of 1 to 8 GPUs (840 = lcm(1..8))
+    frame = E.sweep(ops=["all_reduce", "all_gather"], sizes=[size], graph=True, reps=3, calls_per_sample=4)
     assert set(frame["timing"]) == {"graph"} and frame["verified"].all() and "pkit_ce" not in set(frame["implementation"])
     assert {"pkit_ll", "pkit_sm_one_shot", "nccl"} <= set(frame["implementation"])
-    torch = E.torch_baselines(sizes=[1 << 16], graph=True, reps=3, calls_per_sample=4, ops=["all_reduce"])
+    torch = E.torch_baselines(sizes=[size], graph=True, reps=3, calls_per_sample=4, ops=["all_reduce"])
     assert set(torch["timing"]) == {"graph"} and (torch["time_median_us"] > 0).all()
     ours = torch[torch["implementation"] == "pkit_dist"]
     assert len(ours) == 1 and ours["verified"].all(), ours  # pkit.dist matched NCCL and replays from a graph

@@ -1,6 +1,7 @@
 """pkit.lesson: the diagnosis on hand-made wrong outputs (CPU), every learner kernel compiles for sm_90a, the
-checks without GPUs, the lesson notebook replays; on 2 GPUs the reference answers pass and the wrong kernels of
-tests/fixtures/lesson fail with the right message (multigpu)."""
+checks without GPUs, the lesson notebook replays; live, the reference answers pass on every GPU of the machine and on
+2, 3, 4 and 8 ranks sharing one GPU, and on two ranks the wrong kernels of tests/fixtures/lesson fail with the right
+message and the notebook's exercises as given fail without a timeout."""
 import json
 import re
 from pathlib import Path
@@ -320,7 +321,7 @@ def test_notebook_replays_without_gpus(tmp_path, monkeypatch):
     assert "recorded on h200x2-nv18" in text and "nothing recorded as 'overlap_timeline'" in text
 
 
-# --- live: two GPUs, or two ranks sharing one --------------------------------------------------------------------
+# --- live: every GPU, or 2 to 8 ranks sharing one; the wrong answers on two ranks ---------------------------------
 
 @pytest.mark.parametrize("step", list(lesson.STEPS))
 def test_reference_answers_pass(step, team):
@@ -329,21 +330,22 @@ def test_reference_answers_pass(step, team):
 
 
 @pytest.mark.parametrize("name", list(WRONG))
-def test_wrong_kernels_fail_with_the_right_message(name, team):
+def test_wrong_kernels_fail_with_the_right_message(name, pair):
     step, says = WRONG[name]
-    v = lesson.STEPS[step].check((FIXTURES / name).read_text(), team=team)
+    v = lesson.STEPS[step].check((FIXTURES / name).read_text(), team=pair)
     assert v.ok is False and says in v.message, str(v)
 
 
 @pytest.mark.parametrize("step", list(lesson.STEPS))
-def test_notebook_exercises_as_given_fail_without_a_timeout(step, team):
-    v = lesson.STEPS[step].check(notebook_exercises()[step], team=team)
+def test_notebook_exercises_as_given_fail_without_a_timeout(step, pair):
+    v = lesson.STEPS[step].check(notebook_exercises()[step], team=pair)
     assert v.ok is False and not v.details.get("timeout"), str(v)
 
 
 @pytest.mark.gpu
-def test_the_default_team_shares_gpu_0_when_it_is_the_only_one():
-    if len(pkit.devices()) >= 2:
-        pytest.skip("two GPUs here: the default team is GPUs 0 and 1")
-    t = lesson._default_team()
-    assert t.devices == (0, 0) and t.shares_gpus and t.stream(0) is not t.stream(1)
+def test_the_default_team_is_every_gpu_or_two_ranks_sharing_the_only_one():
+    t, gpus = lesson._default_team(), len(pkit.devices())
+    if gpus >= 2:
+        assert t.devices == tuple(range(gpus)) and not t.shares_gpus
+    else:
+        assert t.devices == (0, 0) and t.shares_gpus and t.stream(0) is not t.stream(1)

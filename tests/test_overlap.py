@@ -1,5 +1,6 @@
-"""All-gather + GEMM schedules: kernels and argument structs on CPU; on 2 GPUs every schedule against float32 on
-fresh random inputs, poisoned outputs, shapes whose tiles do not divide, every rank checked, repeated calls."""
+"""All-gather + GEMM schedules: kernels and argument structs on CPU, the studies' errors on machines with too few
+GPUs; on every GPU of the machine and on 2, 3, 4 and 8 ranks sharing one GPU every schedule against float32 on fresh
+random inputs, poisoned outputs, shapes whose tiles do not divide, every rank checked, repeated calls."""
 import pandas as pd
 import pytest
 
@@ -51,7 +52,7 @@ def test_schedule_matches_float32_on_every_rank(team, schedule, options):
     import torch
 
     skip_nccl_on_a_shared_gpu(team, schedule)
-    op = O.AllGatherGemm(team, m=2 * 384, k=520, n_local=776, chunk_rows=128)
+    op = O.AllGatherGemm(team, m=team.size * 384, k=520, n_local=776, chunk_rows=128)  # 3 chunks per rank
     for call in range(3):  # fresh inputs each call: a stale flag or chunk from the last call shows
         a, weights = _fill(op, seed=call)
         op.run(schedule, **options)
@@ -63,11 +64,12 @@ def test_schedule_matches_float32_on_every_rank(team, schedule, options):
 
 
 def test_bad_arguments_name_the_argument(team):
+    m = team.size * 128
     with pytest.raises(ValueError, match="m, chunk_rows: expected m to split"):
-        O.AllGatherGemm(team, m=1000, k=64, n_local=64, chunk_rows=128)
+        O.AllGatherGemm(team, m=m + 1000, k=64, n_local=64, chunk_rows=128)
     with pytest.raises(ValueError, match="k, n_local"):
-        O.AllGatherGemm(team, m=256, k=12, n_local=64, chunk_rows=128)
-    op = O.AllGatherGemm(team, m=256, k=64, n_local=64, chunk_rows=128)
+        O.AllGatherGemm(team, m=m, k=12, n_local=64, chunk_rows=128)
+    op = O.AllGatherGemm(team, m=m, k=64, n_local=64, chunk_rows=128)
     with pytest.raises(ValueError, match="schedule: expected one of"):
         op.run("fused")
     with pytest.raises(ValueError, match="comm_sms: expected an integer"):
@@ -104,6 +106,22 @@ def test_sweep_and_timeline_at_a_small_shape(two_gpus):
         assert len(mine[mine["kind"] == "gemm"]) == 1 + 4 and (mine["end_us"] >= mine["start_us"]).all()
 
 
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_studies_need_two_gpus_and_say_so(gpus_here, gpus):
+    """The studies' default is every GPU of the machine; with fewer than two, one clear error naming the argument."""
+    import pkit
+    from pkit.experiments import overlap as E
+
+    gpus_here(gpus)
+    needs = rf"expected at least 2 distinct GPUs \(one GPU per rank: the serial schedules run NCCL\), this machine has {gpus}"
+    for study in ("ag_gemm", "timeline", "torch_gemm_rs"):
+        with pytest.raises(pkit.PkitError, match=f"gpus: {needs}"):
+            E.measure(study)
+    with pytest.raises(pkit.PkitError, match=f"nproc: {needs}"):
+        E.torch_sweep([512])
+    assert E.parameters(None, 10) == {"gpus": list(range(gpus)), "reps": 10}
+
+
 def test_torchrun_reports_a_failed_module():
     from pkit.experiments.torchrun import torchrun
 
@@ -115,12 +133,13 @@ def test_torchrun_reports_a_failed_module():
 
 @pytest.mark.multigpu
 def test_torch_schedules_are_checked_and_timed():
+    import pkit
     from pkit.experiments import overlap as E
 
-    for pattern in ("ag_gemm", "gemm_rs"):
-        frame = E.torch_sweep([512], pattern=pattern, m=1024, k=256, n=512, reps=3)
+    for pattern in ("ag_gemm", "gemm_rs"):  # one process per GPU of the machine; M = 1680 splits over 1 to 8
+        frame = E.torch_sweep([512], pattern=pattern, m=1680, k=256, n=512, reps=3)
         assert frame["schedule"].tolist() == ["torch_serial", "torch_async_tp"] and frame["verified"].all()
-        assert (frame["time_median_us"] > 0).all() and set(frame["gpus"]) == {2}
+        assert (frame["time_median_us"] > 0).all() and set(frame["gpus"]) == {len(pkit.devices())}
     with pytest.raises(ValueError, match="pattern: expected"):
         E.torch_sweep([512], pattern="gemm_ar")
 
@@ -134,7 +153,7 @@ def test_partial_products_sum_on_every_rank(team, schedule, scatter):
 
     skip_nccl_on_a_shared_gpu(team, schedule)
 
-    op = O.PartialGemm(team, m=2 * 256, k_local=264, n=776, scatter=scatter)
+    op = O.PartialGemm(team, m=team.size * 256, k_local=264, n=776, scatter=scatter)
     for call in range(2):
         gen = torch.Generator(device="cpu").manual_seed(call)
         lhs = [torch.randn(op.m, op.k_local, generator=gen).bfloat16() for _ in range(team.size)]
