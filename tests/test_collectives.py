@@ -206,6 +206,19 @@ class _Team(pkit.Team):
         self.size, self.rank, self.devices, self._rank_streams = 2, rank, (0, 1), {}
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 8])
+def test_grids_of_ranks_sharing_a_gpu_fit_on_it_together(gpus_here, ranks):
+    """Ranks sharing one GPU each take an equal part of its SMs, so every sharing rank's blocks are resident at once
+    (Team.launch refuses a grid that is not), whatever the size; one rank per GPU takes all of them."""
+    gpus_here(2)
+    shared = _Team()
+    shared.size, shared.devices, shared._rank_streams = ranks, (0,) * ranks, {r: None for r in range(ranks)}
+    coll = C.Collectives(shared)
+    assert coll._sms == 132 // ranks
+    assert coll._grid(1 << 30, 512) * ranks <= 132 and coll._grid(1, 512) == 1
+    assert C.Collectives(_Team())._sms == 132  # ranks 0 and 1 on GPUs of their own
+
+
 def _array(team, count, dtype="float32"):
     storage = np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
     return SimpleNamespace(team=team, shape=(count,), dtype=dtype, storage_dtype=storage, nbytes=count * storage.itemsize)
