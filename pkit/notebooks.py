@@ -69,7 +69,8 @@ def skip_reason(path: Path, mode: str, machine: str) -> str:
     """Why the notebook at `path` cannot run in `mode` ('measure' or 'replay', as resolved) for `machine`, in
     one line; '' when it can. A notebook reads recorded results when it replays, and always when its study
     measures nothing; then every experiment of its study that `machine` could have measured (it has the GPUs
-    the experiment needs) must be recorded for `machine` (`pkit.results.is_recorded`). The line names the missing
+    the experiment needs), but those marked optional, must be recorded for `machine`
+    (`pkit.results.is_recorded`). The line names the missing
     experiments and the machine, and says how to record them: the study's `record` command, and for a study that
     measures, the run in measure mode on a machine with its GPUs.
 
@@ -86,8 +87,11 @@ def skip_reason(path: Path, mode: str, machine: str) -> str:
     if mode == "measure" and gpus:
         return ""
     target = studies.Machine.from_slug(machine)
-    missing = [p.experiment for p in study.parts
-               if not is_recorded(p.experiment, machine) and (not p.gpus or not p.lacking(target) or not gpus)]
+    plan = study.requires(target)
+    if gpus and not plan.can_measure:
+        return f"study {study.name!r} needs {plan.needs}; {machine} has {target.gpus}, so nothing of it was recorded there"
+    missing = [p.experiment for p in study.parts if not p.optional and not is_recorded(p.experiment, machine)
+               and (not p.gpus or not p.lacking(target) or not gpus)]
     if not missing:
         return ""
     them = "them" if len(missing) > 1 else "it"

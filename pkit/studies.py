@@ -77,6 +77,7 @@ class Part:
     peer: bool = False
     per_rank: bool = False
     description: str = ""  # what the recorded table holds, in one line
+    optional: bool = False  # the notebook shows it where recorded and says so where not (`measure_or_replay`)
 
     def needs(self) -> str:
         """What measuring it needs, in words: '2 GPUs with peer access, one per rank (NCCL)'."""
@@ -169,7 +170,9 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("hierarchy", "latency and bandwidth rung by rung (shared memory to HBM, the peer GPU, the host), an "
           "nvbandwidth-style matrix, copies by message size", "pkit.experiments.hierarchy",
           "02_interconnect_hierarchy", (Part("hierarchy_ladder"), Part("hierarchy_working_set"),
-                                        Part("hierarchy_matrix"), Part("hierarchy_sizes"))),
+                                        Part("hierarchy_matrix"), Part("hierarchy_sizes"),
+                                        Part("hierarchy_cross_check", optional=True,
+                                             description="the matrix's local and host copies against torch's copy_"))),
     Study("mechanisms", "copy engine vs SM loads/stores vs TMA: SMs needed to match the copy engine, size where each "
           "pays off, one copy split between two", "pkit.experiments.mechanisms", "03_transfer_mechanisms",
           (Part("mechanisms_sm_sweep", description="pkit.ops.transfers by SMs given, at one message size"),
@@ -196,7 +199,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("llm_benchmark", "pass@k, fast_p, failure causes and mechanisms of (LLM-written) candidates",
           "pkit.analysis", "07_llm_benchmark_analysis", gpus=0),
     Study("lesson", "six exercises in multi-GPU CUDA, each checked on two ranks (two GPUs, or one GPU shared)",
-          "pkit.lesson", "08_lesson_multi_gpu_communication", (Part("overlap_timeline", **_PEER),), gpus=1,
+          "pkit.lesson", "08_lesson_multi_gpu_communication", (Part("overlap_timeline", **_PEER, optional=True),), gpus=1,
           reads=("hierarchy_ladder", "quickstart", "collectives_latency", "collectives_pkit_nccl")),
     Study("eval_noise", "ParallelKernelBench's references timed as their own candidates: how far `pkit eval` reads a "
           "tie from 1x", "pkit.harness.pkb", "", (Part("pkb_references", **_NCCL),),

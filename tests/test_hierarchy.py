@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pkit.experiments import hierarchy, hierarchy_chase as C, hierarchy_matrix as M
+from pkit.experiments import cross_check, hierarchy, hierarchy_chase as C, hierarchy_matrix as M
 from pkit.experiments.hierarchy_memory import LEVELS, pattern
 
 MiB = 1 << 20
@@ -334,35 +334,7 @@ def test_local_and_host_copies_match_a_plain_torch_measurement():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
-    nbytes = 512 * MiB
-    frame = M.bandwidth_matrix([0], nbytes, ["device_local_copy", "host_to_device_memcpy_ce"], reps=20, warmup=3)
-    ours = frame.set_index("testcase")["bandwidth_GBps"]
-    with torch.cuda.device(0):
-        src, dst = (torch.empty(nbytes, dtype=torch.uint8, device="cuda:0") for _ in range(2))
-        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-        theirs = {"device_local_copy": _torch_GBps(torch, lambda: dst.copy_(src), 2 * nbytes),
-                  "host_to_device_memcpy_ce": _torch_GBps(torch, lambda: dst.copy_(host, non_blocking=True), nbytes)}
-    for testcase, torch_GBps in theirs.items():
-        ratio = ours[testcase] / torch_GBps
-        print(f"{testcase}: pkit {ours[testcase]:.1f} GB/s, torch {torch_GBps:.1f} GB/s, ratio {ratio:.4f}")
-    for testcase, torch_GBps in theirs.items():
-        assert abs(ours[testcase] / torch_GBps - 1) <= 0.05, (testcase, ours[testcase], torch_GBps)
-
-
-def _torch_GBps(torch, copy, counted_bytes: int, reps: int = 20, warmup: int = 3) -> float:
-    """10⁹ `counted_bytes` per second of `copy()`, the median of `reps` CUDA-event-timed calls after `warmup`.
-    Each call's events queue behind a short spin kernel (torch.cuda._sleep), so they bracket the copy and not
-    the host's launch of it (pkit's bench does the same with hide_launch)."""
-    for _ in range(warmup):
-        copy()
-    torch.cuda.synchronize()
-    times_ms = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)  # about half a millisecond of clock cycles
-        start.record()
-        copy()
-        end.record()
-        end.synchronize()
-        times_ms.append(start.elapsed_time(end))
-    return counted_bytes / (float(np.median(times_ms)) * 1e-3) / 1e9
+    frame = M.bandwidth_matrix([0], 512 * MiB, list(cross_check.TESTCASES), reps=20, warmup=3)
+    table = cross_check.cross_check(frame, device=0)
+    print(table.round(4).to_string())
+    assert len(table) == 2 and ((table["ratio"] - 1).abs() <= 0.05).all(), table.to_string()
