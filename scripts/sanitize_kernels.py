@@ -18,7 +18,7 @@ from pkit.ops.transfers import MECHANISMS as COPY_MECHANISMS
 from pkit.ops.transfers import peer_copy
 from pkit.team import default_team
 
-SHARE = 1 << 13  # float32 per rank's share (32 KiB): a collective of up to 8 ranks stays within every mechanism's limits
+SHARE = 1 << 13  # float32 per rank's share (32 KiB): collectives of up to 8 ranks stay within every mechanism's limits
 
 
 def collective_cases():

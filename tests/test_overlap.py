@@ -113,7 +113,8 @@ def test_studies_need_two_gpus_and_say_so(gpus_here, gpus):
     from pkit.experiments import overlap as E
 
     gpus_here(gpus)
-    needs = rf"expected at least 2 distinct GPUs \(one GPU per rank: the serial schedules run NCCL\), this machine has {gpus}"
+    needs = (r"expected at least 2 distinct GPUs \(one GPU per rank: the serial schedules run NCCL\), this machine "
+             rf"has {gpus}")
     for study in ("ag_gemm", "timeline", "torch_gemm_rs"):
         with pytest.raises(pkit.PkitError, match=f"gpus: {needs}"):
             E.measure(study)

@@ -220,7 +220,7 @@ def sync_latency(devices: Sequence[int] | None = None, steps: int = 1000, reps: 
     team.synchronize()
     seen = [flags[r][0].get() for r in range(team.size)]
     if not all((row == steps).all() for row in seen):
-        raise AssertionError(f"{steps} team barriers on GPUs {devices} left flag rows {[row.tolist() for row in seen]}, "
+        raise AssertionError(f"{steps} team barriers on GPUs {devices} left flag rows {[r.tolist() for r in seen]}, "
                              f"expected every word {steps}")
     r = pkit.bench(barriers, devices=devices, reps=reps, warmup=warmup, hide_launch=True)
     return pd.DataFrame([{"devices": ",".join(map(str, devices)), "steps": steps, **r.times_us(),

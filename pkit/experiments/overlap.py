@@ -253,10 +253,10 @@ def sweep_partial(team, k_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 819
 
 def torch_sweep(inner: Sequence[int] = DEFAULT_N_LOCALS, pattern: str = "ag_gemm", m: int = 8192, k: int = 8192,
                 n: int = 8192, nproc: int | None = None, reps: int = 10, timeout_s: float = 600) -> pd.DataFrame:
-    """PyTorch's schedules under torchrun, one process per GPU (`nproc`, default every GPU of this machine; torch_serial: the NCCL collective and matmul one
-    after the other; torch_async_tp: fused_all_gather_matmul or fused_matmul_reduce_scatter on symmetric
-    memory), each checked once against float32 on every rank. `inner`: N_local for 'ag_gemm' (K = `k`),
-    K_local for 'gemm_rs' (N = `n`). `sweep`'s columns."""
+    """PyTorch's schedules under torchrun, one process per GPU (`nproc` of them, default every GPU of this machine;
+    torch_serial: the NCCL collective and matmul one after the other; torch_async_tp: fused_all_gather_matmul or
+    fused_matmul_reduce_scatter on symmetric memory), each checked once against float32 on every rank. `inner`:
+    N_local for 'ag_gemm' (K = `k`), K_local for 'gemm_rs' (N = `n`). `sweep`'s columns."""
     if pattern not in ("ag_gemm", "gemm_rs"):
         raise ValueError(f"pattern: expected 'ag_gemm' or 'gemm_rs' (PyTorch has no fused GEMM+AR), got {pattern!r}")
     return torchrun("pkit.experiments.torch_overlap", ["--pattern", pattern, "--shape", m, k, n, "--reps", reps,
