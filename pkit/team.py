@@ -61,7 +61,7 @@ def team_devices(devices: Sequence[int] | None = None, need: int = 1, arg: str =
         got = f"this machine has {have}" if devices is None else f"got {chosen}"
         plural = "s" if need > 1 else ""
         raise PkitError(f"{arg}: expected at least {need} distinct GPU{plural}{' ' + what if what else ''}, {got}; "
-                        f"run on a machine with {need} or more GPU{plural} (this one has {have}), or replay recorded "
+                        f"run on a machine with {need} or more GPUs (this one has {have}), or replay recorded "
                         "results")
     return chosen
 

@@ -200,11 +200,12 @@ def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[
     """torch.distributed, torch symmetric memory and pkit.dist (`pkit_dist`: pkit's kernels on torch tensors) under
     torchrun (one process per GPU: `nproc` of them, default every GPU of this machine; one run per dtype of
     `dtype`: one or a list), the same columns as `sweep`; `graph` times CUDA-graph replays."""
+    dtypes = _dtypes(dtype)
     nproc = gpu_processes(nproc, NEEDS)
     frames = [torchrun("pkit.experiments.torch_collectives",
                        ["--dtype", dt, "--reps", reps, "--calls-per-sample", calls_per_sample, "--ops", *ops,
                         *(["--graph"] if graph else []), "--sizes", *sizes], nproc=nproc, timeout_s=timeout_s)
-              for dt in _dtypes(dtype)]
+              for dt in dtypes]
     frame = pd.concat(frames, ignore_index=True)
     bw = [bandwidths(op, b, nproc, t * 1e-6) for op, b, t in zip(frame["op"], frame["bytes"], frame["time_median_us"])]
     frame["algbw_GBps"], frame["busbw_GBps"] = [a for a, _ in bw], [b for _, b in bw]

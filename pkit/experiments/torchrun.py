@@ -18,16 +18,17 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 
 
 def gpu_processes(nproc: int | None = None, what: str = "(one process per GPU)") -> int:
-    """How many processes a one-process-per-GPU run starts: `nproc`, None meaning one per GPU of this machine;
-    checked to be at least 2 and at most the GPUs here, else an error naming `nproc`, what needs the GPUs (`what`)
-    and the fix."""
+    """How many processes a one-process-per-GPU run starts: `nproc`, at least 2, or None: one per GPU of this
+    machine, which must have two or more (else an error naming `nproc`, what needs the GPUs (`what`) and the fix).
+    An `nproc` above the GPUs here fails in the run, saying so (torch_collectives.init_one_gpu_per_rank)."""
     from ..team import team_devices
 
-    have = len(team_devices(need=2, arg="nproc", what=what))
-    if nproc is not None and not (isinstance(nproc, int) and 2 <= nproc <= have):
-        raise ValueError(f"nproc: expected 2 to {have} processes {what}, got {nproc!r}; pass nproc=None for one "
+    if nproc is None:
+        return len(team_devices(need=2, arg="nproc", what=what))
+    if not (isinstance(nproc, int) and nproc >= 2):
+        raise ValueError(f"nproc: expected at least 2 processes {what}, got {nproc!r}; pass nproc=None for one "
                          "process per GPU of this machine")
-    return have if nproc is None else nproc
+    return nproc
 
 
 def torchrun(module: str, args: Sequence[str], nproc: int | None = None, timeout_s: float = 600) -> pd.DataFrame:
