@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 
@@ -58,8 +59,8 @@ def list_registry(args: argparse.Namespace) -> int:
         print(table)
         return 0
     for row in frame.astype(str).itertuples(index=False):  # too wide for a terminal: one block per entry
-        first, *rest = zip(frame.columns, row)
-        print(first[1])
+        (key, name), *rest = zip(frame.columns, row)
+        print(f"{key}: {name}")
         width = max(len(c) for c, _ in rest)
         for column, value in rest:
             print("  " + textwrap.fill(f"{column + ':':<{width + 1}} {value}", WIDTH, subsequent_indent=" " * (width + 4)))
@@ -110,7 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # the reader (`| head`, a pager) stopped early: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -195,7 +195,7 @@ def record_roofline_gap(monkeypatch, rng, tmp_path) -> None:
     monkeypatch.setattr(results, "machine_slug", lambda: MACHINE)
     for name, stand_in in _raw_ceilings(rng).items():
         monkeypatch.setattr(ceilings, name, stand_in)
-    ceilings.main(["--record"])
+    ceilings.main(["--devices", "0", "1", "--record"])
     problems = discover()
 
     def dtype(p):

@@ -51,6 +51,25 @@ def test_replay_regenerates_committed_figures_byte_for_byte(replay):
         assert (figures_dir / name).read_bytes() == committed.read_bytes(), f"{name} differs from figures/{name}"
 
 
+MACHINE_FIGURES = sorted(p for p in (ROOT / "figures").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("folder", MACHINE_FIGURES, ids=[p.name for p in MACHINE_FIGURES])
+def test_another_machines_figures_replay_byte_for_byte_into_their_own_folder(folder, tmp_path):
+    """figures/<machine>/ holds what a measuring run on that machine drew; replaying its results (the notebooks of
+    the studies that measured there) rewrites the same bytes there and nothing in figures/ itself."""
+    measured = [s.notebook for s in studies.STUDIES.values()
+                if s.notebook and s.requires(studies.Machine.from_slug(folder.name)).can_measure]
+    out = subprocess.run([sys.executable, "-m", "pkit.cli", "figures", "--mode", "replay", "--machine", folder.name,
+                          "--only", *measured], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PKIT_FIGURES": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    made = sorted(p.name for p in (tmp_path / folder.name).iterdir())
+    assert made == sorted(p.name for p in folder.iterdir()) and not [p for p in tmp_path.iterdir() if p.is_file()]
+    for name in made:
+        assert (tmp_path / folder.name / name).read_bytes() == (folder / name).read_bytes(), f"{folder.name}/{name}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_each_notebook_replays_or_is_skipped_with_its_reason(path, replay):
     """A notebook whose recorded inputs (its metadata's `replays`) are missing is skipped with one line saying
@@ -71,7 +90,7 @@ def test_notebook_with_unrecorded_replays_is_skipped_with_what_is_missing(tmp_pa
     monkeypatch.setattr(notebooks, "BUILD_DIR", tmp_path / "build")
     monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("PKIT_FIGURES", str(tmp_path / "figures"))
-    register(monkeypatch, studies.Study("study", "two parts", "m", "98_study", (studies.Part("study_a", 2),
+    register(monkeypatch, studies.Study("study", "two parts", "m", "98_study", (studies.Part("study_a", 1),
                                                                                studies.Part("study_b", 2))),
              studies.Study("tables", "built from records", "m", "99_tables", (studies.Part("table", 0),), gpus=0,
                            record="python -m make_table --record"))
@@ -83,14 +102,17 @@ def test_notebook_with_unrecorded_replays_is_skipped_with_what_is_missing(tmp_pa
     assert [r.skipped != "" for r in runs] == [True, True] and not (tmp_path / "build").exists()
     lines = stream.getvalue().splitlines()
     assert lines[0] == ("[1/2] 98_study ... skipped: no recorded study_b for machine 'm1x2'; run the notebook in "
-                        "measure mode on a machine with 2 GPUs: pkit figures --mode measure --only 98_study")
+                        "measure mode on a machine with 1 GPU: pkit figures --mode measure --only 98_study")
     assert lines[1] == ("[2/2] 99_tables ... skipped: no recorded table for machine 'm1x2'; record it with: "
                         "python -m make_table --record")
     # a notebook that measures nothing reads its tables in any mode; one that measures records its own
     assert notebooks.skip_reason(folder / "99_tables.ipynb", "measure", "m1x2") == lines[1].split("skipped: ")[1]
     assert notebooks.skip_reason(folder / "98_study.ipynb", "measure", "m1x2") == ""
-    # replaying a one-GPU machine's results does not ask for parts that need two
+    # replaying a one-GPU machine's results does not ask for parts that need two; a CPU machine has none to replay
+    results.record("study_a", pd.DataFrame({"x": [1]}), machine="m1x1")
     assert notebooks.skip_reason(folder / "98_study.ipynb", "replay", "m1x1") == ""
+    assert notebooks.skip_reason(folder / "98_study.ipynb", "replay", "cpu") == (
+        "study 'study' needs 1 GPU; cpu has 0, so nothing of it was recorded there")
     results.record("study_b", pd.DataFrame({"x": [1]}), machine="m1x2")
     run = notebooks.run_notebook(folder / "98_study.ipynb", "replay", "m1x2")
     assert not run.skipped and run.output.exists() and run.machine == "m1x2"

@@ -91,7 +91,7 @@ def test_pkit_list_studies_prints_every_study_with_what_it_needs_here():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     for study in studies.STUDIES.values():
-        assert f"\n{study.name}\n  notebook:    {study.notebook or '-'}\n" in "\n" + out.stdout
+        assert f"\nstudy: {study.name}\n  notebook:    {study.notebook or '-'}\n" in "\n" + out.stdout
     assert max(map(len, out.stdout.splitlines())) <= 112
     table = studies.list_studies(ONE).set_index("study")
     assert table.loc["mechanisms", "here"] == ("measures mechanisms_sm_sweep, mechanisms_size_sweep; not "

@@ -90,3 +90,22 @@ def _summary(frame: pd.DataFrame) -> pd.DataFrame:
         where = f" of route {big['route'].iloc[0]!r}" if "route" in big.columns else ""
         raise ValueError(f"frame: expected a row of mechanism 'ce' (the copy engine) at the largest size{where}")
     return big.assign(vs_ce=big["bandwidth_GBps"] / float(ce.iloc[0]))
+
+
+def best_peer_copy(frame: pd.DataFrame) -> pd.Series | None:
+    """The fastest mechanism's row at the largest size among a `peer_copy_sweep` frame's copies between two GPUs
+    (frames recorded before routes were named were all GPU0 → GPU1); None when the frame holds no peer copy (a
+    one-GPU machine's quickstart copies within HBM).
+
+    Example:
+        >>> df = pd.DataFrame({"mechanism": ["sm_push", "ce"], "bytes": [1 << 30] * 2, "bandwidth_GBps": [369.0, 396.5]})
+        >>> best_peer_copy(df)["mechanism"], best_peer_copy(df.assign(route="GPU0 → GPU0"))
+        ('ce', None)
+    """
+    from ..ops.transfers import Route, with_route
+
+    frame = with_route(frame)
+    peer = frame[[Route.parse(r).kind == "peer" for r in frame["route"]]]
+    if peer.empty:
+        return None
+    return peer[peer["bytes"] == peer["bytes"].max()].sort_values("bandwidth_GBps").iloc[-1]
