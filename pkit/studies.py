@@ -253,11 +253,21 @@ def require(name: str, machine: Machine | None = None) -> Plan:
     return plan
 
 
-def require_part(experiment: str, machine: Machine | None = None) -> None:
+def require_part(experiment: str, machine: Machine | None = None, prog: str = "") -> None:
     """Raise one clear error naming the study and what `experiment` needs when `machine` (default: this one) lacks
-    it; experiment functions and record commands call this before touching a GPU."""
+    it; experiment functions and record commands call this before touching a GPU. With `prog` (a command's name),
+    exit with that one line instead of raising.
+
+    Example:
+        >>> require_part("mechanisms_splits", Machine("h200x1", 1), prog="record")
+        Traceback (most recent call last):
+        ...
+        SystemExit: record: study 'mechanisms': mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1
+    """
     study, part = for_experiment(experiment)
     why = part.lacking(machine or Machine.here())
+    if why and prog:
+        raise SystemExit(f"{prog}: study {study.name!r}: {why}")
     if why:
         raise PkitError(f"study {study.name!r}: {why}")
 

@@ -40,13 +40,15 @@ def recorded_names(column: str, experiments: str = "*") -> set:
 
 IMPLEMENTATIONS = sorted(set(collectives.implementation_names())
                          | recorded_names("implementation", "collectives*") - {"empty_kernel"})
-TRANSFER_MECHANISMS = sorted(set(transfers.MECHANISMS) | recorded_names("mechanism"))
+TRANSFER_MECHANISMS = sorted(set(transfers.ALL_MECHANISMS) | recorded_names("mechanism"))
+# A transfer figure draws the mechanisms of one kind of route: the peer ones, or those of a one-GPU route.
+TRANSFER_SETS = {f"{kind} transfer mechanisms": list(names) for kind, names in transfers.ROUTE_MECHANISMS.items()}
 # The sets drawn as colours in one figure: collective implementations (collectives_*), transfer mechanisms
 # (quickstart, hierarchy_sizes, mechanisms_*), GEMMs (overlap), eval statuses (llm_mechanisms); LINES: the ones
 # drawn as lines with markers.
-COLOUR_SETS = {"implementations": IMPLEMENTATIONS, "transfer mechanisms": TRANSFER_MECHANISMS,
+COLOUR_SETS = {"implementations": IMPLEMENTATIONS, **TRANSFER_SETS,
                "GEMMs": list(overlap.GEMM_IMPLEMENTATIONS), "statuses": list(STATUSES)}
-LINES = {"implementations", "transfer mechanisms", "GEMMs"}
+LINES = {"implementations", *TRANSFER_SETS, "GEMMs"}
 
 # Colour-vision deficiency simulation: Machado, Oliveira and Fernandes (2009), severity 1, on linear RGB.
 MACHADO = {

@@ -97,3 +97,14 @@ def test_pkit_list_studies_prints_every_study_with_what_it_needs_here():
     assert table.loc["mechanisms", "here"] == ("measures mechanisms_sm_sweep, mechanisms_size_sweep; not "
                                                "mechanisms_splits")
     assert table.loc["lesson", "here"] == "measures its checks, recording nothing; not overlap_timeline"
+
+
+@pytest.mark.parametrize("module, args, line", [
+    ("pkit.experiments.overlap", ["ag_gemm"], "study 'overlap': overlap_ag_gemm needs 2 GPUs with peer access"),
+    ("pkit.experiments.ceilings", [], "study 'roofline_gap': ceilings needs 2 GPUs with peer access, one per rank"),
+])
+def test_record_commands_say_in_one_line_what_a_machine_without_gpus_lacks(module, args, line):
+    out = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert out.stderr.startswith(f"python -m {module}: {line}")

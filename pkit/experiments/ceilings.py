@@ -274,6 +274,10 @@ def main(argv=None) -> None:
     parser.add_argument("--record", action="store_true", help="write results/<machine>/ceilings.{csv,json}")
     args = parser.parse_args(argv)
     parameters = {k: v for k, v in vars(args).items() if k != "record"}
+    if args.devices is None:  # every GPU here: say at once what the study needs that this machine lacks
+        from ..studies import require_part
+
+        require_part("ceilings", prog="python -m pkit.experiments.ceilings")
     frame = measure(args.devices, args.dtypes, args.sizes, args.hbm_bytes, args.link_bytes, args.sync_steps)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(frame)

@@ -576,6 +576,11 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--record", action="store_true", help="write results/<machine>/overlap_<study>.{csv,json}")
     args = parser.parse_args(argv)
+    if args.gpus is None:  # every GPU here: each study says at once what it needs that this machine lacks
+        from ..studies import require_part
+
+        for study in args.studies:
+            require_part(f"overlap_{study}", prog="python -m pkit.experiments.overlap")
     for study in args.studies:
         frame = measure(study, args.gpus, args.reps)
         with pd.option_context("display.width", 200, "display.max_columns", None):

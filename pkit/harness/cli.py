@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import PkitError
+from ..studies import FIGURES_MACHINE
 from . import pkb, solutions
 from .contain import Interrupted
 from .problems import cost_table, default_root, discover, select
@@ -64,8 +65,9 @@ def register(subparsers) -> None:
     _problem_source_args(pr)
     pr.add_argument("--sizes", nargs="+", default=None, help="sizes to list (default: all of each problem)")
     pr.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
-    pr.add_argument("--machine", default="h200x2-nv18",
-                    help="whose measured ceilings (results/<machine>/ceilings.csv) give the measured roofline")
+    pr.add_argument("--machine", default=FIGURES_MACHINE,
+                    help="whose measured ceilings (results/<machine>/ceilings.csv) give the measured roofline "
+                         f"(default {FIGURES_MACHINE})")
     pr.set_defaults(func=run_problems)
 
 
