@@ -36,6 +36,7 @@ import pandas as pd
 from . import figures, results, studies
 from .errors import PkitError
 from .hardware import GPUS
+from .ops.transfers import with_route
 from .harness.records import STATUSES, read_jsonl
 from .roofline import DTYPES, Ceilings, floor
 
@@ -236,16 +237,17 @@ KERNEL_SETS = {"pkit.ops.transfers": ("mechanisms_size_sweep", "mechanisms_sm_sw
                "00_quickstart kernel": ("quickstart",)}
 """Which studies measured the same kernels: the explorer reads one set at a time."""
 
-_TRANSFER_COLUMNS = ["study", "mechanism", "sms", "bytes", "bandwidth_GBps", "time_median_us", "cv"]
+_TRANSFER_COLUMNS = ["study", "route", "mechanism", "sms", "bytes", "bandwidth_GBps", "time_median_us", "cv"]
 
 
 def transfer_frame(machine: str = studies.FIGURES_MACHINE, studies: Iterable[str] = tuple(TRANSFER_STUDIES), *,
                    root: Path | None = None) -> tuple[pd.DataFrame, dict]:
     """The recorded transfer results of `machine` in one frame, and each study's provenance.
 
-    Columns: study, mechanism, sms (blocks given, one per SM; NaN: the mechanism's default grid; 0: the copy
-    engine, which uses no SMs), bytes, bandwidth_GBps, time_median_us, cv. Studies not recorded for `machine`
-    are left out; none recorded raises `PkitError` naming what is there.
+    Columns: study, route ('GPU0 → GPU1', or on one GPU 'GPU0 → GPU0', 'CPU → GPU0', 'GPU0 → CPU'), mechanism, sms
+    (blocks given, one per SM; NaN: the mechanism's default grid; 0: the copy engine, which uses no SMs), bytes,
+    bandwidth_GBps, time_median_us, cv. Studies not recorded for `machine` are left out; none recorded raises
+    `PkitError` naming what is there.
     """
     frames, provenance, missing = [], {}, []
     for study in studies:
@@ -256,7 +258,7 @@ def transfer_frame(machine: str = studies.FIGURES_MACHINE, studies: Iterable[str
         except PkitError as e:
             missing.append(str(e))
             continue
-        f = rec.frame.copy()
+        f = with_route(rec.frame).copy()
         f["study"] = study
         sms = f["blocks"].astype(float) if "blocks" in f.columns else pd.Series(float("nan"), index=f.index)
         f["sms"] = sms.where(f["mechanism"] != "ce", 0.0)
@@ -273,17 +275,24 @@ def _sms_text(sms) -> str:
     return "no SMs (copy engine)" if sms == 0 else f"{int(sms)} SMs"
 
 
-def transfer_lookup(frame: pd.DataFrame, mechanisms: Sequence[str], nbytes: int, sms: int | None = None) -> pd.DataFrame:
+def transfer_lookup(frame: pd.DataFrame, mechanisms: Sequence[str], nbytes: int, sms: int | None = None,
+                    route: str | None = None) -> pd.DataFrame:
     """Bandwidth and time of each of `mechanisms` copying `nbytes` with `sms` SMs (None: the default grid, as
-    the size sweeps ran), read from `transfer_frame`'s `frame` at the nearest recorded point: the smallest
+    the size sweeps ran) along `route` (default: the frame's first), read from `transfer_frame`'s `frame` at the
+    nearest recorded point: the smallest
     |log₂(bytes / nbytes)| + |log₂(sms / asked)| among that mechanism's rows with a grid of the kind asked
     (SMs given or default). The copy engine uses no SMs: only its size is matched.
 
-    Columns: mechanism, study, asked_bytes, asked_sms, bytes, sms, bandwidth_GBps, time_median_us, cv, exact
-    (the recorded point is the one asked), note (says which point was read when it is not).
+    Columns: mechanism, route, study, asked_bytes, asked_sms, bytes, sms, bandwidth_GBps, time_median_us, cv,
+    exact (the recorded point is the one asked), note (says which point was read when it is not).
     """
     if not isinstance(frame, pd.DataFrame) or not set(_TRANSFER_COLUMNS) <= set(frame.columns):
         raise ValueError(f"frame: expected transfer_frame's columns {_TRANSFER_COLUMNS}")
+    routes = list(dict.fromkeys(frame["route"]))
+    if route is not None and route not in routes:
+        raise ValueError(f"route: expected one of the recorded routes {routes}, got {route!r}")
+    route = route if route is not None else routes[0]
+    frame = frame[frame["route"] == route]
     nbytes = _check_positive_int("nbytes", _as_int(nbytes))
     if sms is not None:
         sms = _check_positive_int("sms", _as_int(sms))
@@ -305,7 +314,8 @@ def transfer_lookup(frame: pd.DataFrame, mechanisms: Sequence[str], nbytes: int,
             part = part[part["sms"].notna()]
             dist = (part["bytes"] / nbytes).map(math.log2).abs() + (part["sms"] / sms).map(math.log2).abs()
         if part.empty:
-            rows.append({"mechanism": mech, "study": None, "asked_bytes": nbytes, "asked_sms": sms, "exact": False,
+            rows.append({"mechanism": mech, "route": route, "study": None, "asked_bytes": nbytes, "asked_sms": sms,
+                         "exact": False,
                          "note": f"no recorded point with {_sms_text(sms)} for {mech}"})
             continue
         best = part.loc[dist.sort_values(kind="stable").index[0]]
@@ -315,10 +325,10 @@ def transfer_lookup(frame: pd.DataFrame, mechanisms: Sequence[str], nbytes: int,
         note = "recorded point" if exact else f"nearest recorded point: {got} (asked {asked})"
         if mech == "ce" and sms is not None:
             note += "; the copy engine uses no SMs"
-        rows.append({"mechanism": mech, "study": best["study"], "asked_bytes": nbytes, "asked_sms": sms,
+        rows.append({"mechanism": mech, "route": route, "study": best["study"], "asked_bytes": nbytes, "asked_sms": sms,
                      "bytes": int(best["bytes"]), "sms": best["sms"], "bandwidth_GBps": best["bandwidth_GBps"],
                      "time_median_us": best["time_median_us"], "cv": best["cv"], "exact": exact, "note": note})
-    return pd.DataFrame(rows, columns=["mechanism", "study", "asked_bytes", "asked_sms", "bytes", "sms",
+    return pd.DataFrame(rows, columns=["mechanism", "route", "study", "asked_bytes", "asked_sms", "bytes", "sms",
                                        "bandwidth_GBps", "time_median_us", "cv", "exact", "note"])
 
 
@@ -381,9 +391,10 @@ def transfer_figure(frame: pd.DataFrame, lookup: pd.DataFrame):
 
 
 def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | None = None):
-    """Pick kernels, mechanism(s), message size and SMs → bandwidth and time from `machine`'s recorded results
-    (`transfer_lookup`, nearest recorded point, said so), with the provenance line. Controls: `.controls['kernels']`
-    (`KERNEL_SETS`), 'mechanisms', 'nbytes', 'default_grid', 'sms'; outputs: 'text' (HTML), 'chart' (PNG)."""
+    """Pick kernels, route, mechanism(s), message size and SMs → bandwidth and time from `machine`'s recorded
+    results (`transfer_lookup`, nearest recorded point, said so), with the provenance line. Controls:
+    `.controls['kernels']` (`KERNEL_SETS`), 'route', 'mechanisms', 'nbytes', 'default_grid', 'sms'; outputs: 'text'
+    (HTML), 'chart' (PNG)."""
     import ipywidgets as w
 
     frame, provenance = transfer_frame(machine, root=root)
@@ -392,6 +403,7 @@ def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | No
     recorded_sms = sorted(int(s) for s in frame["sms"].dropna().unique() if s > 0) or [1]
     controls = {
         "kernels": w.Dropdown(options=kernel_sets, value=kernel_sets[0], description="kernels", style=style),
+        "route": w.Dropdown(description="route", style=style),
         "mechanisms": w.SelectMultiple(description="mechanisms", rows=5, style=style),
         "nbytes": w.SelectionSlider(options=_sizes(int(frame["bytes"].min()), int(frame["bytes"].max())),
                                     description="message", style=style),
@@ -404,8 +416,16 @@ def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | No
     outputs = {"text": w.HTML(), "chart": w.Image(format="png")}
     state = {"busy": False}
 
-    def part() -> pd.DataFrame:
+    def kernels() -> pd.DataFrame:
         return frame[frame["study"].isin(KERNEL_SETS[controls["kernels"].value])]
+
+    def part() -> pd.DataFrame:
+        return kernels()[kernels()["route"] == controls["route"].value]
+
+    def set_routes():
+        routes = list(dict.fromkeys(kernels()["route"]))
+        controls["route"].options = routes
+        controls["route"].value = controls["route"].value if controls["route"].value in routes else routes[0]
 
     def set_mechanisms():
         names = list(dict.fromkeys(part()["mechanism"]))
@@ -419,6 +439,8 @@ def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | No
         state["busy"] = True
         try:
             if change is None or change["owner"] is controls["kernels"]:
+                set_routes()
+            if change is None or change["owner"] in (controls["kernels"], controls["route"]):
                 set_mechanisms()
             controls["sms"].disabled = controls["default_grid"].value
             mechs = list(controls["mechanisms"].value)
@@ -435,7 +457,7 @@ def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | No
     for c in controls.values():
         c.observe(refresh, names="value")
     refresh()
-    return _box([w.HBox([w.VBox([controls["kernels"], controls["mechanisms"]]),
+    return _box([w.HBox([w.VBox([controls["kernels"], controls["route"], controls["mechanisms"]]),
                          w.VBox([controls["nbytes"], controls["default_grid"], controls["sms"]])]),
                  outputs["text"], outputs["chart"]], controls, outputs, refresh)
 

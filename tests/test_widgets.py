@@ -108,7 +108,9 @@ def transfers():
 def test_transfer_frame_gathers_the_recorded_studies(transfers):
     frame, provenance = transfers
     assert set(frame["study"]) == set(W.TRANSFER_STUDIES) == set(provenance)
-    assert list(frame.columns) == ["study", "mechanism", "sms", "bytes", "bandwidth_GBps", "time_median_us", "cv"]
+    assert list(frame.columns) == ["study", "route", "mechanism", "sms", "bytes", "bandwidth_GBps", "time_median_us",
+                                   "cv"]
+    assert set(frame["route"]) == {"GPU0 → GPU1"}  # recorded before frames named their route: all peer copies
     assert (frame.loc[frame["mechanism"] == "ce", "sms"] == 0).all()
     sizes = frame[(frame["study"] == "mechanisms_size_sweep") & (frame["mechanism"] != "ce")]
     assert sizes["sms"].isna().all()  # recorded with each mechanism's default grid
@@ -207,6 +209,25 @@ def test_transfer_explorer_callbacks(transfers):
     assert "quickstart: h200x2-nv18" in out["text"].value
     c["mechanisms"].value = ()
     assert "Pick one or more" in out["text"].value
+
+
+def test_transfer_explorer_on_a_one_gpu_machine_picks_a_route():
+    """One GPU's transfers go along three routes, each with ce, sm and tma: the explorer reads one route at a time."""
+    frame, _ = W.transfer_frame("h200x1")
+    assert set(frame["route"]) == {"GPU0 → GPU0", "CPU → GPU0", "GPU0 → CPU"}
+    box = W.transfer_explorer("h200x1")
+    c, out = box.controls, box.outputs
+    assert c["route"].options == tuple(dict.fromkeys(frame.loc[frame["study"] != "quickstart", "route"]))
+    c["route"].value = "CPU → GPU0"
+    assert set(dict(c["mechanisms"].options).values()) == {"ce", "sm", "tma"}
+    c["mechanisms"].value = ("ce",)
+    want = frame[(frame["study"] == "mechanisms_size_sweep") & (frame["route"] == "CPU → GPU0")
+                 & (frame["mechanism"] == "ce") & (frame["bytes"] == c["nbytes"].value)]["bandwidth_GBps"].iloc[0]
+    assert f"{want:.1f} GB/s" in out["text"].value
+    lookup = W.transfer_lookup(frame, ["ce"], 1 << 20, route="GPU0 → CPU")
+    assert lookup["route"].tolist() == ["GPU0 → CPU"]
+    with pytest.raises(ValueError, match="route: expected one of the recorded routes"):
+        W.transfer_lookup(frame, ["ce"], 1 << 20, route="GPU0 → GPU1")
 
 
 # --- pkit eval records ---------------------------------------------------------------------------------------
