@@ -33,7 +33,7 @@ from ..gpus import require_gpus
 from ..team import team_devices
 from ..ops.transfers import MECHANISMS, peer_copy, worker
 from ..roofline import DTYPES, MEASURED, dtype_name
-from .peer_copies import check_sizes_and_pair, time_copies, time_copy
+from .peer_copies import check_sizes, check_sizes_and_pair, time_copies, time_copy
 
 LINK_MECHANISMS = ("ce", "sm_push")
 """The copy engine and every SM pushing with 16-byte stores (pkit.ops.transfers names)."""
@@ -178,16 +178,21 @@ def hbm_copy_rate(nbytes: int = 1 << 30, device: int = 0, mechanisms: Sequence[s
     return pd.DataFrame(rows)
 
 
-def link_rates(nbytes: int = 256 << 20, src: int = 0, dst: int = 1, mechanisms: Sequence[str] = LINK_MECHANISMS,
-               reps: int = 10, warmup: int = 3) -> pd.DataFrame:
-    """One-direction peer bandwidth GPU `src` → `dst` per mechanism (`pkit.ops.transfers.peer_copy`).
+def link_rates(nbytes: int = 256 << 20, src: int | None = None, dst: int | None = None,
+               mechanisms: Sequence[str] = LINK_MECHANISMS, reps: int = 10, warmup: int = 3) -> pd.DataFrame:
+    """One-direction peer bandwidth GPU `src` → `dst` per mechanism (`pkit.ops.transfers.peer_copy`); default the
+    first two GPUs of the machine (`pkit.team.team_devices`: one clear error where it has fewer).
 
     Rows: mechanism, src, dst, bytes, time_*_us, cv, bandwidth_GBps (10⁹ B/s one way), verified, rotations.
     """
     import pkit
 
-    (nbytes,) = check_sizes_and_pair([nbytes], src, dst, "nbytes")
+    (nbytes,) = check_sizes([nbytes], "nbytes")
     mechanisms = _mechanisms(mechanisms)
+    if src is None or dst is None:
+        first, second = team_devices(need=2, what="(a link between two GPUs)")[:2]
+        src, dst = (first if src is None else src), (second if dst is None else dst)
+    check_sizes_and_pair([nbytes], src, dst, "nbytes")
     team = pkit.Team([src, dst])
     return pd.DataFrame([{"mechanism": m, "src": src, "dst": dst,
                           **time_copy(team, nbytes, lambda d, s, m=m: peer_copy(d, s, m), worker(m, src, dst), reps,
