@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pkit's kernels under compute-sanitizer's memcheck, racecheck and synccheck: the collectives and peer copies
-# (scripts/sanitize_kernels.py: 2 GPUs, or two ranks sharing one) and the Hopper GEMM's GPU tests (not the ones
+# (scripts/sanitize_kernels.py: every GPU, or ranks sharing the only one) and the Hopper GEMM's GPU tests (not the ones
 # that need kernels to run side by side, nor the timeout and rate tests).
 # racecheck runs kernels one at a time, so with one GPU it leaves the collectives out (their ranks' kernels wait
 # for each other there) and says so.
