@@ -182,13 +182,16 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           "pkit.experiments.collectives", "04_collectives",
           (Part("collectives_pkit_nccl", **_NCCL), Part("collectives_torch", **_NCCL),
            Part("collectives_latency", **_NCCL), Part("collectives_latency_torch", **_NCCL))),
-    Study("overlap", "AG+GEMM, GEMM+RS and GEMM+AR: pkit's overlap schedules against serial NCCL + cuBLAS and "
-          "PyTorch's fused async-TP ops", "pkit.experiments.overlap", "05_overlap",
-          (Part("overlap_gemm"), Part("overlap_ag_gemm", **_PEER), Part("overlap_gemm_rs", **_PEER),
-           Part("overlap_gemm_ar", **_PEER), Part("overlap_torch_ag_gemm", **_NCCL),
-           Part("overlap_torch_gemm_rs", **_NCCL), Part("overlap_timeline", **_PEER)), gpus=2,
-          record="python -m pkit.experiments.overlap gemm ag_gemm gemm_rs gemm_ar torch_ag_gemm torch_gemm_rs "
-                 "timeline --record"),
+    Study("overlap", "what communication costs a GEMM on one GPU (interference), a model of every overlap schedule "
+          "calibrated on it, and AG+GEMM, GEMM+RS and GEMM+AR measured against serial NCCL + cuBLAS and PyTorch's "
+          "fused async-TP ops", "pkit.experiments.overlap", "05_overlap",
+          (Part("overlap_gemm", optional=True), Part("interference_copies", optional=True),
+           Part("interference_partition", optional=True),
+           *(Part(e, **_PEER, optional=True) for e in ("overlap_ag_gemm", "overlap_gemm_rs", "overlap_gemm_ar")),
+           *(Part(e, **_NCCL, optional=True) for e in ("overlap_torch_ag_gemm", "overlap_torch_gemm_rs")),
+           Part("overlap_timeline", **_PEER, optional=True)), gpus=1,
+          record="python -m pkit.experiments.interference --record; python -m pkit.experiments.overlap gemm ag_gemm "
+                 "gemm_rs gemm_ar torch_ag_gemm torch_gemm_rs timeline --record"),
     Study("roofline_gap", "how far the PyTorch + NCCL references sit from their communication-aware roofline, and "
           "how much pkit's solutions close", "pkit.experiments.roofline_gap", "06_roofline_gap",
           (Part("ceilings", **_NCCL), Part("baselines", **_NCCL), Part("pkit_solutions", **_NCCL)), gpus=0,

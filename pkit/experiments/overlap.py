@@ -552,16 +552,29 @@ def parameters(gpus: Sequence[int] | None, reps: int) -> dict:
 
 
 def recorded(study: str, *, mode: str, machine: str, gpus: Sequence[int] | None = None, reps: int = 10):
-    """One of STUDIES through `pkit.results.measure_or_replay` as experiment 'overlap_<study>': measured by
+    """One of STUDIES as experiment 'overlap_<study>' through `pkit.studies.measure_or_replay`: measured by
     `measure(study, gpus, reps)` and recorded (mode 'measure'), or read back (mode 'replay'), with the
     `parameters` the command line records, so studies recorded by `main` and by notebook 05 are
-    interchangeable. Returns the `pkit.results.Recorded`."""
-    from .. import results
+    interchangeable. Returns the `pkit.results.Recorded`, or None after one line saying why where this machine
+    cannot measure it (it needs two GPUs) or it is not recorded for `machine`."""
+    from ..studies import measure_or_replay
 
     if study not in STUDIES:
         raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
-    return results.measure_or_replay(f"overlap_{study}", lambda: measure(study, gpus, reps), mode=mode,
-                                     machine=machine, parameters=parameters(gpus, reps))
+    return measure_or_replay(f"overlap_{study}", lambda: measure(study, gpus, reps), mode=mode, machine=machine,
+                             parameters=parameters(gpus, reps) if mode == "measure" else None)
+
+
+def calibration(experiment: str, measure, *, mode: str, machine: str, calibration_machine: str, parameters=None):
+    """A one-GPU experiment the overlap model is calibrated on (the GEMM gate, the interference study): measured
+    here (mode 'measure'), else replayed from `machine` where recorded there, else from `calibration_machine`.
+    Returns the `pkit.results.Recorded` (its provenance says which machine), or None after a line saying why."""
+    from .. import results
+    from ..studies import measure_or_replay
+
+    if mode != "measure" and not results.is_recorded(experiment, machine):
+        machine = calibration_machine
+    return measure_or_replay(experiment, measure, mode=mode, machine=machine, parameters=parameters)
 
 
 def main(argv=None) -> None:

@@ -1,0 +1,389 @@
+"""A model of the overlap schedules: each one's time for AG+GEMM, GEMM+RS and GEMM+AR at any shape and world size.
+
+The model is built from measurements where there are some and says where it assumes:
+
+* **GEMM** (`GemmFit`): time = 2·M·N·K / R + M·N·c, two parameters fitted by least squares to a one-GPU GEMM
+  study (results/<machine>/overlap_gemm: eight shapes per implementation).
+* **Interference** (`Interference`): the GEMM's time grows with the HBM traffic a copy beside it makes,
+  ratio = 1 + a·u + b·u² (u in TB/s), fitted to the interference study's copy points; on g of S SMs its rate is
+  (g/S)^p, p fitted to the SM-partition points (results/<machine>/interference_*).
+* **Links** (`Link`): per-GPU one-way rates by mechanism and NCCL's collective times: measured on 2×H200 (the
+  recorded mechanisms and collectives studies); for other systems the datasheet's NVLink per GPU times the
+  fraction of it that 2×H200 measured (labelled modelled, with the datasheet as source).
+
+A schedule moves B bytes over the link while computing: serial costs T_link + T_gemm; an overlapped schedule
+costs max(T_gemm × slowdown, T_link) plus its pipeline fill (the last chunk's GEMM after the last bytes land,
+or the first chunk before any GEMM can start). `predict` returns each term and which inputs were measured.
+
+Example:
+    >>> fit = GemmFit.from_points("cublas", [(8192, 8192, 8192, 1.40e-3), (8192, 1024, 8192, 0.18e-3),
+    ...                                       (8192, 8192, 256, 0.06e-3), (4096, 4096, 4096, 0.19e-3)])
+    >>> round(fit.tflops(8192, 8192, 8192))
+    761
+    >>> bump = Interference(a=0.05, b=0.02, p=1.0, sms=132)
+    >>> round(bump.time_ratio(800.0), 4), round(bump.time_ratio(0.0), 4)
+    (1.0528, 1.0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+PATTERNS = ("ag_gemm", "gemm_rs", "gemm_ar")
+SCHEDULES = ("serial", "ce_chunks", "ce_flags", "sm_pull", "tma_pull")
+ITEMSIZE = 2  # bf16
+CHUNK_ROWS = 1024  # pkit.ops.overlap.CHUNK_ROWS: rows per copy chunk and ready flag
+NCCL_OPS = {"ag_gemm": "all_gather", "gemm_rs": "reduce_scatter", "gemm_ar": "all_reduce"}
+
+
+@dataclass(frozen=True)
+class GemmFit:
+    """time(M, N, K) = 2·M·N·K·seconds_per_flop + M·N·seconds_per_output, fitted to `points` (M, N, K, seconds)."""
+
+    implementation: str
+    seconds_per_flop: float
+    seconds_per_output: float
+    points: tuple = ()
+
+    @classmethod
+    def from_points(cls, implementation: str, points: Sequence[tuple]) -> "GemmFit":
+        """Least squares on the relative error of each time (each shape weighs alike); needs 3+ points."""
+        pts = [tuple(float(v) for v in p) for p in points]
+        if len(pts) < 3:
+            raise ValueError(f"points: expected at least 3 (M, N, K, seconds) to fit 2 parameters, got {len(pts)}")
+        x = np.array([[2 * m * n * k / t, m * n / t] for m, n, k, t in pts])
+        (a, c), *_ = np.linalg.lstsq(x, np.ones(len(pts)), rcond=None)
+        return cls(implementation, float(a), float(max(c, 0.0)), tuple(pts))
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, implementation: str) -> "GemmFit":
+        """From a recorded gemm study (overlap.gemm_rates: implementation, m, n, k, time_median_us)."""
+        rows = frame[frame["implementation"] == implementation]
+        if rows.empty:
+            raise ValueError(f"implementation: expected one of {sorted(set(frame['implementation']))}, "
+                             f"got {implementation!r}")
+        return cls.from_points(implementation, list(zip(rows["m"], rows["n"], rows["k"],
+                                                        rows["time_median_us"] * 1e-6)))
+
+    def time_s(self, m: int, n: int, k: int) -> float:
+        return 2.0 * m * n * k * self.seconds_per_flop + m * n * self.seconds_per_output
+
+    def tflops(self, m: int, n: int, k: int) -> float:
+        return 2.0 * m * n * k / self.time_s(m, n, k) / 1e12
+
+    def errors(self) -> pd.DataFrame:
+        """Each fitted point: m, n, k, measured_us, model_us, error (model over measured − 1)."""
+        rows = [{"implementation": self.implementation, "m": int(m), "n": int(n), "k": int(k), "measured_us": t * 1e6,
+                 "model_us": self.time_s(m, n, k) * 1e6} for m, n, k, t in self.points]
+        out = pd.DataFrame(rows)
+        return out.assign(error=out["model_us"] / out["measured_us"] - 1)
+
+
+@dataclass(frozen=True)
+class Interference:
+    """A GEMM beside traffic: time ratio 1 + a·u + b·u² at u TB/s of HBM traffic from a copy; on g of `sms` SMs its
+    rate is (g / sms)^p of the all-SM rate."""
+
+    a: float
+    b: float
+    p: float
+    sms: int
+    points: tuple = ()  # (kind, x, measured ratio): 'traffic' (GB/s, time ratio) or 'sms' (GEMM SMs, rate ratio)
+
+    def time_ratio(self, traffic_GBps: float) -> float:
+        u = max(float(traffic_GBps), 0.0) / 1000.0
+        return 1.0 + self.a * u + self.b * u * u
+
+    def rate_on(self, gemm_sms: int) -> float:
+        """The GEMM's rate on `gemm_sms` SMs over its rate on all of them."""
+        return (gemm_sms / self.sms) ** self.p
+
+    @classmethod
+    def from_frames(cls, copies: pd.DataFrame, partition: pd.DataFrame, gemm: str) -> "Interference":
+        """Fit `gemm`'s parameters: (a, b) to every copies row's time ratio (1 / rate_ratio) against
+        hbm_traffic_GBps (3 parameters' worth of points at least), p to the partition's idle rows' rate_ratio
+        against gemm_sms / (gemm_sms + sms_given)."""
+        c = copies[(copies["gemm"] == gemm) & copies["hbm_traffic_GBps"].notna()]
+        idle = partition[(partition["gemm"] == gemm) & (partition["copy"] == "idle")]
+        if len(c) < 3 or len(idle) < 2:
+            raise ValueError(f"copies, partition: expected at least 3 copy points and 2 idle partition points of "
+                             f"{gemm!r}, got {len(c)} and {len(idle)}")
+        u = c["hbm_traffic_GBps"].to_numpy() / 1000.0
+        y = 1.0 / c["rate_ratio"].to_numpy() - 1.0
+        (a, b), *_ = np.linalg.lstsq(np.column_stack([u, u * u]), y, rcond=None)
+        sms = int((idle["gemm_sms"] + idle["sms_given"]).iloc[0])
+        share = np.log(idle["gemm_sms"].to_numpy() / sms)
+        p = float(np.sum(share * np.log(idle["rate_ratio"].to_numpy())) / np.sum(share * share))
+        points = tuple([("traffic", float(x), float(1 / r)) for x, r in zip(c["hbm_traffic_GBps"], c["rate_ratio"])]
+                       + [("sms", float(g), float(r)) for g, r in zip(idle["gemm_sms"], idle["rate_ratio"])])
+        return cls(float(a), float(b), p, sms, points)
+
+    def errors(self) -> pd.DataFrame:
+        """Each fitted point: kind, x (GB/s of traffic, or GEMM SMs), measured, model, error (model / measured − 1);
+        for 'traffic' the time ratio, for 'sms' the rate ratio."""
+        rows = [{"kind": kind, "x": x, "measured": y, "model": self.time_ratio(x) if kind == "traffic" else
+                 self.rate_on(int(x))} for kind, x, y in self.points]
+        out = pd.DataFrame(rows, columns=["kind", "x", "measured", "model"])
+        return out.assign(error=out["model"] / out["measured"] - 1)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One system's links as the model sees them: per-GPU one-way GB/s of the copy engine (`ce_GBps`), of SM pulls
+    on k SMs (`sm_pull`), of TMA pulls (`tma_GBps`), NCCL's time of an op (`nccl_s(op, total_bytes, gpus)`), and
+    where each came from (`source`, `measured`)."""
+
+    name: str
+    gpus: int
+    ce_GBps: float
+    sm_pull: Callable[[int], float]
+    tma_GBps: float
+    nccl_s: Callable[[str, float, int], float]
+    source: str
+    measured: bool
+    gpu: str = "H200"
+    notes: dict = field(default_factory=dict)
+
+
+def _loglog(xs, ys) -> Callable[[float], float]:
+    """Piecewise-linear interpolation in log-log space, flat beyond the ends."""
+    lx, ly = np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float))
+    return lambda x: float(np.exp(np.interp(np.log(x), lx, ly)))
+
+
+def measured_link(collectives: pd.DataFrame, sm_sweep: pd.DataFrame, sizes: pd.DataFrame, provenance: dict) -> Link:
+    """2×H200's links from recorded studies: NCCL's bf16 collective times by size (collectives_pkit_nccl, log-log
+    interpolated), SM and TMA pulls by blocks (mechanisms_sm_sweep), the copy engine at the largest size
+    (mechanisms_size_sweep)."""
+    nccl = collectives[(collectives["implementation"] == "nccl") & (collectives["dtype"] == "bfloat16")]
+    by_op = {op: _loglog(g["bytes"], g["time_median_us"] * 1e-6) for op, g in nccl.groupby("op")}
+    pull = sm_sweep[sm_sweep["mechanism"] == "sm_pull"].sort_values("blocks")
+    sm_pull = lambda k: float(np.interp(k, pull["blocks"], pull["bandwidth_GBps"]))  # noqa: E731
+    tma = float(sm_sweep.loc[sm_sweep["mechanism"] == "tma_pull", "bandwidth_GBps"].max())
+    big = sizes[sizes["bytes"] == sizes["bytes"].max()]
+    ce = float(big.loc[big["mechanism"] == "ce", "bandwidth_GBps"].iloc[0])
+    gpus = int(provenance.get("gpu_count") or 2)
+
+    def nccl_s(op: str, total_bytes: float, n: int) -> float:
+        if n != gpus:
+            raise ValueError(f"gpus: NCCL was measured at {gpus} GPUs, got {n}")
+        return by_op[op](total_bytes)
+
+    return Link(f"{gpus}×H200, NV18 (measured)", gpus, ce, sm_pull, tma, nccl_s,
+                f"results/{provenance.get('machine')}: collectives_pkit_nccl, mechanisms_sm_sweep, "
+                "mechanisms_size_sweep", True)
+
+
+def modelled_link(measured: Link, gpus: int, gpu: str = "H200", nvlink_GBps: float | None = None) -> Link:
+    """A `gpus`-GPU NVSwitch system of `gpu`s (per-GPU NVLink one way from the datasheet, or `nvlink_GBps`): every
+    measured rate of `measured` scaled by the datasheet ratio, and NCCL's time at W GPUs from its measured 2-GPU
+    bus bandwidth at the same per-GPU bytes (ring algorithms: bus bytes (W−1)/W of the total per GPU)."""
+    from ..hardware import GPUS
+
+    ref = GPUS[measured.gpu].nvlink_gbps_per_direction
+    one_way = nvlink_GBps or GPUS[gpu].nvlink_gbps_per_direction
+    scale = one_way / ref
+    factor = {"all_gather": 1.0, "reduce_scatter": 1.0, "all_reduce": 2.0}
+
+    def nccl_s(op: str, total_bytes: float, n: int) -> float:
+        # busbw at the measured world size, at the size with the same bytes per GPU, scaled to this link
+        two = measured.gpus
+        t2 = measured.nccl_s(op, total_bytes * two / n, two)
+        bus2 = factor[op] * (two - 1) / two * total_bytes * two / n / t2
+        return factor[op] * (n - 1) / n * total_bytes / (bus2 * scale)
+
+    return Link(f"{gpus}×{gpu}, NVSwitch (modelled)", gpus, measured.ce_GBps * scale,
+                lambda k: measured.sm_pull(k) * scale, measured.tma_GBps * scale, nccl_s,
+                f"datasheet NVLink {one_way:.0f} GB/s one way per GPU (pkit.hardware), rates scaled from "
+                f"{measured.name}", False, gpu)
+
+
+def _link_bytes(pattern: str, m: int, k: int, n: int, gpus: int) -> tuple[float, float]:
+    """(bytes each GPU receives over its link, total bytes of the NCCL collective) for one call of `pattern`."""
+    if pattern == "ag_gemm":
+        total = m * k * ITEMSIZE
+        return total * (gpus - 1) / gpus, total
+    total = m * n * ITEMSIZE
+    per_gpu = total * (gpus - 1) / gpus
+    return (per_gpu if pattern == "gemm_rs" else 2 * per_gpu), total
+
+
+def _gemm_shape(pattern: str, m: int, k: int, n: int, gpus: int) -> tuple[int, int, int]:
+    """Each GPU's GEMM (M, N, K): AG+GEMM all M rows by its N_local (n); GEMM+RS/AR its K/W slice of K (k total)."""
+    return (m, n, k) if pattern == "ag_gemm" else (m, n, k // gpus)
+
+
+def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gemm: GemmFit,
+            interference: Interference, comm_sms: int = 16, chunk_rows: int = CHUNK_ROWS) -> dict:
+    """One schedule's modelled time per call, with its terms: gemm_us (alone), link_us (the bytes at the
+    schedule's mechanism), slowdown (the GEMM's time ratio beside that traffic), fill_us, time_us; and what was
+    measured and what assumed (`inputs`)."""
+    if pattern not in PATTERNS or schedule not in SCHEDULES:
+        raise ValueError(f"pattern, schedule: expected one of {PATTERNS} and {SCHEDULES}, got {pattern!r}, "
+                         f"{schedule!r}")
+    gpus = link.gpus
+    gm, gn, gk = _gemm_shape(pattern, m, k, n, gpus)
+    t_gemm = gemm.time_s(gm, gn, gk)
+    recv, total = _link_bytes(pattern, m, k, n, gpus)
+    chunks = max(1, m // (gpus * chunk_rows)) if pattern == "ag_gemm" else max(1, m // chunk_rows)
+    if schedule == "serial":
+        t_link, slow, fill = link.nccl_s(NCCL_OPS[pattern], total, gpus), 1.0, 0.0
+        time = t_gemm + t_link
+    else:
+        rate = {"ce_chunks": link.ce_GBps, "ce_flags": link.ce_GBps, "sm_pull": link.sm_pull(comm_sms),
+                "tma_pull": link.tma_GBps}[schedule]
+        t_link = recv / (rate * 1e9)
+        slow = interference.time_ratio(2 * rate)  # HBM serves what arrives and what leaves
+        if schedule == "sm_pull":
+            slow /= interference.rate_on(interference.sms - comm_sms)
+        compute = t_gemm * slow
+        fill = compute / (chunks * (gpus - 1) + 1) if pattern == "ag_gemm" else compute / chunks
+        time = max(compute, t_link) + fill
+    inputs = {"gemm": f"measured one-GPU {gemm.implementation} rates, fitted",
+              "interference": "measured on one GPU, fitted", "link": link.source,
+              "link_measured": link.measured}
+    return {"pattern": pattern, "schedule": schedule, "gpus": gpus, "m": m, "k": k, "n": n,
+            "comm_sms": comm_sms if schedule == "sm_pull" else 0, "gemm_us": t_gemm * 1e6, "link_us": t_link * 1e6,
+            "slowdown": slow, "fill_us": fill * 1e6, "time_us": time * 1e6, "system": link.name,
+            "measured_link": link.measured, "inputs": inputs}
+
+
+def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = (256, 512, 1024, 2048, 4096, 8192, 16384),
+           m: int = 8192, k: int = 8192, patterns: Sequence[str] = PATTERNS) -> pd.DataFrame:
+    """`predict` for every pattern and schedule over `inner` (N_local for AG+GEMM; K_local for GEMM+RS/AR, so
+    k = K_local × GPUs), with the overlap bound of each shape (pkit.roofline, H200 datasheet) and the fraction of it
+    each schedule reaches. `gemms`/`interference`: by implementation; the serial and ce_chunks schedules use
+    cuBLAS, the fused ones pkit's GEMM."""
+    from ..roofline import PATTERNS as COSTS, Ceilings, floor
+
+    rows = []
+    for pattern in patterns:
+        for x in inner:
+            kk, nn = (k, x) if pattern == "ag_gemm" else (x * link.gpus, 8192)
+            bound = floor(COSTS[pattern](m, kk, nn, link.gpus), Ceilings.datasheet(), "bfloat16").time_s * 1e6
+            for schedule in SCHEDULES:
+                impl = "cublas" if schedule in ("serial", "ce_chunks") else "pkit_gemm"
+                row = predict(pattern, schedule, m, kk, nn, link, gemms[impl], interference[impl])
+                row.pop("inputs")
+                rows.append({**row, "inner": x, "bound_us": bound, "fraction_of_bound": bound / row["time_us"]})
+    return pd.DataFrame(rows)
+
+
+def beside_measured(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Measured overlap points (overlap.sweep rows: pattern, schedule, gpus, m, k, n, time_median_us) with the
+    model's time for the same pattern, schedule and shape, and error (model / measured − 1)."""
+    key = ["pattern", "schedule", "gpus", "m", "k", "n"]
+    merged = measured.merge(predicted[key + ["time_us"]], on=key, how="inner")
+    return merged.assign(model_us=merged["time_us"],
+                         error=merged["time_us"] / merged["time_median_us"] - 1).drop(columns="time_us")
+
+
+def serial_check(link: Link, gemm: GemmFit, gemm_frame: pd.DataFrame, m: int = 8192, k: int = 8192) -> pd.DataFrame:
+    """The serial AG+GEMM schedule's modelled time against the sum of the recorded pieces it is made of: NCCL's
+    all-gather of M×K bf16 (the link's recorded NCCL times, log-log between the recorded sizes around it) plus the
+    recorded GEMM (overlap_gemm, the same implementation) at every recorded N_local with this M and K;
+    error = model / sum − 1. What differs is the GEMM: fitted in the model, measured in the sum."""
+    t_nccl = link.nccl_s("all_gather", m * k * ITEMSIZE, link.gpus) * 1e6
+    rows = []
+    shapes = gemm_frame[(gemm_frame["implementation"] == gemm.implementation) & (gemm_frame["m"] == m)
+                        & (gemm_frame["k"] == k)]
+    for _, g in shapes.iterrows():
+        model = predict("ag_gemm", "serial", m, k, int(g["n"]), link, gemm,
+                        Interference(0.0, 0.0, 1.0, 132))["time_us"]
+        summed = t_nccl + float(g["time_median_us"])
+        rows.append({"n": int(g["n"]), "nccl_us": t_nccl, "gemm_us": float(g["time_median_us"]),
+                     "recorded_sum_us": summed, "model_us": model, "error": model / summed - 1})
+    return pd.DataFrame(rows)
+
+
+def partition_traffic(partition: pd.DataFrame) -> pd.DataFrame:
+    """The partition rows with a copy running, as the copies rows read: the GEMM's rate beside the copy over its
+    rate on the same SMs idle (`rate_ratio` rescaled), against the HBM traffic the copy made. Columns: gemm, engine,
+    sms_given, hbm_traffic_GBps, rate_ratio."""
+    idle = partition[partition["copy"] == "idle"].set_index(["gemm", "m", "n", "k", "sms_given"])["rate_ratio"]
+    running = partition[partition["copy"] != "idle"]
+    ratio = [r / idle[(g, m, n, k, s)] for r, g, m, n, k, s in
+             zip(running["rate_ratio"], running["gemm"], running["m"], running["n"], running["k"], running["sms_given"])]
+    return running.assign(rate_ratio=ratio)[["gemm", "engine", "sms_given", "hbm_traffic_GBps", "rate_ratio"]]
+
+
+def draw_interference(copies: pd.DataFrame, partition: pd.DataFrame, fits: dict):
+    """GEMM rate beside a copy over its rate alone, against the HBM traffic the copy made: copy-engine copies within
+    the GPU (paced) and from and to the host, SM and TMA copies on the SMs the GEMM gave up (over the GEMM on the
+    same SMs idle, where the partition was measured), one panel per GEMM, the fitted curve drawn. A Figure."""
+    from .. import figures
+
+    gemms = list(fits)
+    fig, axes = figures.subplots(1, len(gemms), figsize=(5.6 * len(gemms), 4.3), sharey=True, squeeze=False)
+    styles = {"ce": ("o", figures.ORANGE), "sm": ("s", figures.BLUE), "tma": ("^", figures.GREEN)}
+    moved = partition_traffic(partition) if len(partition) else partition
+    for ax, gemm in zip(axes[0], gemms):
+        own = copies[copies["gemm"] == gemm]
+        for host, part in own.groupby(own["route"].str.contains("CPU")):
+            ax.errorbar(part["hbm_traffic_GBps"], part["rate_ratio"],
+                        yerr=[part["rate_ratio"] - part["rate_ratio_q1"], part["rate_ratio_q3"] - part["rate_ratio"]],
+                        fmt="D" if host else "o", color=figures.PURPLE if host else figures.ORANGE, capsize=2,
+                        label="copy engine, host ↔ GPU" if host else "copy engine, within the GPU (paced)")
+        for engine, part in (moved[moved["gemm"] == gemm].groupby("engine") if len(moved) else []):
+            marker, color = styles[engine]
+            ax.plot(part["hbm_traffic_GBps"], part["rate_ratio"], marker, color=color, ls="none",
+                    label=f"{figures.label(engine)} copy on the SMs given up")
+        x = np.linspace(0, max(1.0, float(own["hbm_traffic_GBps"].max())), 100)
+        ax.plot(x, [1 / fits[gemm].time_ratio(v) for v in x], color="0.3", lw=1, label="fit: 1 / (1 + a·u + b·u²)")
+        ax.set(title=figures.label(gemm), xlabel="HBM traffic of the copy (GB/s, reads + writes)")
+        ax.legend(fontsize=7.5, loc="lower left")
+    axes[0][0].set_ylabel("GEMM rate beside the copy / alone")
+    return fig
+
+
+def draw_partition(partition: pd.DataFrame, fits: dict):
+    """GEMM rate on the SMs left over its all-SM rate, against SMs given to a copy: idle and running, one line per
+    GEMM and state, the fitted (g/S)^p curves dashed. A Figure."""
+    from .. import figures
+
+    fig, ax = figures.subplots()
+    colors = figures.colors_for(list(fits))
+    for (gemm, copy), part in partition.groupby(["gemm", "copy"]):
+        part = part.sort_values("sms_given")
+        ax.plot(part["sms_given"], part["rate_ratio"], marker={"idle": "o", "sm": "s", "tma": "^"}[copy],
+                ls={"idle": "-", "sm": ":", "tma": "-."}[copy], color=colors[gemm],
+                label=f"{figures.label(gemm)}, {'SMs idle' if copy == 'idle' else figures.label(copy) + ' copy on them'}")
+    for gemm, fit in fits.items():
+        k = np.arange(0, int(partition["sms_given"].max()) + 1)
+        ax.plot(k, [fit.rate_on(fit.sms - v) for v in k], color=colors[gemm], lw=0.8, ls="--")
+    ax.set(xlabel="SMs given to communication (of all the GPU's)", ylabel="GEMM rate / its rate on every SM")
+    ax.legend(fontsize=7.5)
+    return fig
+
+
+def draw_curves(frames: dict, measured: pd.DataFrame | None = None):
+    """The model's fraction of the overlap bound per schedule against the swept size, one column per pattern, one
+    row per system (`frames`: name → `curves` frame); measured points (`beside_measured` rows) drawn where given.
+    A Figure."""
+    from .. import figures
+
+    names = list(frames)
+    fig, axes = figures.subplots(len(names), len(PATTERNS), figsize=(4.4 * len(PATTERNS), 3.4 * len(names)),
+                                 sharey=True, squeeze=False)
+    colors = figures.colors_for(list(SCHEDULES))
+    for row, name in zip(axes, names):
+        frame = frames[name]
+        for ax, pattern in zip(row, PATTERNS):
+            for schedule, part in frame[frame["pattern"] == pattern].groupby("schedule", sort=False):
+                ax.plot(part["inner"], part["fraction_of_bound"], color=colors[schedule], ls="--" if schedule ==
+                        "serial" else "-", lw=1.2, label=figures.label(schedule))
+            if measured is not None and len(measured):
+                pts = measured[(measured["pattern"] == pattern) & (measured["gpus"] == frame["gpus"].iloc[0])]
+                for schedule, part in pts.groupby("schedule"):
+                    ax.plot(part["inner"], part["fraction_of_bound"], "o", color=colors.get(schedule, "0.3"), ms=5,
+                            mec="black", mew=0.5)
+            ax.set(xscale="log", title=f"{figures.label(pattern)}, {name}", ylim=(0, 1.05))
+            ax.title.set_fontsize(9)
+            ax.set_xlabel("N_local" if pattern == "ag_gemm" else "K_local")
+    for row in axes:
+        row[0].set_ylabel("bound / time (1 = at the bound)")
+    axes[0][0].legend(fontsize=7.5, loc="lower right")
+    return fig

@@ -1,0 +1,115 @@
+"""The interference study (a GEMM beside copies on one GPU) and the overlap model calibrated on it."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from pkit import results
+from pkit.experiments import interference as I
+from pkit.experiments import overlap_model as M
+
+ROOT = results.REPO_ROOT
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: I.copies(device=5), r"device: expected a GPU id in \[0, "),
+    (lambda: I._shapes([(8192, 1001, 8192)]), "shapes: expected .* N a multiple of 8"),
+    (lambda: I._shapes([]), "shapes: expected"),
+])
+def test_bad_arguments_name_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_paced_chunks_keep_the_host_thread_at_a_pace_it_can_hold():
+    for rate in (50e9, 100e9, 400e9, 1200e9):
+        n = I.chunk_bytes(rate)
+        assert n % 16 == 0 and n >= 16 << 20 and n / rate >= I.PERIOD_S * 0.999
+    assert I.Traffic("ce", "GPU0 → GPU0").chunk == 256 << 20 and I.Traffic("ce", "CPU → GPU0").chunk == 16 << 20
+
+
+def _copies_frame(a: float, b: float, rng) -> pd.DataFrame:
+    """Copies rows whose time ratios follow 1 + a·u + b·u² exactly (u in TB/s)."""
+    traffic = np.array([200.0, 400.0, 800.0, 1600.0, 2400.0, 50.0])
+    ratio = 1 / (1 + a * traffic / 1000 + b * (traffic / 1000) ** 2)
+    return pd.DataFrame({"gemm": "cublas", "hbm_traffic_GBps": traffic, "rate_ratio": ratio})
+
+
+def _partition_frame(p: float) -> pd.DataFrame:
+    given = np.array([2, 4, 8, 16, 32])
+    return pd.DataFrame({"gemm": "cublas", "copy": "idle", "sms_given": given, "gemm_sms": 132 - given,
+                         "rate_ratio": ((132 - given) / 132) ** p, "m": 8192, "n": 8192, "k": 8192})
+
+
+def test_the_interference_fit_recovers_the_curve_it_was_made_from():
+    rng = np.random.default_rng()
+    a, b, p = rng.uniform(0.01, 0.3), rng.uniform(0.0, 0.1), rng.uniform(0.8, 1.3)
+    fit = M.Interference.from_frames(_copies_frame(a, b, rng), _partition_frame(p), "cublas")
+    assert fit.a == pytest.approx(a, rel=1e-6) and fit.b == pytest.approx(b, rel=1e-6, abs=1e-9)
+    assert fit.p == pytest.approx(p, rel=1e-6) and fit.sms == 132
+    assert fit.errors()["error"].abs().max() < 1e-9
+    with pytest.raises(ValueError, match="copies, partition: expected at least 3 copy points"):
+        M.Interference.from_frames(_copies_frame(a, b, rng).head(2), _partition_frame(p), "cublas")
+
+
+def test_the_gemm_fit_uses_two_parameters_for_every_recorded_shape():
+    frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
+    for gemm in ("pkit_gemm", "cublas"):
+        fit = M.GemmFit.from_frame(frame, gemm)
+        errors = fit.errors()
+        assert len(errors) == (frame["implementation"] == gemm).sum() > 2
+        assert errors["error"].abs().max() < 0.1, errors  # two parameters for eight shapes: no shape fits exactly
+    with pytest.raises(ValueError, match="points: expected at least 3"):
+        M.GemmFit.from_points("x", [(1, 8, 1, 1e-6)] * 2)
+
+
+@pytest.fixture(scope="module")
+def two_gpu_link():
+    load = lambda e: results.load(e, "h200x2-nv18", root=ROOT / "results")  # noqa: E731
+    c = load("collectives_pkit_nccl")
+    return M.measured_link(c.frame, load("mechanisms_sm_sweep").frame, load("mechanisms_size_sweep").frame,
+                           c.provenance)
+
+
+def test_serial_predictions_add_up_the_recorded_pieces(two_gpu_link):
+    frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
+    check = M.serial_check(two_gpu_link, M.GemmFit.from_frame(frame, "cublas"), frame)
+    assert len(check) >= 4 and (check["model_us"] > 0).all()
+    assert check["error"].abs().max() < 0.06, check  # the GEMM fit's error, diluted by the all-gather
+
+
+def test_schedules_stay_above_the_bound_and_those_taking_no_sms_beat_serial(two_gpu_link):
+    frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
+    gemms = {g: M.GemmFit.from_frame(frame, g) for g in ("pkit_gemm", "cublas")}
+    quiet = {g: M.Interference(0.05, 0.01, 1.0, 132) for g in gemms}
+    for link in (two_gpu_link, M.modelled_link(two_gpu_link, 8)):
+        curves = M.curves(link, gemms, quiet, inner=(1024, 4096))
+        assert set(curves["schedule"]) == set(M.SCHEDULES) and set(curves["pattern"]) == set(M.PATTERNS)
+        assert (curves["fraction_of_bound"] <= 1.0 + 1e-9).all()
+        serial = curves[curves["schedule"] == "serial"].set_index(["pattern", "inner"])["time_us"]
+        for row in curves[curves["schedule"].isin(["ce_chunks", "ce_flags", "tma_pull"])].itertuples():
+            assert row.time_us < serial[(row.pattern, row.inner)], row  # no SMs taken: overlap only gains
+        # sm_pull gives the GEMM's SMs away: where the GEMM dominates it may lose to serial, never beat the bound
+    eight = M.modelled_link(two_gpu_link, 8)
+    assert not eight.measured and "datasheet" in eight.source and eight.gpus == 8
+    with pytest.raises(ValueError, match="gpus: NCCL was measured at 2 GPUs"):
+        two_gpu_link.nccl_s("all_gather", 1 << 20, 8)
+
+
+@pytest.mark.gpu
+def test_interference_points_on_the_gpu_are_checked_and_the_throttle_holds(monkeypatch):
+    """A small run of both parts: every GEMM output and copy verified, a paced copy alone within 10% of its target,
+    a GEMM beside nothing as fast as alone, SM copies on the SMs given up move bytes."""
+    monkeypatch.setattr(I, "WINDOW_MS", 8.0)
+    copies = I.copies(shapes=[(4096, 4096, 4096)], rates_GBps=(200.0, None), rounds=2)
+    print(copies.round(3).to_string())
+    assert copies["verified"].all() and len(copies) == 2 * (2 + len(I.HOST_ROUTES))
+    held = I.throttle_check(copies)
+    assert ((held["held_alone"] - 1).abs() <= 0.10).all(), held
+    free = copies[copies["target_GBps"].isna() & ~copies["route"].str.contains("CPU")]
+    assert (free["copy_alone_GBps"] > 1000).all() and (free["rate_ratio"] < 1.0).all()
+    part = I.partition(shapes=[(4096, 4096, 4096)], sms_given=(16,), rounds=2)
+    print(part.round(3).to_string())
+    assert part["verified"].all() and set(part["copy"]) == {"idle", "sm", "tma"}
+    pkit_rows = part[(part["gemm"] == "pkit_gemm") & (part["copy"] != "idle")]
+    assert (pkit_rows["copy_beside_GBps"] > 50).all()
+    assert (part["rate_ratio"] < 1.02).all()  # 116 SMs are not faster than 132
