@@ -33,12 +33,15 @@ def baselines(*, size: str = "large", dtype: str | None = None, world_size: int 
               warmup: int = 25, iters: int = 100, timeout_s: float = 600.0, device: str = "auto",
               machine: str | None = None, out: str | Path | None = None, experiment: str = "baselines",
               log: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Time each problem's reference (`names`, default all) and record the table through pkit.results.record.
+    """Time each problem's reference (`names`, default all) and record the table through pkit.results.record
+    (unless `may_record` says no: then it is only returned, and a line says why).
 
     `out` also keeps the full JSONL records (default: they are not kept).
-    Returns the recorded frame, one row per problem, times in milliseconds.
+    Returns the frame, one row per problem, times in milliseconds.
     """
     from .. import results
+
+    keep = may_record()
 
     problems = select(discover(problems_root), names)
     options = EvalOptions(world_size=world_size, size=size, dtype=dtype, trials=trials, perf=True, warmup=warmup,
@@ -50,8 +53,26 @@ def baselines(*, size: str = "large", dtype: str | None = None, world_size: int 
         records = evaluate(pairs, options, out or Path(scratch) / "baselines.jsonl",
                            provenance=results.provenance(parameters), log=log)
     frame = baseline_frame(records)
-    results.record(experiment, frame, parameters, machine=machine)
+    if keep:
+        results.record(experiment, frame, parameters, machine=machine)
+    else:
+        (log or print)(f"{experiment}: not recorded: this machine has no GPU, and the repository's results/ "
+                       "holds GPU machines' runs only (set PKIT_RESULTS to a folder of your own to keep it)")
     return frame
+
+
+def may_record() -> bool:
+    """Whether `baselines` may record here: always on a machine with GPUs; on one without (slug 'cpu') only
+    outside the repository's results/, i.e. with $PKIT_RESULTS naming another folder, as the tests do.
+
+    >>> import os; from pkit import results                                    # doctest: +SKIP
+    >>> results.machine_slug(), "PKIT_RESULTS" in os.environ, may_record()     # doctest: +SKIP
+    ('cpu', False, False)
+    """
+    from .. import results
+
+    return (results.machine_slug() != "cpu"
+            or results.results_root().resolve() != (results.REPO_ROOT / "results").resolve())
 
 
 def baseline_frame(records: Iterable[dict]) -> pd.DataFrame:

@@ -1,7 +1,9 @@
 """`pkit eval` and `pkit problems`: the harness's command line (docs/harness.md).
 
 `register(subparsers)` adds both subcommands to pkit's argparse parser; `main(argv)` runs them standalone
-(`python -m pkit.harness.cli eval ...`). Each command returns an exit code: 0 done, 2 bad arguments.
+(`python -m pkit.harness.cli eval ...`). Each command returns an exit code: 0 done, 2 bad arguments or a run
+that would select nothing. Every argument is checked before any worker starts, and a bad one is one line on
+stderr naming the option, what was expected and what was given (`--atol: expected a number >= 0, got -1`).
 
 Example:
     $ pkit problems --world-size 2
@@ -12,17 +14,27 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
+import numbers
+import os
+import re
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import PkitError
 from ..studies import FIGURES_MACHINE
 from . import pkb, solutions
 from .contain import Interrupted
-from .problems import cost_table, default_root, discover, select
+from .problem import Problem, describe_sizes
+from .problems import cost_table, default_root, discover, narrow, not_problems, select
 from .records import status_counts
-from .runner import EvalOptions, evaluate, reference_candidate
+from .runner import EvalOptions, by_problem, evaluate, pick_device, reference_candidate, unsupported
+
+TABLE_WIDTH = 120
+"""Characters per line the default `pkit problems` table fits (`--wide`: every column, whatever the width)."""
+SHOWN = 3
+"""How many names a one-line message lists before '... (N in all)'."""
 
 
 def register(subparsers) -> None:
@@ -57,6 +69,11 @@ def register(subparsers) -> None:
     ev.add_argument("--baselines", action="store_true",
                     help="time every problem's reference and record results/<machine>/baselines.csv")
     ev.add_argument("--machine", default=None, help="machine slug for --baselines (default: this machine's)")
+    ev.add_argument("--force", action="store_true",
+                    help="run --baselines or --size large on a machine without GPUs (refused otherwise: CPU times "
+                         "of large inputs take minutes per problem)")
+    ev.add_argument("--dry-run", action="store_true",
+                    help="check the arguments and list what would run, starting no worker")
     ev.set_defaults(func=run_eval)
 
     pr = subparsers.add_parser("problems", help="list problems with category and cost model",
@@ -68,6 +85,9 @@ def register(subparsers) -> None:
     pr.add_argument("--machine", default=FIGURES_MACHINE,
                     help="whose measured ceilings (results/<machine>/ceilings.csv) give the measured roofline "
                          f"(default {FIGURES_MACHINE})")
+    pr.add_argument("--wide", action="store_true",
+                    help=f"the table with every column (default: fits {TABLE_WIDTH} characters: repeated and empty "
+                         "columns left out, what every row shares said once under it)")
     pr.set_defaults(func=run_problems)
 
 
@@ -83,54 +103,232 @@ def _problem_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ceilings", default="H200", help="GPU whose datasheet gives the roofline (default H200)")
 
 
-def _problems(args):
+def option_name(field: str) -> str:
+    """The command-line option of an `EvalOptions` field, for messages.
+
+    >>> option_name("timeout_s"), option_name("world_size")
+    ('--timeout', '--world-size')
+    """
+    return "--timeout" if field == "timeout_s" else "--" + field.replace("_", "-")
+
+
+def listed(names: list[str]) -> str:
+    """`names` joined for a one-line message: the first `SHOWN`, then how many in all.
+
+    >>> listed(["a", "b"]), listed(["a", "b", "c", "d", "e"])
+    ('a, b', 'a, b, c, ... (5 in all)')
+    """
+    return ", ".join(names) if len(names) <= SHOWN else ", ".join(names[:SHOWN]) + f", ... ({len(names)} in all)"
+
+
+def _note(command: str, line: str) -> None:
+    print(f"pkit {command}: {line}", file=sys.stderr, flush=True)
+
+
+def _problems(args, command: str) -> tuple[list[Problem], list[Problem]]:
+    """(every problem found, the ones `--problems` selects); ValueError naming the option when there are none."""
     if args.pkb_root is not None and args.problems_root is not None:
         raise ValueError("--pkb-root and --problems-root: give one of them, not both")
-    found = pkb.discover(args.pkb_root) if args.pkb_root is not None else discover(args.problems_root)
-    return found, select(found, args.problems)
+    if args.pkb_root is not None:
+        found = pkb.discover(args.pkb_root)
+    else:
+        root = args.problems_root or default_root()
+        found = discover(root)
+        if not found:
+            raise ValueError(f"--problems-root: expected a folder of <NN>_<name>/problem.py, got {root} (none there)")
+        others = not_problems(root)
+        if others:
+            _note(command, f"{len(others)} folder(s) under {root} hold no problem.py and are not problems: "
+                           f"{listed([d.name for d in others])}")
+    return found, select(found, args.problems, "--problems")
+
+
+def check_dtype(problems: list[Problem], dtype: str | None) -> None:
+    """ValueError naming --dtype unless `dtype` (None: each problem's first) is one of a problem's dtypes."""
+    dtypes = list(dict.fromkeys(d for p in problems for d in p.dtypes))
+    if dtype is not None and dtype not in dtypes:
+        raise ValueError(f"--dtype: expected a dtype of the selected problems ({', '.join(dtypes)}), got {dtype!r}")
+
+
+def check_sizes(problems: list[Problem], sizes: list[str] | None) -> None:
+    """ValueError naming --sizes unless each of `sizes` is a size of some selected problem."""
+    unknown = [s for s in sizes or () if not any(p.has_size(s) for p in problems)]
+    if unknown:
+        raise ValueError(f"--sizes: expected sizes of the selected problems ({describe_sizes(problems)}), "
+                         f"got {', '.join(unknown)}")
 
 
 def run_problems(args) -> int:
     """`pkit problems`: print the cost table."""
     try:
-        _, chosen = _problems(args)
+        EvalOptions(world_size=args.world_size, ceilings=args.ceilings).validate(option_name)
+        _, chosen = _problems(args, "problems")
+        check_dtype(chosen, args.dtype)
+        check_sizes(chosen, args.sizes)
         table = cost_table(chosen, args.world_size, args.dtype, args.sizes, args.ceilings, machine=args.machine)
     except (ValueError, PkitError) as e:
-        print(f"pkit problems: error: {e}", file=sys.stderr)
-        return 2
+        return _error("problems", e)
     if args.format == "csv":
         print(table.to_csv(index=False), end="")
     elif args.format == "json":
         print(table.to_json(orient="records", indent=1))
-    else:
+    elif args.wide:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    else:
+        shown, notes = narrow(table)
+        print(text_table(shown))
+        print("\n".join(f"every row's {note}" for note in notes))
     return 0
+
+
+def text_table(frame) -> str:
+    """`frame` as aligned text for a terminal: each column's name split at its first '_' over two header lines
+    (`roofline` over `time_ms`), numbers to 3 significant digits right-aligned, text left-aligned, one space
+    between columns, no trailing blanks.
+
+    >>> import pandas as pd
+    >>> print(text_table(pd.DataFrame({"problem": ["01_a"], "link_bytes": [134217728], "bound": ["link"]})))
+               link
+    problem   bytes bound
+    01_a    1.34e+8 link
+    """
+    import pandas as pd
+
+    heads = [name.split("_", 1) if "_" in name else ["", name] for name in frame.columns]
+    cells = [[_cell(v) for v in frame[c]] for c in frame.columns]
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
+               for c in frame.columns]
+    widths = [max(len(head[0]), len(head[1]), *map(len, column)) for head, column in zip(heads, cells)]
+
+    def line(row) -> str:
+        return " ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(row, widths, numeric)).rstrip()
+
+    return "\n".join([line([h[0] for h in heads]), line([h[1] for h in heads]), *map(line, zip(*cells))])
+
+
+def _cell(value) -> str:
+    """One cell of `text_table`: '' for a missing value, whole numbers below 10^5 as they are, other numbers in 3
+    significant digits with unpadded exponents.
+
+    >>> _cell(2048), _cell(33554432), _cell(1.82e-05), _cell(float("nan"))
+    ('2048', '3.36e+7', '1.82e-5', '')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if math.isfinite(value) and value == int(value) and abs(value) < 1e5:
+            return str(int(value))
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{value:.3g}")
+    return str(value)
+
+
+@dataclass
+class EvalPlan:
+    """What `pkit eval` would run, every argument checked: options, the problems that run under them, the
+    (problem, candidate) pairs (none for --baselines), the size name and the device."""
+
+    options: EvalOptions
+    problems: list[Problem]
+    pairs: list
+    size: str
+    device: str
+
+
+def plan_eval(args) -> EvalPlan:
+    """Check every argument of `pkit eval` and find its candidates, starting nothing (ValueError or PkitError
+    naming the first bad option)."""
+    options = EvalOptions(world_size=args.world_size, size=args.size, dtype=args.dtype, trials=args.trials,
+                          seed=args.seed, perf=args.perf, warmup=args.warmup, iters=args.iters,
+                          timeout_s=args.timeout, atol=args.atol, rtol=args.rtol, device=args.device,
+                          ceilings=args.ceilings)
+    options.validate(option_name)
+    if args.baselines and args.pkb_root is not None:
+        raise ValueError("--baselines: records pkit problems only; drop --pkb-root")
+    if args.out is None and not args.baselines:
+        raise ValueError("--out: expected a JSONL file to write, got none (e.g. --out runs/run.jsonl; or pass "
+                         "--baselines)")
+    if args.out is not None:
+        check_out(args.out)
+    found, chosen = _problems(args, "eval")
+    problems = runnable(chosen, options)
+    size = "large" if args.baselines and args.size == "auto" else args.size
+    check_size(problems, size)
+    check_machine(args, size)
+    device = pick_device(options.device, options.world_size)
+    pairs = [] if args.baselines else _pairs(args, found, problems)
+    return EvalPlan(options, problems, pairs, size, device)
+
+
+def check_out(path: Path) -> None:
+    """ValueError naming --out unless a file can be written at `path`: not a folder, no file where a folder of
+    its path should be, and the nearest existing folder writable."""
+    if path.is_dir():
+        raise ValueError(f"--out: expected a file to write, got {path}, a folder (e.g. --out {path / 'run.jsonl'})")
+    existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--out: expected a path under folders, got {path}: {existing} is a file")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"--out: expected a path this user can write, got {path}: {existing} is not writable")
+
+
+def runnable(problems: list[Problem], options: EvalOptions) -> list[Problem]:
+    """The `problems` that run at `options`' world size and dtype (one line names the others); ValueError
+    naming --world-size or --dtype when none does."""
+    at_size = [p for p in problems if not p.world_sizes or options.world_size in p.world_sizes]
+    if not at_size:
+        sizes = sorted({w for p in problems for w in p.world_sizes})
+        raise ValueError(f"--world-size: expected a world size the selected problems run at "
+                         f"({', '.join(map(str, sizes))}), got {options.world_size}")
+    check_dtype(at_size, options.dtype)
+    skipped = [f"{p.name} ({unsupported(p, options)})" for p in problems if unsupported(p, options)]
+    if skipped:
+        _note("eval", f"skipping {listed(skipped)}")
+    return [p for p in problems if not unsupported(p, options)]
+
+
+def check_size(problems: list[Problem], size: str) -> None:
+    """ValueError naming --size unless every problem has `size` ('auto' always passes)."""
+    lacking = [p for p in problems if size != "auto" and not p.has_size(size)]
+    if lacking:
+        raise ValueError(f"--size: expected a size of every selected problem ({describe_sizes(lacking)}), got "
+                         f"{size!r}" + (f"; {listed([p.name for p in lacking])} lack it" if lacking != problems else ""))
+
+
+def gpu_count() -> int:
+    """The CUDA GPUs this process sees (NVML; 0 without a driver)."""
+    from ..gpus import devices
+
+    return len(devices())
+
+
+def check_machine(args, size: str) -> None:
+    """Refuse --baselines and --size large on a machine without GPUs unless --force: CPU times of large
+    inputs take minutes per problem and measure nothing a GPU study needs."""
+    if args.force or gpu_count() > 0:
+        return
+    if args.baselines:
+        raise ValueError("--baselines: expected a machine with GPUs, got none here: CPU reference times take "
+                         "minutes per problem and would not be a GPU machine's; run it on one, or pass --force "
+                         "(then the table is printed, not recorded in the repository's results/)")
+    if size == "large":
+        raise ValueError("--size: expected tiny on a machine without GPUs, got 'large' (minutes per candidate on "
+                         "the CPU); drop --size (auto is tiny here), or pass --force to run it anyway")
 
 
 def run_eval(args) -> int:
     """`pkit eval`: evaluate candidates (or, with --baselines, record reference times)."""
     try:
-        options = EvalOptions(world_size=args.world_size, size=args.size, dtype=args.dtype, trials=args.trials,
-                              seed=args.seed, perf=args.perf, warmup=args.warmup, iters=args.iters,
-                              timeout_s=args.timeout, atol=args.atol, rtol=args.rtol, device=args.device,
-                              ceilings=args.ceilings)
-        options.validate()
+        plan = plan_eval(args)
+        if args.dry_run:
+            return _dry_run(args, plan)
         if args.baselines:
-            return _run_baselines(args, options)
-        if args.out is None:
-            raise ValueError("--out: a JSONL file to write is required (or pass --baselines)")
-        found, chosen = _problems(args)
-        pairs = _pairs(args, found, chosen)
-        if not pairs:
-            raise ValueError(f"--solutions: no candidates for {[p.name for p in chosen]} under "
-                             f"{args.solutions or default_root()} (layouts: docs/harness.md)")
+            return _run_baselines(args, plan)
         from ..results import provenance
 
         parameters = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
-        records = evaluate(pairs, options, args.out, provenance=provenance(parameters))
+        records = evaluate(plan.pairs, plan.options, args.out, provenance=provenance(parameters))
     except (ValueError, PkitError) as e:
-        print(f"pkit eval: error: {e}", file=sys.stderr)
-        return 2
+        return _error("eval", e)
     except Interrupted as e:
         print(f"pkit eval: {e}; workers killed, temp folders removed; records so far are in {args.out}",
               file=sys.stderr)
@@ -140,39 +338,71 @@ def run_eval(args) -> int:
     return 0
 
 
-def _pairs(args, found, chosen) -> list:
-    if args.pkb_root is not None and args.solutions is None:
-        raise ValueError("--solutions: required with --pkb-root (e.g. <checkout>/solutions_cuda)")
-    folder = args.solutions if args.solutions is not None else (args.problems_root or default_root())
-    aliases = {a: p.name for p in found for a in p.aliases}
-    if folder.is_file():
-        candidates, unmatched = [solutions.single_file(folder, aliases, [p.name for p in chosen])], []
-    else:
-        candidates, unmatched = solutions.discover(folder, aliases)
-    for rel in unmatched:
-        print(f"pkit eval: skipping {rel}: its path names no known problem", file=sys.stderr)
+def _error(command: str, e: Exception) -> int:
+    """Print `e` as the one line of a bad argument; the exit code 2."""
+    print(f"pkit {command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+    return 2
+
+
+def _dry_run(args, plan: EvalPlan) -> int:
+    """Print what `pkit eval` would run: one line per problem, then the totals; exit code 0."""
+    groups = [(p, [reference_candidate(p)]) for p in plan.problems] if args.baselines else by_problem(plan.pairs)
+    for problem, candidates in groups:
+        print(f"{problem.name} (size {problem.resolve_size(plan.size, plan.device)}): "
+              f"{listed([c.relpath for c in candidates])}")
+    print(f"dry run: {sum(len(c) for _, c in groups)} candidate(s) of {len(groups)} problem(s), "
+          f"{plan.options.world_size} ranks on {plan.device}; nothing started")
+    return 0
+
+
+def _pairs(args, found: list[Problem], chosen: list[Problem]) -> list:
+    """(problem, candidate) pairs of the chosen problems; ValueError naming --solutions when there are none. One
+    line each names the .py files that name no problem and the --problems that have no candidate."""
+    candidates, unmatched, folder = _candidates(args, found, chosen)
+    if unmatched:
+        _note("eval", f"skipping {listed(unmatched)}: their paths name no known problem (layouts: docs/harness.md)")
     by_name = {p.name: p for p in chosen}
     pairs = [(by_name[c.problem], c) for c in candidates if c.problem in by_name]
     if args.model:
         pairs = [(p, c if c.model else replace(c, model=args.model)) for p, c in pairs]
     if args.reference_as_candidate:
         pairs = [(p, reference_candidate(p)) for p in chosen] + pairs
+    if not pairs:
+        raise ValueError(f"--solutions: expected candidates of {listed([p.name for p in chosen])}, got none under "
+                         f"{folder} (layouts: docs/harness.md)")
+    without = [p.name for p in chosen if p.name not in {q.name for q, _ in pairs}]
+    if without and args.problems:
+        _note("eval", f"no candidates under {folder} for {listed(without)}: they are not evaluated")
     return pairs
 
 
-def _run_baselines(args, options: EvalOptions) -> int:
+def _candidates(args, found: list[Problem], chosen: list[Problem]) -> tuple[list, list[str], Path]:
+    """(candidates, unmatched .py files, the folder searched) from --solutions: a folder, one file, or by
+    default the chosen problems' own folders of the problems root (nothing else under it is walked)."""
+    if args.pkb_root is not None and args.solutions is None:
+        raise ValueError("--solutions: required with --pkb-root (e.g. <checkout>/solutions_cuda)")
+    aliases = {a: p.name for p in found for a in p.aliases}
+    if args.solutions is None:
+        root = args.problems_root or default_root()
+        return (*solutions.discover(root, aliases, within=[p.name for p in chosen]), root)
+    folder = args.solutions
+    if folder.is_file():
+        return [solutions.single_file(folder, aliases, [p.name for p in chosen])], [], folder
+    if not folder.is_dir():
+        raise ValueError(f"--solutions: expected a folder of candidates or one .py file, got {folder}, which does "
+                         f"not exist (for references alone: mkdir -p {folder} and pass --reference-as-candidate)")
+    return (*solutions.discover(folder, aliases), folder)
+
+
+def _run_baselines(args, plan: EvalPlan) -> int:
     from .baseline import baselines
 
-    if args.pkb_root is not None:
-        raise ValueError("--baselines: records pkit problems only; drop --pkb-root")
-    size = "large" if args.size == "auto" else args.size
-    frame = baselines(size=size, dtype=args.dtype, world_size=args.world_size, problems_root=args.problems_root,
-                      names=args.problems, trials=args.trials,
-                      warmup=args.warmup, iters=args.iters, timeout_s=args.timeout, device=args.device,
-                      machine=args.machine, out=args.out)
+    frame = baselines(size=plan.size, dtype=args.dtype, world_size=args.world_size, problems_root=args.problems_root,
+                      names=[p.name for p in plan.problems], trials=args.trials, warmup=args.warmup,
+                      iters=args.iters, timeout_s=args.timeout, device=args.device, machine=args.machine,
+                      out=args.out)
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
-
 
 def main(argv: list[str] | None = None) -> int:
     """Run `eval` or `problems` as a standalone program."""

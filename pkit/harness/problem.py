@@ -53,15 +53,32 @@ class Problem:
         m = re.match(r"^(\d+)", self.name)
         return int(m.group(1)) if m else None
 
+    def has_size(self, size: str) -> bool:
+        """Whether `size` names one of the problem's sizes (a PKB problem: any shape spelled MxN).
+
+        >>> Problem("01_x", "collectives", ("float32",), (), ("tiny", "large"), {}, {}).has_size("huge")
+        False
+        """
+        return size in self.sizes if self.sizes else re.fullmatch(r"\d+x\d+", size) is not None
+
     def resolve_size(self, size: str, device: str) -> str:
         """`size`, or for 'auto' the default for `device` ('cpu' or 'cuda'); checks it exists."""
         if size == "auto":
             size = self.default_size[device]
-        if self.sizes and size not in self.sizes:
-            raise ValueError(f"size: problem {self.name} has sizes {list(self.sizes)}, got {size!r}")
-        if not self.sizes and not re.fullmatch(r"\d+x\d+", size):
-            raise ValueError(f"size: problem {self.name} takes a shape spelled MxN (e.g. 1024x1024), got {size!r}")
+        if not self.has_size(size):
+            raise ValueError(f"size: problem {self.name} takes {describe_sizes([self])}, got {size!r}")
         return size
+
+
+def describe_sizes(problems: list[Problem]) -> str:
+    """The sizes `problems` take, spelled for an error message.
+
+    >>> describe_sizes([Problem("01_x", "collectives", ("float32",), (), ("tiny", "large"), {}, {})])
+    'tiny, large'
+    """
+    named = list(dict.fromkeys(s for p in problems for s in p.sizes))
+    shapes = ["a shape spelled MxN (e.g. 1024x1024)"] if any(not p.sizes for p in problems) else []
+    return ", ".join(named + shapes)
 
 
 def load_module(path: Path, name: str) -> ModuleType:

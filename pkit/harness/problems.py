@@ -64,8 +64,20 @@ def discover(root: Path | None = None) -> list[Problem]:
     return [load_problem(p) for p in sorted(root.glob("*/problem.py"))]
 
 
-def select(problems: list[Problem], wanted: Iterable[str] | None) -> list[Problem]:
-    """The problems named in `wanted` (folder name, META name, or number), in discovery order."""
+def not_problems(root: Path) -> list[Path]:
+    """The folders directly under `root` that hold no problem.py (names starting with '.' or '_' aside): what
+    `discover` passed over. Only one level is looked at, so a large unrelated folder costs one listing.
+
+    >>> not_problems(default_root())
+    []
+    """
+    return sorted(d for d in Path(root).iterdir()
+                  if d.is_dir() and not d.name.startswith((".", "_")) and not (d / "problem.py").is_file())
+
+
+def select(problems: list[Problem], wanted: Iterable[str] | None, what: str = "problems") -> list[Problem]:
+    """The problems named in `wanted` (folder name, META name, or number), in discovery order; `what` names
+    `wanted` in the error for a name that matches none (the command line passes '--problems')."""
     if not wanted:
         return list(problems)
     wanted = list(wanted)
@@ -73,7 +85,8 @@ def select(problems: list[Problem], wanted: Iterable[str] | None) -> list[Proble
     for w in wanted:
         hits = [p for p in problems if w == p.name or w in p.aliases or (w.isdigit() and p.number == int(w))]
         if not hits:
-            raise ValueError(f"problems: no problem named {w!r}; known: {[p.name for p in problems]}")
+            raise ValueError(f"{what}: expected a problem's folder name, META name or number, got {w!r}; "
+                             f"known: {', '.join(p.name for p in problems)}")
         chosen.extend(h for h in hits if h not in chosen)
     return [p for p in problems if p in chosen]
 
@@ -199,6 +212,33 @@ def cost_table(problems: list[Problem], world_size: int, dtype: str | None = Non
                          "bound": roof["roofline_datasheet_bound"], **roof})
     return pd.DataFrame(rows, columns=["problem", "category", "size", "dtype", "world_size", "flops", "hbm_bytes",
                                        "link_bytes", "roofline_time_ms", "bound", *ROOFLINE_COLUMNS])
+
+
+RUN_COLUMNS = ("world_size", "measured_ceilings")
+"""Columns of `cost_table` that the command's options fix (one world size, one machine's ceilings): `narrow`
+says them once under the table."""
+
+
+def narrow(table):
+    """`table` (a `cost_table`) for a terminal, and the lines to print under it: without columns repeating an
+    earlier one (roofline_datasheet_ms is roofline_time_ms) or holding no value (NaN/None in every row), and
+    with each `RUN_COLUMNS` column holding one value in every row said once, as 'column: value'.
+
+    >>> t, notes = narrow(cost_table(discover()[:2], 2, machine="no-such-machine"))
+    >>> list(t.columns)
+    ['problem', 'category', 'size', 'dtype', 'flops', 'hbm_bytes', 'link_bytes', 'roofline_time_ms', 'bound', 'sync_steps']
+    >>> notes[0], notes[1].split(":")[:2]
+    ('world_size: 2', ['measured_ceilings', ' none'])
+    """
+    keep, notes = [], []
+    for name, column in table.items():
+        if column.isna().all() or any(column.equals(table[k]) for k in keep):
+            continue
+        if name in RUN_COLUMNS and column.nunique(dropna=False) == 1:
+            notes.append(f"{name}: {column.iloc[0]}")
+            continue
+        keep.append(name)
+    return table[keep], notes
 
 
 def roofline_report(frame, problems: list[Problem], *, time_column: str = "ref_time_ms_median",

@@ -47,8 +47,24 @@ def excerpt(text: str | None, limit: int = EXCERPT_CHARS, head: int = 0) -> str 
 
 def first_line(text: str | None, limit: int = 160) -> str:
     """The first non-empty line of `text`, cut to `limit` characters ('' for none)."""
-    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return next(iter(leading_lines(text, 1, limit)), "").strip()
+
+
+def leading_lines(text: str | None, count: int, limit: int = 160) -> list[str]:
+    r"""The first `count` non-empty lines of `text` that come before a Python traceback, each cut to `limit`
+    characters: the message of an error, such as a compiler's log below its first line.
+
+    >>> leading_lines("CompileError: failed:\nk.cu(3): error: x\nTraceback (most recent call last):\n  y", 5)
+    ['CompileError: failed:', 'k.cu(3): error: x']
+    """
+    lines = []
+    for line in (text or "").splitlines():
+        if line.startswith("Traceback (most recent call last)") or len(lines) == count:
+            break
+        if line.strip():
+            line = line.rstrip()
+            lines.append(line if len(line) <= limit else line[:limit - 1] + "…")
+    return lines
 
 
 def speed_status(speedup: float) -> str:

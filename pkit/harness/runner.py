@@ -36,7 +36,7 @@ from .checks import FingerprintCheck, RankCheck, compare
 from .contain import become_subreaper, interruptible
 from .launch import RankState, RunFailed, RunTimeout, WorkerSet
 from .problems import Problem
-from .records import excerpt, first_line, new_record, speed_status, write_line
+from .records import excerpt, leading_lines, new_record, speed_status, write_line
 from .reference import Reference, ReferenceFailed, Timing, timed_phase
 from .snapshot import SnapshotError, load
 from .solutions import Candidate
@@ -78,15 +78,29 @@ class EvalOptions:
     device: str = "auto"
     ceilings: str = "H200"
 
-    def validate(self) -> None:
-        """Raise ValueError naming the first option out of range."""
-        rules = (("world_size", self.world_size >= 1, ">= 1"), ("trials", self.trials >= 1, ">= 1"),
-                 ("warmup", self.warmup >= 0, ">= 0"), ("iters", self.iters >= 1, ">= 1"),
-                 ("timeout_s", self.timeout_s > 0, "> 0"), ("device", self.device in ("auto", "cpu", "cuda"),
-                                                            "one of auto, cpu, cuda"))
+    def validate(self, spell: Callable[[str], str] = str) -> None:
+        """Raise ValueError naming the first option out of range; `spell` turns a field name into the name the
+        message uses (the command line passes its option names: 'timeout_s' -> '--timeout').
+
+        >>> EvalOptions(atol=-1).validate(lambda field: "--" + field)
+        Traceback (most recent call last):
+        ...
+        ValueError: --atol: expected a number >= 0, got -1
+        """
+        from ..hardware import GPUS
+
+        rules = (("world_size", self.world_size >= 1, "an integer >= 1"), ("trials", self.trials >= 1, "an integer >= 1"),
+                 ("warmup", self.warmup >= 0, "an integer >= 0"), ("iters", self.iters >= 1, "an integer >= 1"),
+                 ("timeout_s", self.timeout_s > 0, "seconds > 0"),
+                 ("atol", self.atol is None or self.atol >= 0, "a number >= 0"),
+                 ("rtol", self.rtol is None or self.rtol >= 0, "a number >= 0"),
+                 ("device", self.device in ("auto", "cpu", "cuda"), "one of auto, cpu, cuda"),
+                 ("ceilings", self.ceilings in GPUS, f"a GPU of pkit.hardware.GPUS ({', '.join(GPUS)})"))
         for name, ok, expected in rules:
             if not ok:
-                raise ValueError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
+                value = getattr(self, name)
+                raise ValueError(f"{spell(name)}: expected {expected}, got "
+                                 + (f"{value:g}" if isinstance(value, float) else repr(value)))
 
 
 def pick_device(requested: str, world_size: int) -> str:
@@ -558,8 +572,20 @@ def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, o
     return records
 
 
+COMPILER_LINES = 8
+"""Lines of a compile_error's message the console shows (its first line, then the compiler's log and source)."""
+
+
 def progress_line(i: int, total: int, record: dict) -> str:
-    """The console line of one record: status, speedup, and the first line of the reason when it failed."""
+    r"""The console line of one record: status, speedup, and the first line of the reason when it failed; for a
+    compile_error, up to `COMPILER_LINES` lines of the message, the compiler's own below the first (indented).
+
+    >>> print(progress_line(1, 1, {"problem": "p", "solution": "s.py", "status": "compile_error", "speedup": None,
+    ...                            "error": "CompileError: compiling 'k.cu' failed:\nk.cu(3): error: x"}))
+    [1/1] p s.py: compile_error — CompileError: compiling 'k.cu' failed:
+        k.cu(3): error: x
+    """
     speed = f" {record['speedup']:.2f}x" if record["speedup"] is not None else ""
-    reason = f" — {first_line(record['error'])}" if record["error"] else ""
+    lines = leading_lines(record["error"], COMPILER_LINES if record["status"] == "compile_error" else 1)
+    reason = "".join([f" — {lines[0].strip()}", *(f"\n    {line}" for line in lines[1:])]) if lines else ""
     return f"[{i}/{total}] {record['problem']} {record['solution']}: {record['status']}{speed}{reason}"

@@ -69,13 +69,19 @@ def parse(relpath: PurePosixPath, aliases: dict[str, str]) -> Candidate | None:
     return None
 
 
-def discover(solutions_dir: Path, aliases: dict[str, str]) -> tuple[list[Candidate], list[str]]:
-    """Candidates under `solutions_dir` (absolute paths), sorted; and the .py files that named no problem."""
+def discover(solutions_dir: Path, aliases: dict[str, str],
+             within: list[str] | None = None) -> tuple[list[Candidate], list[str]]:
+    """Candidates under `solutions_dir` (absolute paths), sorted; and the .py files that named no problem.
+
+    `within` (folder names directly under `solutions_dir`, such as the problems of a problems root) limits the
+    walk to those folders; None walks everything below `solutions_dir`.
+    """
     root = Path(solutions_dir)
     if not root.is_dir():
         raise ValueError(f"solutions: {root} is not a directory")
     found, unmatched = [], []
-    for path in sorted(root.rglob("*.py")):
+    tops = [root] if within is None else [root / name for name in within]
+    for path in sorted(p for top in tops for p in top.rglob("*.py")):
         rel = PurePosixPath(path.relative_to(root).as_posix())
         cand = parse(rel, aliases)
         if cand is not None:
