@@ -72,15 +72,15 @@ def figures(args: argparse.Namespace) -> int:
     from .notebooks import NotebookFailed, run_all
 
     try:
-        runs = run_all(args.mode, args.only, args.machine)
+        runs = run_all(args.mode, args.only, args.machine, verbose=args.verbose)
     except (NotebookFailed, ValueError) as e:
         print(f"pkit figures: {e}", file=sys.stderr)
         return 1
     counts = {what: sum(1 for r in runs if test(r)) for what, test in (
         ("measured", lambda r: not r.skipped and r.mode == "measure"),
         ("replayed", lambda r: not r.skipped and r.mode == "replay"), ("skipped", lambda r: r.skipped))}
-    print(", ".join(f"{n} {what}" for what, n in counts.items() if n) + "; figures in figures/ (another machine's in "
-          "figures/<machine>/), executed notebooks in build/notebooks/")
+    print(", ".join(f"{n} {what}" for what, n in counts.items() if n) + "; figures: figures/ (another machine's in "
+          "figures/<machine>/); runs: build/notebooks/")
     return 0
 
 
@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--only", nargs="+", metavar="NAME", help="notebook stems or prefixes, e.g. 00 01_compute")
     fig.add_argument("--machine", help="recorded results to replay (default: the machine of the committed figures, "
                      "pkit.studies.FIGURES_MACHINE; measuring: this machine)")
+    fig.add_argument("--verbose", action="store_true",
+                     help="each progress line in full (why a notebook was skipped, how to record what it lacks); "
+                          "without it, one line of at most 120 characters per notebook")
     fig.set_defaults(func=figures)
     try:
         from .harness.cli import register

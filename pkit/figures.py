@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .results import REPO_ROOT
+from .results import REPO_ROOT, hardware_words
 
 STYLE = {
     "figure.figsize": (7.0, 4.2),
@@ -151,16 +151,8 @@ def machine(provenance: dict, world_size: int | None = None) -> str:
         >>> machine({"machine": "cpu", "gpus": [], "gpu_count": 0}, world_size=2)
         'CPU only, no GPU (cpu), world size 2'
     """
-    gpus = list(provenance.get("gpus") or [])
-    if gpus:
-        what = ", ".join(f"{gpus.count(g)}× {g}" for g in dict.fromkeys(gpus))
-    else:
-        what = "CPU only, no GPU"
-    matrix = provenance.get("link_matrix") or []
-    links = sorted({str(v) for i, row in enumerate(matrix) for j, v in enumerate(row) if i != j and v not in ("X", "")})
-    if links:
-        what += f", {'/'.join(links)} links"
-    size = world_size if world_size is not None else (provenance.get("gpu_count") or len(gpus))
+    what = hardware_words(provenance, none="CPU only, no GPU")
+    size = world_size if world_size is not None else (provenance.get("gpu_count") or len(provenance.get("gpus") or []))
     return f"{what} ({provenance.get('machine', 'unknown machine')}), world size {size}"
 
 

@@ -7,7 +7,8 @@ it cannot, it replays and says what measuring needs. A notebook that would read 
 its study's experiments is not recorded for the machine (and that machine could have recorded it) is skipped
 with one line naming what is missing and how to record it (`skip_reason`), instead of failing. Figures of a
 machine other than `pkit.studies.FIGURES_MACHINE` go to `figures/<machine>/`. Executed copies go to
-`build/notebooks/`, outside git.
+`build/notebooks/`, outside git, each beside the log of the kernel that ran it (`<name>.kernel.log`: the kernel's
+own warnings stay out of the progress lines; a failure names the log).
 
 Example:
     >>> from pkit.notebooks import run_all
@@ -15,9 +16,12 @@ Example:
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
+import textwrap
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +35,7 @@ NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 BUILD_DIR = REPO_ROOT / "build" / "notebooks"
 DEFAULT_MACHINE = studies.FIGURES_MACHINE  # the machine whose recorded results replay uses by default
 MODES = ("auto", "measure", "replay")
+LINE_WIDTH = 120  # characters per progress line of `run_all`, but with verbose
 
 
 class NotebookFailed(PkitError):
@@ -65,19 +70,22 @@ def study_of(path: Path) -> studies.Study:
     return studies.for_notebook(path.stem) or studies.Study(path.stem, "", "", path.stem, gpus=0)
 
 
-def skip_reason(path: Path, mode: str, machine: str) -> str:
+def skip_reason(path: Path, mode: str, machine: str, width: int | None = None) -> str:
     """Why the notebook at `path` cannot run in `mode` ('measure' or 'replay', as resolved) for `machine`, in
     one line; '' when it can. A notebook reads recorded results when it replays, and always when its study
     measures nothing; then every experiment of its study that `machine` could have measured (it has the GPUs
     the experiment needs), but those marked optional, must be recorded for `machine`
     (`pkit.results.is_recorded`). The line names the missing
     experiments and the machine, and says how to record them: the study's `record` command, and for a study that
-    measures, the run in measure mode on a machine with its GPUs.
+    measures, the run in measure mode on a machine with its GPUs. With `width`, the same reason in at most `width`
+    characters where it can be (`brief_reason`).
 
     Example:
-        >>> print(skip_reason(NOTEBOOK_DIR / "05_overlap.ipynb", "replay", "h200x9-nv18"))  # doctest: +ELLIPSIS
-        no recorded overlap_gemm, overlap_ag_gemm, ... for machine 'h200x9-nv18'; record them with: python -m ...
-        >>> skip_reason(NOTEBOOK_DIR / "05_overlap.ipynb", "measure", "h200x9-nv18")  # measuring records them
+        >>> print(skip_reason(NOTEBOOK_DIR / "06_roofline_gap.ipynb", "replay", "h200x9-nv18"))  # doctest: +ELLIPSIS
+        no recorded ceilings, baselines, pkit_solutions for machine 'h200x9-nv18'; record them with: python -m ...
+        >>> print(skip_reason(NOTEBOOK_DIR / "06_roofline_gap.ipynb", "replay", "h200x9-nv18", width=80))
+        no recorded ceilings and 2 more for h200x9-nv18 (--verbose: how to record)
+        >>> skip_reason(NOTEBOOK_DIR / "02_interconnect_hierarchy.ipynb", "measure", "h200x9-nv18")  # it records them
         ''
     """
     from .results import is_recorded
@@ -89,11 +97,14 @@ def skip_reason(path: Path, mode: str, machine: str) -> str:
     target = studies.Machine.from_slug(machine)
     plan = study.requires(target)
     if gpus and not plan.can_measure:
-        return f"study {study.name!r} needs {plan.needs}; {machine} has {target.gpus}, so nothing of it was recorded there"
+        reason = f"study {study.name!r} needs {plan.needs}; {machine} has {target.gpus}, so nothing of it was recorded there"
+        return reason if width is None else textwrap.shorten(reason, width, placeholder=" … (--verbose)")
     missing = [p.experiment for p in study.parts if not p.optional and not is_recorded(p.experiment, machine)
                and (not p.gpus or not p.lacking(target) or not gpus)]
     if not missing:
         return ""
+    if width is not None:
+        return brief_reason(missing, machine, width)
     them = "them" if len(missing) > 1 else "it"
     how = [f"record {them} with: {study.record}"] if study.record else []
     if gpus:
@@ -102,9 +113,27 @@ def skip_reason(path: Path, mode: str, machine: str) -> str:
     return f"no recorded {', '.join(missing)} for machine {machine!r}; " + ("; ".join(how) or f"record {them} first")
 
 
+def brief_reason(missing: Sequence[str], machine: str, width: int) -> str:
+    """'No recorded <experiments> for <machine>' in at most `width` characters where it can be: as many of the
+    `missing` experiments as fit, then how many more, and where the full reason is (`pkit figures --verbose`).
+
+    Example:
+        >>> brief_reason(["ceilings", "pkit_solutions"], "h200x2-nv18", 90)
+        'no recorded ceilings, pkit_solutions for h200x2-nv18 (--verbose: how to record)'
+        >>> brief_reason(["ceilings", "pkit_solutions"], "h200x2-nv18", 78)
+        'no recorded ceilings and 1 more for h200x2-nv18 (--verbose: how to record)'
+    """
+    def line(n: int) -> str:
+        more = f" and {len(missing) - n} more" if n < len(missing) else ""
+        return f"no recorded {', '.join(missing[:n])}{more} for {machine} (--verbose: how to record)"
+
+    return next((line(n) for n in range(len(missing), 0, -1) if len(line(n)) <= width), line(1))
+
+
 def strip_outputs(path: str | Path) -> bool:
     """Remove every code cell's outputs and execution count from the notebook at `path`, in place, as
-    notebooks are kept in git; returns whether anything changed.
+    notebooks are kept in git, and give every cell an id where one lacks it (nbformat warns about cells without
+    one); returns whether anything changed.
 
     Example:
         >>> import nbformat, tempfile, pathlib
@@ -115,9 +144,12 @@ def strip_outputs(path: str | Path) -> bool:
         (True, False, [])
     """
     import nbformat
+    from nbformat.warnings import MissingIDFieldWarning
 
-    nb = nbformat.read(path, as_version=4)
-    changed = False
+    changed = any("id" not in cell for cell in json.loads(Path(path).read_text())["cells"])
+    with warnings.catch_warnings():  # reading gives the missing ids, and writing keeps them
+        warnings.simplefilter("ignore", MissingIDFieldWarning)
+        nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None):
             cell.outputs, cell.execution_count, changed = [], None, True
@@ -158,10 +190,24 @@ def _environment(**values: str):
                 os.environ[k] = v
 
 
+def kernel_manager(log):
+    """A jupyter_client kernel manager class whose kernels write their stderr (their own log: the 'Kernel is
+    running over TCP without encryption' warning, shutdown notices) to the open file `log`, not to this process's
+    terminal; what cells print and raise still reaches the executed notebook."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class LoggedKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kwargs):
+            return await super().start_kernel(**{"stderr": log, **kwargs})
+
+    return LoggedKernelManager
+
+
 def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: dict | None = None) -> NotebookRun:
     """Execute one notebook, or skip it when `skip_reason` gives a reason (the run's `skipped`); raise
-    NotebookFailed naming the cell that failed. Its figures go to `pkit.studies.figures_folder` for the machine
-    whose results it shows."""
+    NotebookFailed naming the cell that failed and the kernel's log. Its figures go to
+    `pkit.studies.figures_folder` for the machine whose results it shows; the executed copy and the kernel's log
+    (`<name>.kernel.log`) to `BUILD_DIR`."""
     import papermill as pm
 
     from .figures import figures_root
@@ -173,44 +219,59 @@ def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: 
     if reason:
         return NotebookRun(path.stem, resolved, 0.0, None, reason, machine, note)
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    output = BUILD_DIR / path.name
+    output, log_path = BUILD_DIR / path.name, BUILD_DIR / f"{path.stem}.kernel.log"
     pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     start = time.perf_counter()
-    with _environment(PYTHONPATH=pythonpath, PKIT_FIGURES=str(studies.figures_folder(figures_root(), machine))):
+    with _environment(PYTHONPATH=pythonpath, PKIT_FIGURES=str(studies.figures_folder(figures_root(), machine))), \
+            open(log_path, "w") as log:
         try:
             pm.execute_notebook(str(path), str(output), parameters={"mode": resolved, "machine": machine,
                                                                     **(parameters or {})},
-                                kernel_name="python3", progress_bar=False, cwd=str(path.parent), log_output=False)
+                                kernel_name="python3", progress_bar=False, cwd=str(path.parent), log_output=False,
+                                kernel_manager_class=kernel_manager(log))
         except pm.PapermillExecutionError as e:
             raise NotebookFailed(f"notebook {path.name} failed in cell {e.cell_index} (execution count "
                                  f"{e.exec_count}): {e.ename}: {e.evalue}\n  executed copy with the traceback: "
-                                 f"{output}") from None
+                                 f"{output}\n  the kernel's log: {log_path}") from None
     return NotebookRun(path.stem, resolved, time.perf_counter() - start, output, "", machine, note)
 
 
-def describe_run(run: NotebookRun) -> str:
+def describe_run(run: NotebookRun, width: int | None = None) -> str:
     """A run as its progress line ends: 'measured on h200x1, 93.1 s' (+ what needs more GPUs), 'replayed
-    h200x2-nv18, 4.0 s', or 'skipped: ' and the reason.
+    h200x2-nv18, 4.0 s', or 'skipped: ' and the reason; with `width`, in at most `width` characters (a skip's
+    reason as `skip_reason` shortens it, a note cut short), the full text being for `pkit figures --verbose`.
 
     Example:
         >>> describe_run(NotebookRun("03", "measure", 61.04, None, machine="h200x1",
         ...                          note="mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1"))
         'measured on h200x1, 61.0 s; mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1'
+        >>> describe_run(NotebookRun("03", "measure", 61.04, None, machine="h200x1",
+        ...                          note="mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1"), 60)
+        'measured on h200x1, 61.0 s; mechanisms_splits … (--verbose)'
     """
     if run.skipped:
-        return f"skipped: {run.skipped}"
-    done = "measured on" if run.mode == "measure" else "replayed"
-    return f"{done} {run.machine}, {run.seconds:.1f} s" + (f"; {run.note}" if run.note else "")
+        line = f"skipped: {run.skipped}"
+    else:
+        done = "measured on" if run.mode == "measure" else "replayed"
+        line = f"{done} {run.machine}, {run.seconds:.1f} s" + (f"; {run.note}" if run.note else "")
+    if width is None or len(line) <= width:
+        return line
+    if run.skipped:
+        return "skipped: " + skip_reason(NOTEBOOK_DIR / f"{run.name}.ipynb", run.mode, run.machine,
+                                         width - len("skipped: "))
+    return textwrap.shorten(line, width, placeholder=" … (--verbose)")
 
 
 def run_all(mode: str = "auto", only: Sequence[str] | None = None, machine: str | None = None,
-            stream=sys.stderr) -> list[NotebookRun]:
-    """Run every selected notebook in order, printing one progress line per notebook (`describe_run`)."""
+            stream=sys.stderr, verbose: bool = False, width: int = LINE_WIDTH) -> list[NotebookRun]:
+    """Run every selected notebook in order, printing one progress line per notebook (`describe_run`), each of
+    at most `width` characters unless `verbose` (then with every reason and note in full)."""
     paths = discover(only)
     runs = []
     for i, path in enumerate(paths, 1):
-        print(f"[{i}/{len(paths)}] {path.stem} ...", end="", file=stream, flush=True)
+        start = f"[{i}/{len(paths)}] {path.stem} ..."
+        print(start, end="", file=stream, flush=True)
         run = run_notebook(path, mode, machine)
-        print(f" {describe_run(run)}", file=stream, flush=True)
+        print(f" {describe_run(run, None if verbose else width - len(start) - 1)}", file=stream, flush=True)
         runs.append(run)
     return runs

@@ -177,21 +177,49 @@ def load(experiment: str, machine: str, *, root: Path | None = None) -> Recorded
     return Recorded(pd.read_csv(csv_path), json.loads(json_path.read_text()), csv_path)
 
 
+COMMIT_CHARS = 7  # characters of a commit hash in `describe`'s lines (git's short form)
+
+
+def hardware_words(provenance: dict, none: str = "no GPU") -> str:
+    """The GPUs and links of recorded provenance in words: each GPU model with its count, then the kinds of link
+    between distinct GPUs; `none` where it lists no GPU.
+
+    Example:
+        >>> hardware_words({"gpus": ["NVIDIA H200"] * 2, "link_matrix": [["X", "NV18"], ["NV18", "X"]]})
+        '2× NVIDIA H200, NV18 links'
+        >>> hardware_words({"gpus": []}, none="CPU only, no GPU")
+        'CPU only, no GPU'
+    """
+    gpus = list(provenance.get("gpus") or [])
+    words = ", ".join(f"{gpus.count(g)}× {g}" for g in dict.fromkeys(gpus)) or none
+    matrix = provenance.get("link_matrix") or []
+    links = sorted({str(v) for i, row in enumerate(matrix) for j, v in enumerate(row) if i != j and v not in ("X", "")})
+    return words + (f", {'/'.join(links)} links" if links else "")
+
+
 def describe(provenance: dict) -> str:
-    """One line saying where recorded numbers came from (machine, GPUs, links, pkit commit, UTC time), and
-    when names in them were mapped once to pkit's current vocabulary (a `renamed` entry: per column, old
-    name → new name, with the commit that introduced the new names; the numbers are untouched).
+    """One line saying where recorded numbers came from (machine, GPUs, links, pkit commit, UTC time), and when
+    names in them were updated once to pkit's current vocabulary (a `renamed` entry: per column, old name → new
+    name, with the commit that introduced the new names; the numbers are untouched). Commits are shown at
+    `COMMIT_CHARS` characters.
 
     Example:
         >>> describe({"machine": "h200x2-nv18", "gpus": ["NVIDIA H200"] * 2, "link_matrix": [["X", "NV18"],
         ...           ["NV18", "X"]], "pkit_commit": "0123456789abcdef", "utc_time": "2026-11-29T17:58:07Z",
-        ...           "renamed": {"commit": "fedcba9876543210", "mechanism": {"memcpy": "ce"}}})
-        "h200x2-nv18: GPUs ['NVIDIA H200', 'NVIDIA H200'], links [['X', 'NV18'], ['NV18', 'X']], pkit 0123456789ab, recorded 2026-11-29T17:58:07Z; names mapped at fedcba987654"
+        ...           "renamed": {"commit": "fedcba9876543210", "mechanism": {"memcpy": "ce"}, "note": "..."}})
+        'h200x2-nv18: GPUs 2× NVIDIA H200, NV18 links, pkit 0123456, recorded 2026-11-29 17:58 UTC; mechanism names updated at fedcba9'
+        >>> describe({"machine": "h200x1", "gpus": ["NVIDIA H200"], "link_matrix": [["X"]], "pkit_commit": "6748b27"})
+        'h200x1: GPUs 1× NVIDIA H200, pkit 6748b27'
     """
-    line = (f"{provenance.get('machine')}: GPUs {provenance.get('gpus')}, links {provenance.get('link_matrix')}, "
-            f"pkit {str(provenance.get('pkit_commit'))[:12]}, recorded {provenance.get('utc_time')}")
+    parts = [f"GPUs {hardware_words(provenance, none='none')}", f"pkit {str(provenance.get('pkit_commit'))[:COMMIT_CHARS]}"]
+    when = provenance.get("utc_time")
+    parts += [f"recorded {when[:10]} {when[11:16]} UTC"] if when else []
+    line = f"{provenance.get('machine')}: " + ", ".join(parts)
     renamed = provenance.get("renamed")
-    return line + (f"; names mapped at {str(renamed.get('commit'))[:12]}" if renamed else "")
+    if renamed:
+        columns = " and ".join(c for c in renamed if c not in ("commit", "note"))
+        line += f"; {columns} names updated at {str(renamed.get('commit'))[:COMMIT_CHARS]}"
+    return line
 
 
 def measure_or_replay(experiment: str, measure: Callable[[], pd.DataFrame], *, mode: str, machine: str,

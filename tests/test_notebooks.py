@@ -77,10 +77,34 @@ def test_each_notebook_replays_or_is_skipped_with_its_reason(path, replay):
     out, _, started = replay
     reason = notebooks.skip_reason(path, "replay", notebooks.DEFAULT_MACHINE)
     if reason:
-        assert f"{path.stem} ... skipped: {reason}" in out.stderr
+        line = next(line for line in out.stderr.splitlines() if f" {path.stem} ... " in line)
+        assert "skipped: no recorded " in line and "(--verbose: how to record)" in line, line
         pytest.skip(f"{path.stem}: {reason}")
     executed = ROOT / "build" / "notebooks" / path.name
     assert executed.exists() and executed.stat().st_mtime >= started - 1, f"{path.name} did not run"
+
+
+def test_replay_prints_one_short_line_per_notebook_and_no_kernel_warnings(replay):
+    """One progress line per notebook, each of at most 120 characters, and nothing of the kernels' own logs."""
+    out, _, _ = replay
+    lines = out.stderr.splitlines()
+    assert len(lines) == len(NOTEBOOKS), out.stderr
+    assert all(len(line) <= notebooks.LINE_WIDTH for line in lines), [line for line in lines if len(line) > 120]
+    assert not [w for w in ("without encryption", "IPKernelApp", "MissingIDFieldWarning", "KeyboardInterrupt")
+                if w in out.stderr + out.stdout]
+    assert len(out.stdout.splitlines()) == 1 and len(out.stdout) <= notebooks.LINE_WIDTH + 1, out.stdout
+
+
+def test_verbose_prints_each_skip_reason_in_full(tmp_path):
+    """--verbose: the line of a skipped notebook carries its whole reason (how to record what it lacks)."""
+    skipped = [p for p in NOTEBOOKS if notebooks.skip_reason(p, "replay", notebooks.DEFAULT_MACHINE)]
+    if not skipped:
+        pytest.skip("every notebook's results are recorded")
+    out = subprocess.run([sys.executable, "-m", "pkit.cli", "figures", "--mode", "replay", "--verbose", "--only",
+                          skipped[0].stem], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PKIT_FIGURES": str(tmp_path)})
+    reason = notebooks.skip_reason(skipped[0], "replay", notebooks.DEFAULT_MACHINE)
+    assert out.returncode == 0 and out.stderr == f"[1/1] {skipped[0].stem} ... skipped: {reason}\n", out.stderr
 
 
 def test_notebook_with_unrecorded_replays_is_skipped_with_what_is_missing(tmp_path, monkeypatch):
@@ -98,13 +122,16 @@ def test_notebook_with_unrecorded_replays_is_skipped_with_what_is_missing(tmp_pa
     write_notebook(folder / "99_tables.ipynb", ["print('ran')"])
     results.record("study_a", pd.DataFrame({"x": [1]}), machine="m1x2")  # study_b is missing
     stream = io.StringIO()
-    runs = notebooks.run_all(mode="replay", machine="m1x2", stream=stream)
+    runs = notebooks.run_all(mode="replay", machine="m1x2", stream=stream, verbose=True)
     assert [r.skipped != "" for r in runs] == [True, True] and not (tmp_path / "build").exists()
     lines = stream.getvalue().splitlines()
     assert lines[0] == ("[1/2] 98_study ... skipped: no recorded study_b for machine 'm1x2'; run the notebook in "
                         "measure mode on a machine with 1 GPU: pkit figures --mode measure --only 98_study")
     assert lines[1] == ("[2/2] 99_tables ... skipped: no recorded table for machine 'm1x2'; record it with: "
                         "python -m make_table --record")
+    assert [notebooks.describe_run(run, 70) for run in runs] == [  # without --verbose: within the width
+        "skipped: no recorded study_b for m1x2 (--verbose: how to record)",
+        "skipped: no recorded table for m1x2 (--verbose: how to record)"]
     # a notebook that measures nothing reads its tables in any mode; one that measures records its own
     assert notebooks.skip_reason(folder / "99_tables.ipynb", "measure", "m1x2") == lines[1].split("skipped: ")[1]
     assert notebooks.skip_reason(folder / "98_study.ipynb", "measure", "m1x2") == ""
