@@ -228,3 +228,95 @@ def test_rules_on_a_sample(tmp_path):
     with pytest.raises(AssertionError, match="1 doctest"):
         run_block(Block(path, 1, "pycon", ">>> 1 + 1\n3\n"), {})
     assert missing_names("import pkit, os\npkit.no_such_name(os.path)") == ["pkit.no_such_name"]
+
+
+# --- the `pkit eval` / `pkit problems` commands of the harness docs ------------------------------------------------
+
+COMMAND_DOCS = [ROOT / "docs" / "harness.md", ROOT / "docs" / "problems.md"]
+
+
+def pkit_commands(path: Path) -> list[tuple[str, str]]:
+    """(id, command line) of every line of a bash block of `path` that runs `pkit eval` or `pkit problems`:
+    continuation lines joined, comments dropped; a line may start with other commands joined by '&&'."""
+    import shlex
+
+    found = []
+    for block in blocks(path):
+        if block.lang != "bash":
+            continue
+        joined = block.code.replace("\\\n", " ")
+        for offset, line in enumerate(joined.splitlines()):
+            words = shlex.split(line, comments=True)
+            if any(words[i:i + 2] in (["pkit", "eval"], ["pkit", "problems"]) for i in range(len(words))):
+                found.append((f"{path.name}:L{block.line + 1 + offset}", " ".join(words)))
+    return found
+
+
+def needs(command: str) -> str | None:
+    """What a doc command needs that a CPU test machine lacks, or None."""
+    if "--pkb-root" in command:
+        return "a ParallelKernelBench checkout"
+    return None
+
+
+@pytest.fixture
+def doc_workdir(tmp_path, monkeypatch):
+    """The repository as the docs' commands see it (samples/ at hand), in a folder of its own; results in it."""
+    (tmp_path / "samples").symlink_to(ROOT / "samples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
+    return tmp_path
+
+
+def run_doc_command(command: str, *extra: str) -> int:
+    """Run a doc command line: commands before '&&' through the shell, the pkit one through `pkit.cli.main` with
+    `extra` arguments appended."""
+    import shlex
+    import subprocess
+
+    from pkit.cli import main
+
+    *before, last = command.split(" && ")
+    for part in before:
+        subprocess.run(part, shell=True, check=True)
+    words = shlex.split(last)
+    return main([*words[1:], *extra])
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, id=i) for p in COMMAND_DOCS for i, c in pkit_commands(p)])
+def test_doc_command_checks_out(command, doc_workdir, capsys):
+    """Each `pkit problems` of the docs runs as written; each `pkit eval` passes every check and names what it
+    would run (--dry-run appended), or, for --baselines on a machine without GPUs, is refused in one line."""
+    if needs(command):
+        pytest.skip(f"needs {needs(command)}")
+    from pkit.gpus import devices
+
+    dry = ("--dry-run",) if " eval" in command else ()
+    if "--baselines" in command and not devices():
+        assert run_doc_command(command, *dry) == 2
+        assert "pass --force" in capsys.readouterr().err
+        return
+    assert run_doc_command(command, *dry) == 0, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "nothing started" in out if dry else out
+    assert "error" not in err and "no candidates" not in err, err
+
+
+def test_doc_self_check_of_the_references_runs(doc_workdir):
+    """The doc's `mkdir -p empty && pkit eval --reference-as-candidate --solutions empty/ ...`, for real, on one
+    problem and one trial."""
+    from pkit.harness.records import read_jsonl
+
+    (command,) = [c for p in COMMAND_DOCS for _, c in pkit_commands(p) if "--solutions empty/" in c]
+    assert run_doc_command(command, "--problems", "1", "--trials", "1") == 0
+    (record,) = read_jsonl(doc_workdir / "runs" / "self.jsonl")
+    assert record["solution"] == "01_all_reduce/problem.py:reference" and record["status"].startswith("correct")
+
+
+def test_docs_name_the_default_machine_of_pkit_problems():
+    """docs/problems.md says whose measured ceilings `pkit problems` reads by default, as the parser does."""
+    from pkit.cli import build_parser
+
+    default = build_parser().parse_args(["problems"]).machine
+    text = (ROOT / "docs" / "problems.md").read_text()
+    assert "`pkit problems --machine` defaults to" in text and f"({default})" in text

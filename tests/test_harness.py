@@ -332,6 +332,13 @@ def test_one_candidate_file_is_evaluated(tmp_path):
 def test_console_line_names_the_reason_of_a_failure():
     record = records.new_record(problem="p", solution="s.py", status="wrong_result", error="rank 0: out differs\nmore")
     assert runner.progress_line(1, 2, record) == "[1/2] p s.py: wrong_result — rank 0: out differs"
+    log = "\n".join(f"k.cu({i}): error: number {i}" for i in range(20))
+    failed = records.new_record(problem="p", solution="s.py", status="compile_error",
+                                error=f"rank 0, phase load_candidate: CompileError: compiling 'k.cu' failed:\n{log}\n"
+                                      "Traceback (most recent call last):\n  File x")
+    lines = runner.progress_line(1, 2, failed).splitlines()
+    assert lines[0] == "[1/2] p s.py: compile_error — rank 0, phase load_candidate: CompileError: compiling 'k.cu' failed:"
+    assert lines[1:] == [f"    k.cu({i}): error: number {i}" for i in range(runner.COMPILER_LINES - 1)]
 
 
 def test_problems_cli_lists_cost_and_roofline(capsys):

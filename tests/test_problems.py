@@ -334,3 +334,22 @@ def test_discovery_picks_up_a_new_problem(tmp_path):
     (tmp_path / "99_new_problem").mkdir()
     (tmp_path / "99_new_problem" / "problem.py").write_text(source.read_text())
     assert [p.name for p in discover(tmp_path)] == ["99_new_problem"]
+
+
+def test_the_problems_table_fits_120_columns_and_wide_has_every_column(tmp_path, monkeypatch, capsys):
+    """`pkit problems` for a terminal: no repeated or empty column, what every row shares said once under it."""
+    from pkit.harness.cli import TABLE_WIDTH, main
+    from pkit.studies import FIGURES_MACHINE  # the default --machine
+
+    monkeypatch.setenv("PKIT_RESULTS", str(tmp_path))  # no measured ceilings: their columns are empty
+    assert main(["problems"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines[:-2])) <= TABLE_WIDTH == 120  # the notes under it hold a path
+    header = " ".join(lines[:2])
+    assert "datasheet" not in header and "measured" not in header and "world_size" not in header
+    assert lines[-2:] == ["every row's world_size: 2", f"every row's measured_ceilings: none: "
+                          f"{tmp_path / FIGURES_MACHINE / 'ceilings.csv'} not recorded"]
+    assert len(lines) == 2 + sum(len(p.sizes) for p in PROBLEMS.values()) + 2
+    assert main(["problems", "--wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert all(c in wide[0] for c in ("roofline_datasheet_ms", "roofline_measured_bound", "measured_ceilings"))
