@@ -35,7 +35,8 @@ BAD_INPUTS = [  # (argv, the start of the one line after "pkit <command>: error:
     (["eval", "--ceilings", "Z9000", *OUT], "--ceilings: expected a GPU of pkit.hardware.GPUS (A100, H100, H200"),
     (["eval", "--problems", "nope", *OUT], "--problems: expected a problem's folder name, META name or number"),
     (["eval", "--problems-root", "empty_root", *OUT], "--problems-root: expected a folder of <NN>_<name>/problem.py"),
-    (["eval", "--problems-root", "no_such_folder", *OUT], "problems root no_such_folder is not a directory"),
+    (["eval", "--problems-root", "no_such_folder", *OUT], "--problems-root: expected a folder of "
+                                                          "<NN>_<name>/problem.py, got no_such_folder (no such folder)"),
     (["eval", "--size", "huge", *FIXTURES, *OUT], "--size: expected a size of every selected problem (tiny, large)"),
     (["eval", "--size", "large", *FIXTURES, *OUT], "--size: expected tiny on a machine without GPUs"),
     (["eval", "--baselines", "--size", "large", "--problems", "1"], "--baselines: expected a machine with GPUs"),

@@ -337,7 +337,8 @@ def test_console_line_names_the_reason_of_a_failure():
                                 error=f"rank 0, phase load_candidate: CompileError: compiling 'k.cu' failed:\n{log}\n"
                                       "Traceback (most recent call last):\n  File x")
     lines = runner.progress_line(1, 2, failed).splitlines()
-    assert lines[0] == "[1/2] p s.py: compile_error — rank 0, phase load_candidate: CompileError: compiling 'k.cu' failed:"
+    assert lines[0] == ("[1/2] p s.py: compile_error — rank 0, phase load_candidate: CompileError: compiling 'k.cu' "
+                        "failed:")
     assert lines[1:] == [f"    k.cu({i}): error: number {i}" for i in range(runner.COMPILER_LINES - 1)]
 
 

@@ -133,9 +133,10 @@ def _problems(args, command: str) -> tuple[list[Problem], list[Problem]]:
         found = pkb.discover(args.pkb_root)
     else:
         root = args.problems_root or default_root()
-        found = discover(root)
+        found = discover(root) if root.is_dir() else []
         if not found:
-            raise ValueError(f"--problems-root: expected a folder of <NN>_<name>/problem.py, got {root} (none there)")
+            why = "none there" if root.is_dir() else "no such folder"
+            raise ValueError(f"--problems-root: expected a folder of <NN>_<name>/problem.py, got {root} ({why})")
         others = not_problems(root)
         if others:
             _note(command, f"{len(others)} folder(s) under {root} hold no problem.py and are not problems: "
@@ -290,8 +291,9 @@ def check_size(problems: list[Problem], size: str) -> None:
     """ValueError naming --size unless every problem has `size` ('auto' always passes)."""
     lacking = [p for p in problems if size != "auto" and not p.has_size(size)]
     if lacking:
+        which = f"; {listed([p.name for p in lacking])} lack it" if lacking != problems else ""
         raise ValueError(f"--size: expected a size of every selected problem ({describe_sizes(lacking)}), got "
-                         f"{size!r}" + (f"; {listed([p.name for p in lacking])} lack it" if lacking != problems else ""))
+                         f"{size!r}{which}")
 
 
 def gpu_count() -> int:

@@ -225,8 +225,9 @@ def narrow(table):
     with each `RUN_COLUMNS` column holding one value in every row said once, as 'column: value'.
 
     >>> t, notes = narrow(cost_table(discover()[:2], 2, machine="no-such-machine"))
-    >>> list(t.columns)
-    ['problem', 'category', 'size', 'dtype', 'flops', 'hbm_bytes', 'link_bytes', 'roofline_time_ms', 'bound', 'sync_steps']
+    >>> list(t.columns)  # doctest: +NORMALIZE_WHITESPACE
+    ['problem', 'category', 'size', 'dtype', 'flops', 'hbm_bytes', 'link_bytes', 'roofline_time_ms', 'bound',
+     'sync_steps']
     >>> notes[0], notes[1].split(":")[:2]
     ('world_size: 2', ['measured_ceilings', ' none'])
     """

@@ -89,8 +89,10 @@ class EvalOptions:
         """
         from ..hardware import GPUS
 
-        rules = (("world_size", self.world_size >= 1, "an integer >= 1"), ("trials", self.trials >= 1, "an integer >= 1"),
-                 ("warmup", self.warmup >= 0, "an integer >= 0"), ("iters", self.iters >= 1, "an integer >= 1"),
+        rules = (("world_size", self.world_size >= 1, "an integer >= 1"),
+                 ("trials", self.trials >= 1, "an integer >= 1"),
+                 ("warmup", self.warmup >= 0, "an integer >= 0"),
+                 ("iters", self.iters >= 1, "an integer >= 1"),
                  ("timeout_s", self.timeout_s > 0, "seconds > 0"),
                  ("atol", self.atol is None or self.atol >= 0, "a number >= 0"),
                  ("rtol", self.rtol is None or self.rtol >= 0, "a number >= 0"),
