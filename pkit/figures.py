@@ -68,7 +68,8 @@ COLORS = {
     "correct_slower": SKY, "correct_faster": BLUE,
 }
 # A marker per name as well (a second cue where two colours come close for some readers), and dashed lines for
-# baselines that are not NCCL itself (torch's), so a baseline lying on NCCL's curve still shows.
+# baselines that are not NCCL itself (torch's), so a baseline lying on NCCL's curve still shows, and for transfers
+# that pull (run on the destination), beside the push of the same mechanism in a shade of the same hue.
 MARKERS = {
     "ce": "P", "sm_push": "s", "sm_pull": "D", "tma_push": "^", "tma_pull": "v", "sm": "s", "tma": "^",
     "nccl": "o", "pkit_sm": "s", "pkit_sm_one_shot": "^", "pkit_sm_two_shot": "v", "pkit_ll": "D", "pkit_ce": "P",
@@ -76,7 +77,7 @@ MARKERS = {
     "serial": "o", "ce_chunks": "P", "ce_flags": "X", "tma_add": "^", "torch_serial": "x", "torch_async_tp": "<",
 }
 LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_shot": "--", "torch_serial": "--",
-              "torch_async_tp": "--"}
+              "torch_async_tp": "--", "sm_pull": "--", "tma_pull": "--"}
 
 # How figures name pkit's identifiers: transfer mechanisms (pkit.ops.transfers), collective mechanisms
 # (pkit.ops.collectives) and implementations (pkit.experiments.collectives, the torch baselines), GEMMs and
@@ -138,6 +139,38 @@ def colors_for(names) -> dict:
 def marker(name, default: str = "o") -> str:
     """The marker of a name in line plots (`MARKERS`), else `default`."""
     return MARKERS.get(name, default)
+
+
+def line_look(name, default_marker: str = ".") -> dict:
+    """How a line of one of pkit's names is drawn, as keyword arguments of `ax.plot`: its colour (`COLORS`, else
+    `colors_for`'s first spare), marker (`MARKERS`, else `default_marker`), line style (`LINESTYLES`, else solid)
+    and label (`label`).
+
+    Example:
+        >>> line_look("sm_pull") == {"color": SKY, "marker": "D", "ls": "--", "label": "SM pull"}
+        True
+    """
+    return {"color": colors_for([name])[name], "marker": marker(name, default_marker), "ls": LINESTYLES.get(name, "-"),
+            "label": label(name)}
+
+
+def bandwidth_spread(frame):
+    """Error-bar lengths (GB/s below, GB/s above the median's bandwidth) for timed copies: the interquartile range
+    of their times (`time_iqr_us`, Q3 − Q1), centred on the median time (`time_median_us`), as bandwidth of
+    `bytes`. A robust spread: one slow outlier among the repetitions does not stretch it, as it does a min-max bar.
+
+    Example:
+        >>> import pandas as pd
+        >>> below, above = bandwidth_spread(pd.DataFrame({"bytes": [10**6], "time_median_us": [1.0],
+        ...                                               "time_iqr_us": [0.2]}))
+        >>> round(float(below[0]), 1), round(float(above[0]), 1)   # 1000 GB/s: 1.1 µs → 909, 0.9 µs → 1111
+        (90.9, 111.1)
+    """
+    _require(frame, ("bytes", "time_median_us", "time_iqr_us"))
+    nbytes, median, half = (frame[c].to_numpy(dtype=float) for c in ("bytes", "time_median_us", "time_iqr_us"))
+    half = half / 2
+    gbps = nbytes / median / 1e3
+    return gbps - nbytes / (median + half) / 1e3, nbytes / (median - half) / 1e3 - gbps
 
 
 def machine(provenance: dict, world_size: int | None = None) -> str:
@@ -306,10 +339,13 @@ def size_axis(ax, sizes, every: int = 3) -> None:
 def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: str = "implementation",
                 style: str | None = None, colors: dict | None = None, title="{}", xlabel: str = "message size (bytes)",
                 ylabel=None, xscale: str = "log", yscale="linear", marker: str | None = None, ncols: int = 2,
-                panel_size: tuple[float, float] = (5.5, 3.75), legend: dict | str | None = None):
+                panel_size: tuple[float, float] = (5.5, 3.75), legend: dict | str | None = None,
+                across: str | None = None):
     """A sweep drawn as small multiples; returns the figure (its panels are `fig.axes`, in order).
 
-    One panel per value of `facet` (sorted), or, when `y` is a list of columns, one panel per column; in each
+    One panel per value of `facet` (sorted), or, when `y` is a list of columns, one panel per column; with
+    `across` as well, a grid: a row per `facet` value, a column per `across` value (sorted), panels of a row
+    sharing their y axis and `title` formatted with both values (default '{} ({})'); in each
     panel one line per value of `hue` and of `style`, against `x` on an `xscale` axis. A hue value's colour comes
     from `colors` (default `colors_for`: the same colour for a name in every figure), its marker from `marker`
     (default `MARKERS`, '.' for other names) and, without `style`, its line style from `LINESTYLES`; with
@@ -335,20 +371,24 @@ def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: st
         raise ValueError(f"y: expected one column when faceting by {facet!r}, got {ys}")
     if not (legend is None or legend == "figure" or isinstance(legend, dict)):
         raise ValueError(f"legend: expected keyword arguments (a dict), 'figure' or None, got {legend!r}")
-    columns = [c for c in (x, hue, style, facet, *ys) if c is not None]
+    columns = [c for c in (x, hue, style, facet, across, *ys) if c is not None]
     missing = sorted(set(columns) - set(frame.columns))
     if missing:
         raise ValueError(f"frame: missing columns {missing}")
-    panels = [(value, group, ys[0]) for value, group in frame.groupby(facet, sort=True)] if facet else \
+    if across is not None and facet is None:
+        raise ValueError(f"across: expected a facet to go with {across!r}, got facet=None")
+    keys = [facet, across] if across else [facet]
+    panels = [(value, group, ys[0]) for value, group in frame.groupby(keys, sort=True)] if facet else \
         [(column, frame, column) for column in ys]
     n = len(panels)
-    cols = max(1, min(ncols, n))
+    cols = frame[across].nunique() if across else max(1, min(ncols, n))
     rows = -(-n // cols)
+    title = "{} ({})" if across and title == "{}" else title
     hues = sorted(frame[hue].unique(), key=str)
     colors = colors or colors_for(hues)
     styles = dict(zip(sorted(frame[style].unique()), LINE_STYLES)) if style else {}
     fig, axes = subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows), sharex=True,
-                         squeeze=False)
+                         sharey="row" if across else False, squeeze=False)
 
     def each(value, i):
         return value[i] if isinstance(value, (list, tuple)) else value
@@ -362,8 +402,9 @@ def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: st
             name, kind = key[0], (key[1] if style else None)
             g = g.sort_values(x)
             ax.plot(g[x], g[column], **look(name, kind), label=label(name) + (f" ({label(kind)})" if style else ""))
+        values = value if isinstance(value, tuple) else (value,)
         ax.set(xscale=xscale, yscale=each(yscale, i), ylabel=each(ylabel, i) or column,
-               title=each(title, i) if isinstance(title, (list, tuple)) else title.format(label(value)))
+               title=each(title, i) if isinstance(title, (list, tuple)) else title.format(*map(label, values)))
         if isinstance(legend, dict):
             ax.legend(**legend)
     if legend == "figure":
@@ -378,6 +419,120 @@ def facet_sweep(frame, y, *, facet: str | None = None, x: str = "bytes", hue: st
         bottom.set_xlabel(xlabel)
         bottom.xaxis.set_tick_params(labelbottom=True)
     return fig
+
+
+def size_sweep(frame, half=None, *, hue: str = "mechanism", small: int = 1 << 20, time: str = "time_median_us",
+               panel_size: tuple[float, float] = (5.0, 4.0)):
+    """Copies by message size (a transfer study's frame: route, `hue`, bytes, bandwidth_GBps, `time`) as small
+    multiples; returns the figure. One bandwidth panel per route (linear GB/s from 0, each on its own scale, so a
+    slow route is not flattened under a fast one), then one panel of the time per copy of messages up to `small`
+    bytes (linear µs from 0: the fixed cost of a small copy, which a log axis over the whole sweep hides in one
+    line), every route in it, a line style per route when there are several. Each `hue` value drawn as
+    `line_look`. `half` (rows of route, `hue`, half_bytes, half_GBps, as
+    `pkit.experiments.hierarchy.half_bandwidth_point` gives) marks n½ on each curve with a ◆ and gives it in the
+    legend.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"route": "GPU0 → GPU1", "mechanism": ["ce"] * 3 + ["sm_pull"] * 3,
+        ...                    "bytes": [1 << 12, 1 << 20, 1 << 30] * 2, "bandwidth_GBps": [1, 200, 400, 1, 190, 380],
+        ...                    "time_median_us": [5.0, 5.2, 2700, 5.5, 5.6, 2800]})
+        >>> half = pd.DataFrame({"route": ["GPU0 → GPU1"] * 2, "mechanism": ["ce", "sm_pull"],
+        ...                      "half_bytes": [1 << 20, 1 << 21], "half_GBps": [200, 190]})
+        >>> fig = size_sweep(df, half)
+        >>> [ax.get_title() for ax in fig.axes]
+        ['GPU0 → GPU1: bandwidth', 'time per copy up to 1 MiB']
+        >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        ['copy engine (n½ 1 MiB)', 'SM pull (n½ 2 MiB)']
+    """
+    _require(frame, ("route", hue, "bytes", "bandwidth_GBps", time))
+    routes = list(dict.fromkeys(frame["route"]))
+    n = len(routes) + 1
+    cols = n if n <= 3 else 2
+    rows = -(-n // cols)
+    fig, axes = subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows), squeeze=False)
+    for ax, route in zip(axes.flat, routes):
+        here = frame[frame["route"] == route]
+        marks = half[half["route"] == route].set_index(hue) if half is not None else None
+        for name, g in here.groupby(hue, sort=True):
+            style = line_look(name)
+            if marks is not None and name in marks.index:
+                mark = marks.loc[name]
+                style["label"] += f" (n½ {byte_label_fraction(mark['half_bytes'])})"
+                ax.plot([mark["half_bytes"]], [mark["half_GBps"]], marker="D", ms=8, color=style["color"],
+                        mec="black", ls="none", zorder=3)
+            g = g.sort_values("bytes")
+            ax.plot(g["bytes"], g["bandwidth_GBps"], **style)
+        size_axis(ax, here["bytes"])
+        ax.set(title=f"{route}: bandwidth", xlabel="message size", ylabel="bandwidth (GB/s)", ylim=(0, None))
+        ax.legend(loc="upper left", fontsize=8)
+    ax = axes.flat[len(routes)]
+    shown = frame[frame["bytes"] <= small]
+    dashes = dict(zip(routes, LINE_STYLES))
+    for (route, name), g in shown.groupby(["route", hue], sort=False):
+        style = {**line_look(name), **({"ls": dashes[route]} if len(routes) > 1 else {})}
+        ax.plot(g.sort_values("bytes")["bytes"], g.sort_values("bytes")[time], **{**style, "label": None})
+    if len(routes) > 1:
+        from matplotlib.lines import Line2D
+
+        ax.legend(handles=[Line2D([], [], color="0.3", ls=ls, label=r) for r, ls in dashes.items()], fontsize=8,
+                  loc="upper left")
+    size_axis(ax, shown["bytes"], every=2)
+    ax.set(title=f"time per copy up to {byte_label(small)}", xlabel="message size", ylabel="time per copy (µs)",
+           ylim=(0, None))
+    for extra in axes.flat[n:]:
+        extra.set_visible(False)
+    return fig
+
+
+def byte_label_fraction(nbytes: float) -> str:
+    """A byte count that need not be a power of two, to two significant digits in the largest unit ≥ 1.
+
+    Example:
+        >>> [byte_label_fraction(n) for n in (2.3 * 2**20, 262144, 700)]
+        ['2.3 MiB', '256 KiB', '700 B']
+    """
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if nbytes >= 1 << shift:
+            value = nbytes / (1 << shift)
+            return f"{value:.2g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{nbytes:.3g} B"
+
+
+def grouped_bars(ax, values, colors: dict, *, texts=None, missing: str = "not reported", width: float = 0.8) -> dict:
+    """`values` (a DataFrame: a group of bars per row, one bar per column, NaN where there is no value) as grouped
+    bars on `ax`, a column's bars in its colour (`colors`: column → colour) and labelled with the column's name for
+    a legend. A NaN draws no bar, only `missing` in small italic on the baseline: a missing value never gets a
+    height. `texts`: a same-shaped frame of texts to write above the bars (default none). The groups' names become
+    the x tick labels. Returns {(row, column): the bar's x}.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> import pandas as pd
+        >>> fig, ax = subplots()
+        >>> where = grouped_bars(ax, pd.DataFrame({"a": [0.5, 0.4], "b": [0.3, None]}, index=["x", "y"]),
+        ...                      {"a": BLUE, "b": ORANGE})
+        >>> len(ax.patches), [t.get_text() for t in ax.texts], where[("y", "b")]
+        (3, ['not reported'], 1.2)
+    """
+    m = len(values.columns)
+    where = {}
+    for j, column in enumerate(values.columns):
+        for i, (row, value) in enumerate(values[column].items()):
+            x = round(i + (j - (m - 1) / 2) * width / m, 6)
+            where[(row, column)] = x
+            if value != value:  # NaN: no bar
+                ax.annotate(missing, (x, 0), xytext=(0, 3), textcoords="offset points", ha="center",
+                            va="bottom", fontsize=8, style="italic", color="#555555")
+                continue
+            ax.bar(x, value, width / m * 0.95, color=colors[column], label=str(column) if i == 0 else None)
+            if texts is not None:
+                ax.annotate(texts.loc[row, column], (x, value), xytext=(0, 3), textcoords="offset points",
+                            ha="center", fontsize=9)
+    ax.set_xticks(range(len(values)), [str(r) for r in values.index])
+    ax.grid(axis="x", visible=False)
+    return where
 
 
 def _require(frame, columns) -> None:

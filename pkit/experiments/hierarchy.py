@@ -25,8 +25,8 @@ from ..launch import THREADS
 from ..ops.transfers import Route, check_mechanisms, check_routes, default_route, gpu_count
 from .hierarchy_chase import (LADDER, check_peer, device_and_peer, latency_ladder,  # noqa: F401 - the interface
                               without_peer, working_set_sweep)
-from .hierarchy_matrix import (TESTCASES, bandwidth_matrix, format_matrix, key_paths, matrix_table,  # noqa: F401
-                               print_matrix)
+from .hierarchy_matrix import (TESTCASES, bandwidth_matrix, engine_table, format_matrix, key_paths,  # noqa: F401
+                               matrix_table, plot_matrix, print_matrix)
 from .hierarchy_memory import HBM, HOST, L1, L2, LEVELS, PEER, SHARED, pinned  # noqa: F401
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -253,3 +253,92 @@ def half_bandwidth_point(frame: pd.DataFrame, by: str | Sequence[str] | None = N
         x = size[0] if i == 0 else size[i - 1] + (peak / 2 - gbps[i - 1]) / (gbps[i] - gbps[i - 1]) * (size[i] - size[i - 1])
         rows.append({**dict(zip(keys, name)), "peak_GBps": peak, "half_GBps": peak / 2, "half_bytes": float(2 ** x)})
     return pd.DataFrame(rows)
+
+
+def plot_ladder(ladder: pd.DataFrame, provenance: dict, device: int = 0, peer: int | None = None):
+    """The ladder (`ladder`'s frame) as two bar charts, latency (ns and SM cycles above each bar, L2's near and
+    far partitions as marks across its bar) and read bandwidth (GB/s), log scales; title from `provenance`.
+    Returns the figure.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> df = pd.DataFrame({"kind": ["level", "level", "partition"], "level": [L1, L2, "L2 near"],
+        ...                    "latency_ns": [20.0, 200.0, 180.0], "latency_cycles": [40, 400, 360],
+        ...                    "bandwidth_GBps": [9e4, 1e4, None], "reps": [3, 3, 3]})
+        >>> fig = plot_ladder(df, {"machine": "m", "gpus": ["G"]})
+        >>> [ax.get_title() for ax in fig.axes]
+        ['Latency (pointer chase, one thread)', 'Bandwidth (all SMs reading)']
+    """
+    from .. import figures
+
+    levels = ladder[ladder["kind"] == "level"]
+    fig, (lat_ax, bw_ax) = figures.subplots(1, 2, figsize=(11, 4.8))
+    x = np.arange(len(levels))
+    lat_ax.bar(x, levels["latency_ns"], color=figures.BLUE)
+    _mark_partitions(lat_ax, ladder, list(levels["level"]).index(L2))
+    top = ladder.loc[ladder["kind"] == "partition", "latency_ns"].max()  # L2's label above its partitions (NaN: none)
+    for xi, (name, ns, cyc) in enumerate(zip(levels["level"], levels["latency_ns"], levels["latency_cycles"])):
+        lat_ax.annotate(f"{ns:.0f} ns\n{cyc:.0f} cyc", (xi, max(ns, top) if name == L2 else ns),
+                        xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+    lat_ax.set(yscale="log", ylabel="latency per dependent load (ns)", title="Latency (pointer chase, one thread)")
+    bw_ax.bar(x, levels["bandwidth_GBps"], color=figures.GREEN)
+    for xi, gbps in enumerate(levels["bandwidth_GBps"]):
+        bw_ax.annotate(f"{gbps:,.0f}", (xi, gbps), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+    bw_ax.set(yscale="log", ylabel="read bandwidth (GB/s)", title="Bandwidth (all SMs reading)")
+    for ax in (lat_ax, bw_ax):
+        ax.set_xticks(x, [name.replace(" (", "\n(") for name in levels["level"]], fontsize=8)
+        ax.grid(axis="x", visible=False)
+        ax.margins(y=0.25)
+    figures.suptitle(fig, f"From GPU{device}: each rung of the hierarchy "
+                          + (f"(peer: GPU{peer})" if peer is not None else "(one GPU: no peer rung)"), provenance)
+    figures.caption(fig, f"Latency: median over {int(levels['reps'].max())} launches of the time per hop of one "
+                         "thread's pointer chase (cycles by the SM clock); L2 near/far: the two groups the per-hop "
+                         "times split into. Bandwidth: median over repeated launches of every SM reading the level. "
+                         "No error bars: each bar is one median (spreads as CVs in the table above).")
+    return fig
+
+
+def _mark_partitions(ax, ladder: pd.DataFrame, x: int) -> None:
+    """L2's near and far partitions (the ladder's 'partition' rows) as marks across the bar at `x`, each labelled
+    left of it, one below the other."""
+    from .. import figures
+
+    parts = ladder[ladder["kind"] == "partition"].sort_values("latency_ns")
+    for k, row in enumerate(parts.itertuples()):
+        ax.plot([x - 0.4, x + 0.4], [row.latency_ns] * 2, color=figures.VERMILLION, lw=1.5)
+        ax.annotate(f"{row.level}: {row.latency_ns:.0f} ns", (x - 0.4, row.latency_ns), xytext=(-6, 9 * (2 * k - 1)),
+                    textcoords="offset points", ha="right", va="center", fontsize=7.5, color=figures.VERMILLION,
+                    arrowprops={"arrowstyle": "-", "color": figures.VERMILLION, "lw": 0.6})
+
+
+def plot_working_set(sweep: pd.DataFrame, provenance: dict, device: int = 0, l2_bytes: float | None = None):
+    """The working-set sweep (`working_set_sweep`'s frame): latency per dependent load (ns, log) by working set
+    (bytes, log₂), with the datasheet L2 size (`l2_bytes`, default the H200's) as a labelled dashed line. Returns
+    the figure.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> df = pd.DataFrame({"working_set_bytes": [4096, 1 << 20, 1 << 30], "latency_ns": [20.0, 150.0, 300.0],
+        ...                    "reps": [3, 3, 3]})
+        >>> fig = plot_working_set(df, {"machine": "m", "gpus": ["G"]})
+        >>> [t.get_text() for t in fig.axes[0].texts]
+        [' L2 size (datasheet)']
+    """
+    from matplotlib.ticker import FuncFormatter
+
+    from .. import figures, hardware
+
+    fig, ax = figures.subplots()
+    ax.plot(sweep["working_set_bytes"], sweep["latency_ns"], marker="o", color=figures.BLUE)
+    l2 = l2_bytes or hardware.GPUS["H200"].l2_mib * MiB
+    ax.axvline(l2, color="0.4", ls="--", lw=1)
+    ax.text(l2, 0.04, " L2 size (datasheet)", transform=ax.get_xaxis_transform(), fontsize=8, color="0.25")
+    figures.size_axis(ax, sweep["working_set_bytes"])
+    ax.set(yscale="log", xlabel="working set (bytes chased through)", ylabel="latency per dependent load (ns)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(round(v))[0] in "235" else ""))
+    figures.suptitle(fig, f"GPU{device}: random pointer chase through L1, L2 and HBM", provenance, world_size=1)
+    figures.caption(fig, f"Each point: median over {int(sweep['reps'].max())} launches of the time per hop (one thread, "
+                         "ld.global.ca, one 128-byte line per slot in random order); only GPU"
+                         f"{device} takes part. Dashed: the datasheet L2 size.")
+    return fig

@@ -311,7 +311,8 @@ def format_matrix(frame: pd.DataFrame, testcase: str) -> str:
 def matrix_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Every testcase of a matrix frame in one table: a row per testcase (TESTCASES order), a column per
     'src -> dst' pair, GB/s of what the testcase counts (see `counted`) at its largest size; NaN where a
-    testcase has no such pair. The same numbers as `print_matrix`, in one screen.
+    testcase has no such pair. The same numbers as `print_matrix`, in one screen (`engine_table`: the same without
+    its empty cells).
 
     Example:
         >>> df = pd.DataFrame({"testcase": ["device_to_device_memcpy_write_ce"] * 2 + ["device_local_copy"],
@@ -331,6 +332,73 @@ def matrix_table(frame: pd.DataFrame) -> pd.DataFrame:
         index="testcase", columns="pair", values="bandwidth_GBps", aggfunc="first")
     pairs = sorted(table.columns, key=lambda p: tuple(_label_key(side) for side in p.split(" -> ")))
     return table.reindex(index=[t for t in TESTCASES if t in table.index], columns=pairs)
+
+
+def engine_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """`matrix_table`'s numbers without its empty cells: a row per testcase (its name without the engine suffix, in
+    TESTCASES order) and 'src -> dst' pair it has, a column per engine (copy engine `ce`, SM copy kernel `sm`), GB/s
+    of what the testcase counts at its largest size. `matrix_table` keeps nvbandwidth's own layout.
+
+    Example:
+        >>> df = pd.DataFrame({"testcase": ["device_local_copy", "device_local_copy_sm"], "engine": ["ce", "sm"],
+        ...                    "src": ["GPU0"] * 2, "dst": ["GPU0"] * 2, "bytes": [1 << 29] * 2,
+        ...                    "bandwidth_GBps": [4161.3, 3832.0]})
+        >>> engine_table(df)                                                        # doctest: +NORMALIZE_WHITESPACE
+        engine                                ce      sm
+        testcase          pair
+        device_local_copy GPU0 -> GPU0  4161.3  3832.0
+    """
+    missing = {"testcase", "engine", "src", "dst", "bytes", "bandwidth_GBps"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame: missing columns {sorted(missing)}")
+    largest = frame[frame["bytes"] == frame.groupby("testcase")["bytes"].transform("max")]
+    named = largest.assign(testcase=largest["testcase"].str.removesuffix("_sm").str.removesuffix("_ce"),
+                           pair=largest["src"] + " -> " + largest["dst"])
+    table = named.pivot_table(index=["testcase", "pair"], columns="engine", values="bandwidth_GBps", aggfunc="first")
+    order = {name.removesuffix("_sm").removesuffix("_ce"): i for i, name in reversed(list(enumerate(TESTCASES)))}
+    rows = sorted(table.index, key=lambda r: (order.get(r[0], len(order)),
+                                             tuple(_label_key(side) for side in r[1].split(" -> "))))
+    return table.reindex(rows)
+
+
+ONE_WAY = ("host_to_device_memcpy", "device_to_host_memcpy", "device_to_device_memcpy_write", "device_local_copy")
+
+
+def plot_matrix(frame: pd.DataFrame, provenance: dict):
+    """The one-way testcases of a matrix frame (`ONE_WAY`, by copy engine and by SM copy kernel) as two heatmaps,
+    source × destination, on one logarithmic colour scale (GB/s); a pair without a testcase hatched. Returns the
+    figure.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> df = pd.DataFrame({"testcase": ["device_local_copy", "device_local_copy_sm"], "engine": ["ce", "sm"],
+        ...                    "src": ["GPU0"] * 2, "dst": ["GPU0"] * 2, "bytes": [1 << 29] * 2,
+        ...                    "bandwidth_GBps": [4161.3, 3900.0]})
+        >>> [ax.get_title() for ax in plot_matrix(df, {"machine": "m", "gpus": ["G"]}).axes[:2]]
+        ['copy engine (CE)', 'SM copy kernel (SM)']
+    """
+    import matplotlib.colors as mcolors
+
+    from .. import figures
+
+    nodes = sorted(set(frame["src"]) | set(frame["dst"]), key=lambda s: (s != "CPU", s))
+    fig, axes = figures.subplots(1, 2, figsize=(10, 4.8))
+    norm = mcolors.LogNorm(frame["bandwidth_GBps"].min(), frame["bandwidth_GBps"].max())
+    one_way = frame["testcase"].str.removesuffix("_sm").str.removesuffix("_ce").isin(ONE_WAY)
+    for ax, engine in zip(axes, ["ce", "sm"]):
+        rows = frame[(frame["engine"] == engine) & one_way]
+        grid = rows.pivot_table(index="src", columns="dst", values="bandwidth_GBps").reindex(index=nodes, columns=nodes)
+        mesh = figures.heatmap(ax, grid, cmap="viridis", norm=norm, fmt=",.0f", missing="no testcase")
+        ax.set(xlabel="destination", ylabel="source", title={"ce": "copy engine (CE)", "sm": "SM copy kernel (SM)"}[engine])
+        ax.tick_params(axis="y", rotation=0)
+    fig.colorbar(mesh, ax=axes, shrink=0.8, label="GB/s, one direction")
+    sizes = " / ".join(figures.byte_label(b) for b in sorted(frame["bytes"].unique()))
+    figures.suptitle(fig, f"Bandwidth matrix, one direction, {sizes} per copy (GB/s)", provenance)
+    figures.caption(fig, "CE: cudaMemcpyAsync on a stream of the GPU taking part (GPU → GPU: the writer's); SM: pkit's "
+                         "16-byte copy kernel launched on that GPU. Each cell: median over repeated copies. Diagonal: a "
+                         "local copy, counting its read and its write. Host memory is pinned; 'no testcase': "
+                         "nvbandwidth has none for that pair.")
+    return fig
 
 
 KEY_PATHS = (  # (path, testcase, src, dst): 'device' and 'peer' stand for the two GPUs, 'CPU' for the host
