@@ -279,3 +279,40 @@ def split_gains(splits: pd.DataFrame) -> pd.DataFrame:
                      "second_alone_GBps": alone(group, 0.0), "ce_alone_GBps": ce_GBps,
                      "best_over_ce": float(best["bandwidth_GBps"]) / ce_GBps})
     return pd.DataFrame(rows)
+
+
+def plot_splits(splits: pd.DataFrame, provenance: dict):
+    """A `split_sweep` frame as one line per pair of mechanisms (coloured and marked as its first mechanism),
+    bandwidth (GB/s, from 0, so a few percent look like a few percent) by the first mechanism's share, with the
+    times' interquartile range as bars (`pkit.figures.bandwidth_spread`) and the copy engine alone dashed. Returns
+    the figure.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> df = pd.DataFrame({"first": ["sm_push"] * 2 + ["ce"] * 2, "second": ["sm_pull"] * 4,
+        ...                    "fraction_first": [0.0, 1.0] * 2, "bytes": [1 << 28] * 4,
+        ...                    "bandwidth_GBps": [366.0, 367.0, 363.0, 392.5], "time_median_us": [733.0, 731.0, 739.0, 684.0],
+        ...                    "time_iqr_us": [9.0, 5.0, 4.0, 3.0]})
+        >>> ax = plot_splits(df, {"machine": "m", "gpus": ["G"] * 2}).axes[0]
+        >>> float(ax.get_ylim()[0]), [t.get_text() for t in ax.get_legend().get_texts()]
+        (0.0, ['copy engine alone', 'SM push + SM pull', 'copy engine + SM pull'])
+    """
+    from .. import figures
+
+    fig, ax = figures.subplots()
+    for (first, second), group in splits.groupby(["first", "second"], sort=False):
+        ax.errorbar(group["fraction_first"], group["bandwidth_GBps"], yerr=figures.bandwidth_spread(group), capsize=2,
+                    **{**figures.line_look(first, "o"), "ls": "-",
+                       "label": f"{figures.label(first)} + {figures.label(second)}"})
+    ax.axhline(split_gains(splits)["ce_alone_GBps"].iloc[0], color="0.3", ls="--", lw=1, label="copy engine alone")
+    ax.set(xlabel="share of the bytes moved by the first mechanism", ylabel="bandwidth (GB/s)",
+           ylim=(0, splits["bandwidth_GBps"].max() * 1.15))
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.legend(loc="lower center")
+    nbytes = int(splits["bytes"].iloc[0])
+    figures.suptitle(fig, f"GPU0 → GPU1, {figures.byte_label(nbytes)} split between two mechanisms", provenance)
+    figures.caption(fig, f"Each point: median of {provenance.get('parameters', {}).get('reps', 'the')} joined copies, "
+                         "both mechanisms at once, timed from the first GPU's start to the end of both; bars: the "
+                         "times' interquartile range (its width, centred on the median). Colour and marker: the first "
+                         "mechanism's. The y axis starts at 0.")
+    return fig
