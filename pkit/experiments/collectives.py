@@ -326,8 +326,10 @@ def best_peer(frame: pd.DataFrame, peers: Sequence[str] = PEERS) -> pd.DataFrame
     return out.sort_values(keys).reset_index(drop=True)
 
 
-def table(frame: pd.DataFrame, values: str = "busbw_GBps", dtype: str = "bfloat16") -> pd.DataFrame:
-    """`values` of one dtype's rows as a table: a row per (op, bytes), a column per implementation.
+def table(frame: pd.DataFrame, values: str = "busbw_GBps", dtype: str = "bfloat16",
+          sizes: Sequence[int] | None = None) -> pd.DataFrame:
+    """`values` of one dtype's rows as a table: a row per (op, bytes), a column per implementation; with `sizes`,
+    only those message sizes (bytes).
 
     Example:
         >>> df = pd.DataFrame({"implementation": ["nccl", "pkit_sm"], "op": ["all_gather"] * 2,
@@ -338,7 +340,133 @@ def table(frame: pd.DataFrame, values: str = "busbw_GBps", dtype: str = "bfloat1
     rows = frame[frame["dtype"] == dtype]
     if rows.empty:
         raise ValueError(f"dtype: no rows of {dtype!r}; the frame has {sorted(frame['dtype'].unique())}")
+    rows = rows if sizes is None else rows[rows["bytes"].isin(sizes)]
     return rows.pivot_table(index=["op", "bytes"], columns="implementation", values=values)
+
+
+def best_summary(best: pd.DataFrame) -> pd.DataFrame:
+    """A `best_pkit` table in one row per (dtype, op): sizes measured, how many of them pkit's fastest variant beats
+    the baseline at (faster), its lowest and highest speedup (×), and at how many `auto` picks the fastest
+    variant's mechanism (auto_fastest).
+
+    Example:
+        >>> best = pd.DataFrame({"dtype": ["bfloat16"] * 2, "op": ["all_gather"] * 2, "bytes": [1 << 16, 1 << 30],
+        ...                      "implementation": ["pkit_ll", "pkit_sm"], "speedup": [1.18, 0.97], "auto": ["ll", "ce"]})
+        >>> best_summary(best)                                                      # doctest: +NORMALIZE_WHITESPACE
+                             sizes  faster  speedup_min  speedup_max  auto_fastest
+        dtype    op
+        bfloat16 all_gather      2       1         0.97         1.18             1
+    """
+    mechanism = best["implementation"].str.removeprefix("pkit_").str.split("_").str[0]
+    marked = best.assign(faster=best["speedup"] > 1, auto_fastest=best["auto"] == mechanism)
+    return marked.groupby(["dtype", "op"]).agg(sizes=("bytes", "size"), faster=("faster", "sum"),
+                                               speedup_min=("speedup", "min"), speedup_max=("speedup", "max"),
+                                               auto_fastest=("auto_fastest", "sum"))
+
+
+SIZE_NOTE = ("S, as nccl-tests counts it: the whole buffer per GPU (all-reduce, all-to-all), the gathered output "
+             "(all-gather), the scattered input (reduce-scatter).")
+
+
+def _timed(provenance: dict) -> str:
+    """How each point of a sweep was timed, in words for a caption."""
+    return (f"median of {provenance.get('parameters', {}).get('reps', 'the')} calls, each timed between its own pair "
+            "of events")
+
+
+def _size_axes(fig, sizes) -> None:
+    """Every panel of `fig`: a byte-size axis over `sizes`, a tick every two powers of two, labels tilted."""
+    from .. import figures
+
+    for ax in fig.axes:
+        figures.size_axis(ax, sizes, every=2)
+        ax.tick_params(axis="x", labelrotation=30)
+
+
+def plot_busbw(frame: pd.DataFrame, provenance: dict, dtype: str = "bfloat16"):
+    """busbw (GB/s) by message size of one dtype's rows, a panel per op and a line per implementation. Returns the
+    figure.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> df = pd.DataFrame({"implementation": ["nccl", "pkit_sm"] * 2, "op": ["all_gather"] * 4,
+        ...                    "dtype": ["bfloat16"] * 4, "bytes": [1 << 16] * 2 + [1 << 20] * 2,
+        ...                    "busbw_GBps": [3.6, 4.2, 60.0, 70.0]})
+        >>> [ax.get_title() for ax in plot_busbw(df, {"machine": "m", "gpus": ["G"] * 2}).axes]
+        ['all-gather (bf16)']
+    """
+    from .. import figures
+
+    fig = figures.facet_sweep(frame[frame["dtype"] == dtype], "busbw_GBps", facet="op", title=f"{{}} ({figures.label(dtype)})",
+                              ylabel="busbw (GB/s)", xlabel="message size S (bytes, nccl-tests' S)", legend="figure")
+    _size_axes(fig, frame["bytes"])
+    figures.suptitle(fig, "Bus bandwidth: pkit's collectives beside NCCL and torch", provenance)
+    figures.caption(fig, "busbw: algbw × 2(n−1)/n for all-reduce, × (n−1)/n for the other ops, with n = 2 GPUs and "
+                         f"algbw = S / time ({_timed(provenance)}); it is comparable with one GPU's link bandwidth "
+                         f"across ops. {SIZE_NOTE}")
+    return fig
+
+
+def plot_speedup(frame: pd.DataFrame, provenance: dict, baseline: str = "nccl"):
+    """Each implementation's speedup over `baseline` (`speedups`) by message size: a row of panels per op, a column
+    per dtype (rows share their y axis), a line per implementation, a dashed line at 1×. Returns the figure.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> df = pd.DataFrame({"implementation": ["nccl", "pkit_ll"] * 2, "op": ["all_gather"] * 4,
+        ...                    "dtype": ["bfloat16"] * 2 + ["float32"] * 2, "bytes": [1 << 16] * 4,
+        ...                    "time_median_us": [9.2, 7.8, 9.5, 8.0]})
+        >>> [ax.get_title() for ax in plot_speedup(df, {"machine": "m", "gpus": ["G"] * 2}).axes]
+        ['all-gather (bf16)', 'all-gather (fp32)']
+    """
+    from .. import figures
+
+    sp = speedups(frame, baseline)
+    fig = figures.facet_sweep(sp[sp["implementation"] != baseline], "speedup", facet="op", across="dtype",
+                              panel_size=(5.0, 3.0), ylabel=f"speedup over {figures.label(baseline)} (×)",
+                              xlabel="message size S (bytes, nccl-tests' S)", legend="figure")
+    for ax in fig.axes:
+        ax.axhline(1.0, color="0.4", ls="--", lw=1)
+    _size_axes(fig, sp["bytes"])
+    figures.suptitle(fig, f"Speedup over {figures.label(baseline)}, same op, dtype and size", provenance)
+    figures.caption(fig, f"Speedup: {figures.label(baseline)}'s time over the implementation's, both the "
+                         f"{_timed(provenance)}, in the same session; above the dashed line (1×) faster. A row per op, "
+                         f"a column per dtype. {SIZE_NOTE}")
+    return fig
+
+
+def plot_latency(latency: pd.DataFrame, provenance: dict):
+    """A `latency_sweep` frame (with the torch baselines') as time per call (µs, from 0) by message size, a line
+    per implementation, with half of NCCL's time (the target) and the empty kernel's floor (`latency_floors`).
+    Returns the figure.
+
+    Example:
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> from pkit import results
+        >>> run = results.load("collectives_latency", "h200x2-nv18")
+        >>> [line.get_label() for line in plot_latency(run.frame, run.provenance).axes[0].lines][-2:]
+        ['NCCL / 2 (target)', 'empty kernel on both GPUs']
+    """
+    from .. import figures
+
+    curves = latency[latency["implementation"] != "empty_kernel"]
+    nccl = curves[curves["implementation"] == "nccl"].set_index("bytes")["time_median_us"]
+    fig = figures.facet_sweep(curves, "time_median_us", panel_size=(7.0, 4.2), ylabel="time per call (µs)",
+                              xlabel="message size S (bytes: the whole buffer per GPU)", title=[""])
+    ax = fig.axes[0]
+    ax.plot(nccl.index, nccl / 2, color="0.4", ls=(0, (4, 2)), lw=1, label="NCCL / 2 (target)")
+    ax.axhline(latency_floors(latency).loc["empty_kernel", "time_us"], color="0.3", ls=":", lw=1,
+               label="empty kernel on both GPUs")
+    figures.size_axis(ax, curves["bytes"])
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=7.5, ncol=2, loc="upper left")
+    per = provenance.get("parameters", {})
+    figures.suptitle(fig, "Small all-reduce (bf16): time per call", provenance)
+    figures.caption(fig, f"Each point: median of {per.get('reps')} samples, each the mean time of "
+                         f"{per.get('calls_per_sample')} back-to-back calls (as nccl-tests times). Dashed grey: half "
+                         "of NCCL's time, the target; dotted: an empty kernel launched on both GPUs, a floor no "
+                         "collective can beat.")
+    return fig
 
 
 def at_size(frame: pd.DataFrame, nbytes: int, op: str = "all_reduce",
