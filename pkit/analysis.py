@@ -395,3 +395,25 @@ def published(path: str | Path | None = None) -> pd.DataFrame:
         raise ValueError(f"path: {path or PUBLISHED_CSV} lacks columns {sorted(required - set(frame.columns))}")
     from_count = frame["count"] / frame["problems"]
     return frame.assign(fraction=from_count.fillna(frame["percent"] / 100))
+
+
+def pass_by_k(outcomes: pd.DataFrame, total_problems: int | None = None) -> pd.DataFrame:
+    """pass@k and fast_1@k (`pkit.metrics.pass_rate`, `pkit.metrics.fast_p` at p = 1) of each model in
+    `outcomes` (`pkit.metrics.outcomes`), for k from 1 to the fewest samples the model has of a problem: a row per
+    (model, k), shares of problems in [0, 1] (over `total_problems` when given, problems without records unsolved).
+
+    Example:
+        >>> from pkit import metrics
+        >>> rows = [{"problem": p, "category": "c", "model": "m", "status": s, "speedup": 2.0}
+        ...         for p, s in (("a", "correct_faster"), ("a", "wrong_result"), ("b", "wrong_result"), ("b", "wrong_result"))]
+        >>> pass_by_k(metrics.outcomes(rows)).round(2).values.tolist()
+        [['m', 1, 0.25, 0.25], ['m', 2, 0.5, 0.5]]
+    """
+    from . import metrics
+
+    rows = []
+    for model, mine in outcomes.groupby("model", sort=True):
+        for k in range(1, int(metrics.per_problem(mine).n.min()) + 1):
+            rows.append({"model": model, "k": k, "pass": metrics.pass_rate(mine, k, total_problems),
+                         "fast": metrics.fast_p(mine, 1.0, k, total_problems)})
+    return pd.DataFrame(rows, columns=["model", "k", "pass", "fast"])

@@ -531,6 +531,7 @@ def grouped_bars(ax, values, colors: dict, *, texts=None, missing: str = "not re
                 ax.annotate(texts.loc[row, column], (x, value), xytext=(0, 3), textcoords="offset points",
                             ha="center", fontsize=9)
     ax.set_xticks(range(len(values)), [str(r) for r in values.index])
+    ax.set_xlim(-0.5, len(values) - 0.5)  # every group whole, a missing bar's place too
     ax.grid(axis="x", visible=False)
     return where
 
