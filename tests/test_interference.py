@@ -31,7 +31,8 @@ def _copies_frame(a: float, b: float, rng) -> pd.DataFrame:
     """Copies rows whose time ratios follow 1 + a·u + b·u² exactly (u in TB/s)."""
     traffic = np.array([200.0, 400.0, 800.0, 1600.0, 2400.0, 50.0])
     ratio = 1 / (1 + a * traffic / 1000 + b * (traffic / 1000) ** 2)
-    return pd.DataFrame({"gemm": "cublas", "hbm_traffic_GBps": traffic, "rate_ratio": ratio})
+    return pd.DataFrame({"gemm": "cublas", "hbm_traffic_GBps": traffic, "rate_ratio": ratio, "m": 8192, "n": 8192,
+                         "k": 8192, "route": "GPU0 → GPU0", "target_GBps": [100.0, 200.0, 400.0, 800.0, None, 50.0]})
 
 
 def _partition_frame(p: float) -> pd.DataFrame:
@@ -47,6 +48,7 @@ def test_the_interference_fit_recovers_the_curve_it_was_made_from():
     assert fit.a == pytest.approx(a, rel=1e-6) and fit.b == pytest.approx(b, rel=1e-6, abs=1e-9)
     assert fit.p == pytest.approx(p, rel=1e-6) and fit.sms == 132
     assert fit.errors()["error"].abs().max() < 1e-9
+    assert fit.budget == ((8192 / 3, 2400.0),) and fit.copy_budget(8192, 2048, 8192) == pytest.approx(2400.0)
     with pytest.raises(ValueError, match="copies, partition: expected at least 3 copy points"):
         M.Interference.from_frames(_copies_frame(a, b, rng).head(2), _partition_frame(p), "cublas")
 

@@ -6,14 +6,18 @@ The model is built from measurements where there are some and says where it assu
   study (results/<machine>/overlap_gemm: eight shapes per implementation).
 * **Interference** (`Interference`): the GEMM's time grows with the HBM traffic a copy beside it makes,
   ratio = 1 + a·u + b·u² (u in TB/s), fitted to the interference study's copy points; on g of S SMs its rate is
-  (g/S)^p, p fitted to the SM-partition points (results/<machine>/interference_*).
+  (g/S)^p, p fitted to the SM-partition points (results/<machine>/interference_*). And the copy does not get all
+  it asks for: beside a GEMM it got at most the HBM traffic an unthrottled copy reached there (measured at two
+  shapes, interpolated in the GEMM's flops per byte), so a link transfer's rate is capped at half of it.
 * **Links** (`Link`): per-GPU one-way rates by mechanism and NCCL's collective times: measured on 2×H200 (the
   recorded mechanisms and collectives studies); for other systems the datasheet's NVLink per GPU times the
   fraction of it that 2×H200 measured (labelled modelled, with the datasheet as source).
 
 A schedule moves B bytes over the link while computing: serial costs T_link + T_gemm; an overlapped schedule
-costs max(T_gemm × slowdown, T_link) plus its pipeline fill (the last chunk's GEMM after the last bytes land,
-or the first chunk before any GEMM can start). `predict` returns each term and which inputs were measured.
+pipelines c chunks: AG+GEMM costs max(T_c, T_l + T_c/(W·c)) (its own rows first, the last peer chunk's GEMM after
+it lands), GEMM+RS/AR max(T_c + T_l/c, T_c/c + T_l) (each output chunk computed, then sent), with T_c the GEMM's
+time slowed by the schedule's traffic (and, for sm_pull, by the SMs it takes). `predict` returns each term and
+which inputs were measured.
 
 Example:
     >>> fit = GemmFit.from_points("cublas", [(8192, 8192, 8192, 1.40e-3), (8192, 1024, 8192, 0.18e-3),
@@ -92,6 +96,15 @@ class Interference:
     p: float
     sms: int
     points: tuple = ()  # (kind, x, measured ratio): 'traffic' (GB/s, time ratio) or 'sms' (GEMM SMs, rate ratio)
+    budget: tuple = ()  # (GEMM flops per byte, GB/s of HBM traffic an unthrottled copy got beside it), measured
+
+    def copy_budget(self, m: int, n: int, k: int) -> float:
+        """GB/s of HBM traffic a copy gets beside this GEMM: measured at the budget's shapes, log-interpolated in
+        the GEMM's flops per byte of its operands, held flat beyond them (inf without budget points)."""
+        if not self.budget:
+            return float("inf")
+        x, y = zip(*sorted(self.budget))
+        return float(np.exp(np.interp(np.log(intensity(m, n, k)), np.log(x), np.log(y))))
 
     def time_ratio(self, traffic_GBps: float) -> float:
         u = max(float(traffic_GBps), 0.0) / 1000.0
@@ -105,7 +118,7 @@ class Interference:
     def from_frames(cls, copies: pd.DataFrame, partition: pd.DataFrame, gemm: str) -> "Interference":
         """Fit `gemm`'s parameters: (a, b) to every copies row's time ratio (1 / rate_ratio) against
         hbm_traffic_GBps (3 parameters' worth of points at least), p to the partition's idle rows' rate_ratio
-        against gemm_sms / (gemm_sms + sms_given)."""
+        against gemm_sms / (gemm_sms + sms_given); the copy budget from the unthrottled copies within the GPU."""
         c = copies[(copies["gemm"] == gemm) & copies["hbm_traffic_GBps"].notna()]
         idle = partition[(partition["gemm"] == gemm) & (partition["copy"] == "idle")]
         if len(c) < 3 or len(idle) < 2:
@@ -119,7 +132,10 @@ class Interference:
         p = float(np.sum(share * np.log(idle["rate_ratio"].to_numpy())) / np.sum(share * share))
         points = tuple([("traffic", float(x), float(1 / r)) for x, r in zip(c["hbm_traffic_GBps"], c["rate_ratio"])]
                        + [("sms", float(g), float(r)) for g, r in zip(idle["gemm_sms"], idle["rate_ratio"])])
-        return cls(float(a), float(b), p, sms, points)
+        free = c[c["target_GBps"].isna() & ~c["route"].str.contains("CPU")]
+        budget = tuple((intensity(m, n, k), float(t)) for m, n, k, t in
+                       zip(free["m"], free["n"], free["k"], free["hbm_traffic_GBps"]))
+        return cls(float(a), float(b), p, sms, points, budget)
 
     def errors(self) -> pd.DataFrame:
         """Each fitted point: kind, x (GB/s of traffic, or GEMM SMs), measured, model, error (model / measured − 1);
@@ -146,6 +162,11 @@ class Link:
     measured: bool
     gpu: str = "H200"
     notes: dict = field(default_factory=dict)
+
+
+def intensity(m: int, n: int, k: int) -> float:
+    """A bf16 GEMM's flops per byte of its operands and output (2·M·N·K over 2·(M·K + N·K + M·N))."""
+    return m * n * k / (m * k + n * k + m * n)
 
 
 def _loglog(xs, ys) -> Callable[[float], float]:
@@ -235,13 +256,17 @@ def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gem
     else:
         rate = {"ce_chunks": link.ce_GBps, "ce_flags": link.ce_GBps, "sm_pull": link.sm_pull(comm_sms),
                 "tma_pull": link.tma_GBps}[schedule]
+        rate = min(rate, interference.copy_budget(gm, gn, gk) / 2)  # HBM serves what arrives and what leaves
         t_link = recv / (rate * 1e9)
-        slow = interference.time_ratio(2 * rate)  # HBM serves what arrives and what leaves
+        slow = interference.time_ratio(2 * rate)
         if schedule == "sm_pull":
             slow /= interference.rate_on(interference.sms - comm_sms)
         compute = t_gemm * slow
-        fill = compute / (chunks * (gpus - 1) + 1) if pattern == "ag_gemm" else compute / chunks
-        time = max(compute, t_link) + fill
+        if pattern == "ag_gemm":  # own rows first, then each peer chunk as it lands: the last chunk's GEMM trails
+            time = max(compute, t_link + compute / (gpus * chunks))
+        else:  # each output chunk computed, then sent: the first chunk's GEMM leads
+            time = max(compute + t_link / chunks, compute / chunks + t_link)
+        fill = time - max(compute, t_link)
     inputs = {"gemm": f"measured one-GPU {gemm.implementation} rates, fitted",
               "interference": "measured on one GPU, fitted", "link": link.source,
               "link_measured": link.measured}
