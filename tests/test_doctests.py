@@ -9,7 +9,7 @@ MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver",
            "pkit.launch", "pkit.metrics", "pkit.notebooks", "pkit.problem_kit", "pkit.results", "pkit.roofline", "pkit.studies",
            "pkit.experiments.collectives", "pkit.experiments.hierarchy", "pkit.experiments.hierarchy_chase",
            "pkit.experiments.hierarchy_matrix", "pkit.experiments.hierarchy_memory", "pkit.experiments.mechanisms",
-           "pkit.experiments.quickstart", "pkit.experiments.cross_check", "pkit.experiments.ceilings", "pkit.experiments.projection", "pkit.experiments.roofline_gap", "pkit.ops.baselines", "pkit.ops.collectives", "pkit.ops.copy_engine",
+           "pkit.experiments.quickstart", "pkit.experiments.cross_check", "pkit.experiments.interference", "pkit.experiments.overlap_model", "pkit.experiments.ceilings", "pkit.experiments.projection", "pkit.experiments.roofline_gap", "pkit.ops.baselines", "pkit.ops.collectives", "pkit.ops.copy_engine",
            "pkit.harness.channel", "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records",
            "pkit.harness.snapshot", "pkit.harness.solutions", "pkit.harness.problems", "pkit.harness.reference",
            "pkit.harness.problem", "pkit.harness.fresh", "pkit.harness", "pkit.team", "pkit.ops.transfers", "pkit.widgets", "pkit.lesson"]
