@@ -419,8 +419,8 @@ def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tm
 # --- 16. answers remembered across reused input sets -----------------------------------------------------------
 
 def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path):
-    recs = evaluate(tmp_path / "reuse.jsonl", FIXTURES / "hostile_reuse", "--size", "large", "--force", "--trials", "1",
-                    "--perf", "--warmup", "2", "--iters", "24", "--timeout", "240")
+    recs = evaluate(tmp_path / "reuse.jsonl", FIXTURES / "hostile_reuse", "--size", "large", "--force",
+                    "--trials", "1", "--perf", "--warmup", "2", "--iters", "24", "--timeout", "240")
     stale = recs["01_sum/remember_by_address.py"]
     assert stale["status"] == "wrong_result" and "timed_output" in stale["flags"] or (
         stale["status"] == "correct_slower" and "timing_mismatch" in stale["flags"]), (stale["status"], stale["error"])
