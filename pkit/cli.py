@@ -84,8 +84,16 @@ def figures(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit 2 (`pkit eval: error: ...`), without the
+    usage block argparse prints first; `--help` still shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pkit", description=__doc__)
+    parser = OneLineParser(prog="pkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="GPUs, links, peer access, versions").set_defaults(func=info)
     listing = sub.add_parser("list", help="one of pkit's registries: " + "; ".join(

@@ -139,3 +139,18 @@ def test_a_missing_solutions_folder_is_not_confused_with_an_empty_one(newcomer, 
     (newcomer / "empty").mkdir()
     assert main(["eval", "--reference-as-candidate", "--solutions", "empty/", *FIXTURES, "--dry-run", *OUT]) == 0
     assert "01_sum (size tiny): 01_sum/problem.py:reference" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["eval", "--atol", "abc"], "pkit eval: error: argument --atol: invalid float value: 'abc'"),
+    (["list", "nope"], "pkit list: error: argument registry: invalid choice: 'nope'"),
+    (["figures", "--mode", "fast"], "pkit figures: error: argument --mode: invalid choice: 'fast'"),
+])
+def test_what_argparse_refuses_is_one_line_too(argv, line, capsys):
+    """Values argparse itself refuses (a type or a choice) print one line, not the usage block first."""
+    from pkit.cli import main as pkit_main
+
+    with pytest.raises(SystemExit) as stop:
+        pkit_main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and err.startswith(line), err
