@@ -36,7 +36,8 @@ def test_recorded_results_speak_one_vocabulary():
     """Every name a recorded result carries is one pkit uses today; names mapped after recording say so."""
     torch = {"torch_nccl", "torch_symm_one_shot", "torch_symm_two_shot"}
     known = {"mechanism": set(transfers.ALL_MECHANISMS), "first": set(transfers.MECHANISMS),
-             "second": set(transfers.MECHANISMS), "engine": {"ce", "sm"},
+             "second": set(transfers.MECHANISMS),
+             "engine": {transfers.family(m) for m in transfers.ALL_MECHANISMS} | {"none"},  # none: SMs left idle
              "implementation": set(collectives.implementation_names()) | torch | {"empty_kernel"}
              | set(overlap.GEMM_IMPLEMENTATIONS)}
     csvs = sorted((Path(__file__).resolve().parents[1] / "results").glob("*/*.csv"))
