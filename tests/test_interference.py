@@ -53,15 +53,15 @@ def test_the_interference_fit_recovers_the_curve_it_was_made_from():
         M.Interference.from_frames(_copies_frame(a, b, rng).head(2), _partition_frame(p), "cublas")
 
 
-def test_the_gemm_fit_uses_two_parameters_for_every_recorded_shape():
+def test_the_gemm_fit_uses_three_parameters_for_every_recorded_shape():
     frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
     for gemm in ("pkit_gemm", "cublas"):
         fit = M.GemmFit.from_frame(frame, gemm)
         errors = fit.errors()
         assert len(errors) == (frame["implementation"] == gemm).sum() > 2
-        assert errors["error"].abs().max() < 0.1, errors  # two parameters for eight shapes: no shape fits exactly
-    with pytest.raises(ValueError, match="points: expected at least 3"):
-        M.GemmFit.from_points("x", [(1, 8, 1, 1e-6)] * 2)
+        assert errors["error"].abs().max() < 0.1, errors  # three parameters for eight shapes: none fits exactly
+    with pytest.raises(ValueError, match="points: expected at least 4"):
+        M.GemmFit.from_points("x", [(1, 8, 1, 1e-6)] * 3)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_serial_predictions_add_up_the_recorded_pieces(two_gpu_link):
     frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
     check = M.serial_check(two_gpu_link, M.GemmFit.from_frame(frame, "cublas"), frame)
     assert len(check) >= 4 and (check["model_us"] > 0).all()
-    assert check["error"].abs().max() < 0.06, check  # the GEMM fit's error, diluted by the all-gather
+    assert check["error"].abs().max() < 0.05, check  # the GEMM fit's error, diluted by the all-gather
 
 
 def test_schedules_stay_above_the_bound_and_those_taking_no_sms_beat_serial(two_gpu_link):

@@ -2,8 +2,9 @@
 
 The model is built from measurements where there are some and says where it assumes:
 
-* **GEMM** (`GemmFit`): time = 2·M·N·K / R + M·N·c, two parameters fitted by least squares to a one-GPU GEMM
-  study (results/<machine>/overlap_gemm: eight shapes per implementation).
+* **GEMM** (`GemmFit`): time = 2·M·N·K / R + M·N·c + (M + N)·K·d (math, output, operands), three parameters
+  fitted by least squares to a one-GPU GEMM study (results/<machine>/overlap_gemm: eight shapes per
+  implementation).
 * **Interference** (`Interference`): the GEMM's time grows with the HBM traffic a copy beside it makes,
   ratio = 1 + a·u + b·u² (u in TB/s), fitted to the interference study's copy points; on g of S SMs its rate is
   (g/S)^p, p fitted to the SM-partition points (results/<machine>/interference_*). And the copy does not get all
@@ -21,9 +22,10 @@ which inputs were measured.
 
 Example:
     >>> fit = GemmFit.from_points("cublas", [(8192, 8192, 8192, 1.40e-3), (8192, 1024, 8192, 0.18e-3),
-    ...                                       (8192, 8192, 256, 0.06e-3), (4096, 4096, 4096, 0.19e-3)])
+    ...                                       (8192, 8192, 256, 0.06e-3), (4096, 4096, 4096, 0.19e-3),
+    ...                                       (8192, 4096, 8192, 0.71e-3)])
     >>> round(fit.tflops(8192, 8192, 8192))
-    761
+    770
     >>> bump = Interference(a=0.05, b=0.02, p=1.0, sms=132)
     >>> round(bump.time_ratio(800.0), 4), round(bump.time_ratio(0.0), 4)
     (1.0528, 1.0)
@@ -45,22 +47,25 @@ NCCL_OPS = {"ag_gemm": "all_gather", "gemm_rs": "reduce_scatter", "gemm_ar": "al
 
 @dataclass(frozen=True)
 class GemmFit:
-    """time(M, N, K) = 2·M·N·K·seconds_per_flop + M·N·seconds_per_output, fitted to `points` (M, N, K, seconds)."""
+    """time(M, N, K) = 2·M·N·K·seconds_per_flop + M·N·seconds_per_output + (M + N)·K·seconds_per_operand, fitted to
+    `points` (M, N, K, seconds): the math, the output written, the operands read."""
 
     implementation: str
     seconds_per_flop: float
     seconds_per_output: float
+    seconds_per_operand: float = 0.0
     points: tuple = ()
 
     @classmethod
     def from_points(cls, implementation: str, points: Sequence[tuple]) -> "GemmFit":
-        """Least squares on the relative error of each time (each shape weighs alike); needs 3+ points."""
+        """Least squares on the relative error of each time (each shape weighs alike); needs 4+ points for its 3
+        parameters."""
         pts = [tuple(float(v) for v in p) for p in points]
-        if len(pts) < 3:
-            raise ValueError(f"points: expected at least 3 (M, N, K, seconds) to fit 2 parameters, got {len(pts)}")
-        x = np.array([[2 * m * n * k / t, m * n / t] for m, n, k, t in pts])
-        (a, c), *_ = np.linalg.lstsq(x, np.ones(len(pts)), rcond=None)
-        return cls(implementation, float(a), float(max(c, 0.0)), tuple(pts))
+        if len(pts) < 4:
+            raise ValueError(f"points: expected at least 4 (M, N, K, seconds) to fit 3 parameters, got {len(pts)}")
+        x = np.array([[2 * m * n * k / t, m * n / t, (m + n) * k / t] for m, n, k, t in pts])
+        (a, c, d), *_ = np.linalg.lstsq(x, np.ones(len(pts)), rcond=None)
+        return cls(implementation, float(a), float(c), float(d), tuple(pts))
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame, implementation: str) -> "GemmFit":
@@ -73,7 +78,8 @@ class GemmFit:
                                                         rows["time_median_us"] * 1e-6)))
 
     def time_s(self, m: int, n: int, k: int) -> float:
-        return 2.0 * m * n * k * self.seconds_per_flop + m * n * self.seconds_per_output
+        return 2.0 * m * n * k * self.seconds_per_flop + m * n * self.seconds_per_output + \
+            (m + n) * k * self.seconds_per_operand
 
     def tflops(self, m: int, n: int, k: int) -> float:
         return 2.0 * m * n * k / self.time_s(m, n, k) / 1e12
