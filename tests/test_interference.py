@@ -115,3 +115,18 @@ def test_interference_points_on_the_gpu_are_checked_and_the_throttle_holds(monke
     pkit_rows = part[(part["gemm"] == "pkit_gemm") & (part["copy"] != "idle")]
     assert (pkit_rows["copy_beside_GBps"] > 50).all()
     assert (part["rate_ratio"] < 1.02).all()  # 116 SMs are not faster than 132
+
+
+def test_fused_problems_project_through_the_model(two_gpu_link):
+    frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
+    gemms = {g: M.GemmFit.from_frame(frame, g) for g in ("pkit_gemm", "cublas")}
+    quiet = {g: M.Interference(0.05, 0.01, 1.0, 132) for g in gemms}
+    links = [two_gpu_link, M.modelled_link(two_gpu_link, 8), M.modelled_link(two_gpu_link, 8, "B200")]
+    fused = M.project_fused(links, gemms, quiet)
+    assert set(fused["problem"]) == set(M.FUSED_PROBLEMS) and set(fused["gpus"]) == {2, 8}
+    assert (fused["fraction_of_bound"] <= 1 + 1e-9).all()
+    assert (fused.loc[fused["schedule"] == "serial", "speedup_vs_serial"] == 1).all()
+    b200 = M.scaled_gemm(gemms["cublas"], "B200")
+    assert b200.tflops(8192, 8192, 8192) > gemms["cublas"].tflops(8192, 8192, 8192) * 2  # 2250 vs 989 TFLOP/s dense
+    with pytest.raises(ValueError, match="gpu: expected one of"):
+        M.scaled_gemm(gemms["cublas"], "Z9000")

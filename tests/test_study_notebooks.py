@@ -19,7 +19,7 @@ from pkit.experiments import interference, overlap
 
 # What 05's model reads from machines other than the one replayed: the one-GPU calibration and 2×H200's links,
 # copied from the repository's real records (notebook 05's `calibration` and `links` parameters).
-CALIBRATION = {"h200x1": ("interference_copies", "interference_partition"),
+CALIBRATION = {"h200x1": ("overlap_gemm", "interference_copies", "interference_partition"),
                "h200x2-nv18": ("collectives_pkit_nccl", "mechanisms_sm_sweep", "mechanisms_size_sweep")}
 
 
@@ -36,7 +36,12 @@ def record_overlap(mp, rng, tmp):
     synthetic_results.record_overlap(mp, rng)
 
 
-RECORDERS = {"05_overlap": record_overlap, "06_roofline_gap": synthetic_results.record_roofline_gap}
+def record_roofline_gap(mp, rng, tmp):
+    copy_calibration(tmp / "results")
+    synthetic_results.record_roofline_gap(mp, rng, tmp)
+
+
+RECORDERS = {"05_overlap": record_overlap, "06_roofline_gap": record_roofline_gap}
 
 
 @pytest.fixture

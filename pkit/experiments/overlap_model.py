@@ -418,3 +418,67 @@ def draw_curves(frames: dict, measured: pd.DataFrame | None = None):
         row[0].set_ylabel("bound / time (1 = at the bound)")
     axes[0][0].legend(fontsize=7.5, loc="lower right")
     return fig
+
+
+FUSED_PROBLEMS = {"05_allgather_gemm": "ag_gemm", "06_gemm_reduce_scatter": "gemm_rs", "07_gemm_all_reduce": "gemm_ar"}
+"""pkit's fused problems (problems/<name>/problem.py) and the overlap pattern each one is."""
+
+
+def scaled_gemm(gemm: GemmFit, gpu: str, measured_on: str = "H200") -> GemmFit:
+    """`gemm` (measured on `measured_on`) as modelled on `gpu`: the math at the datasheets' dense bf16 ratio, the
+    bytes at their HBM ratio (assumed: the same kernel efficiency on the other GPU)."""
+    from ..hardware import GPUS
+
+    if gpu not in GPUS:
+        raise ValueError(f"gpu: expected one of {list(GPUS)}, got {gpu!r}")
+    math = GPUS[measured_on].bf16_dense_tflops / GPUS[gpu].bf16_dense_tflops
+    memory = GPUS[measured_on].hbm_tbps / GPUS[gpu].hbm_tbps
+    return GemmFit(f"{gemm.implementation} scaled to {gpu}", gemm.seconds_per_flop * math,
+                   gemm.seconds_per_output * memory, gemm.seconds_per_operand * memory, ())
+
+
+def _problem_shape(problem: str, sizes: dict, gpus: int) -> tuple[int, int, int] | None:
+    """(m, k, n) of `predict` for one fused problem's size at `gpus` GPUs, None where the GPUs do not divide it."""
+    pattern = FUSED_PROBLEMS[problem]
+    tokens, inner, outer = sizes["tokens"], sizes["in_features"], sizes["out_features"]
+    if pattern == "ag_gemm":
+        return (tokens, inner, outer // gpus) if tokens % gpus == 0 and outer % (8 * gpus) == 0 else None
+    return (tokens, inner, outer) if inner % gpus == 0 and tokens % gpus == 0 else None
+
+
+def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: str = "large",
+                  problems_root=None) -> pd.DataFrame:
+    """Each fused problem (FUSED_PROBLEMS) at `size` on each of `links`' systems: every schedule's modelled time,
+    the overlap bound of its shape (pkit.roofline, the system GPU's datasheet) and the best overlapped schedule's
+    speedup over serial NCCL + cuBLAS. GEMMs on a GPU other than the one measured are `scaled_gemm` (assumed).
+    Rows: problem, pattern, system, gpus, measured_link, schedule, time_us, bound_us, fraction_of_bound,
+    speedup_vs_serial; modelled throughout."""
+    import importlib.util
+    from pathlib import Path
+
+    from ..results import REPO_ROOT
+    from ..roofline import PATTERNS as COSTS, Ceilings, floor
+
+    root = Path(problems_root or REPO_ROOT / "problems")
+    rows = []
+    for problem, pattern in FUSED_PROBLEMS.items():
+        spec = importlib.util.spec_from_file_location(f"pkit_fused_{problem}", root / problem / "problem.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for link in links:
+            shape = _problem_shape(problem, module.SIZES[size], link.gpus)
+            if shape is None:
+                continue
+            m, k, n = shape
+            scale = (lambda g: g) if link.gpu == "H200" else (lambda g: scaled_gemm(g, link.gpu))
+            fits = {i: scale(g) for i, g in gemms.items()}
+            bound = floor(COSTS[pattern](m, k, n, link.gpus), Ceilings.datasheet(link.gpu), "bfloat16").time_s * 1e6
+            times = {}
+            for schedule in SCHEDULES:
+                impl = "cublas" if schedule in ("serial", "ce_chunks") else "pkit_gemm"
+                times[schedule] = predict(pattern, schedule, m, k, n, link, fits[impl], interference[impl])["time_us"]
+            for schedule, t in times.items():
+                rows.append({"problem": problem, "pattern": pattern, "system": link.name, "gpus": link.gpus,
+                             "measured_link": link.measured, "schedule": schedule, "time_us": t, "bound_us": bound,
+                             "fraction_of_bound": bound / t, "speedup_vs_serial": times["serial"] / t})
+    return pd.DataFrame(rows)
