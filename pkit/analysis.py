@@ -297,7 +297,7 @@ def failure_cause(record: dict, source: str | None = None) -> Finding | None:
     if status not in STATUSES:
         raise ValueError(f"record: status must be one of {STATUSES}, got {status!r}")
     error = record.get("error")
-    if status in ("correct_slower", "correct_faster"):
+    if status in ("correct_slower", "correct_level", "correct_faster"):
         return None
     if "reference_error" in (record.get("flags") or ()):
         return Finding("reference_error", "high", f"flag reference_error: {_first_line(error)}")

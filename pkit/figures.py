@@ -65,7 +65,7 @@ COLORS = {
     "torch_async_tp": WINE,
     "torch_distributed": BLACK, "nvshmem": WINE, "multicast": VERMILLION, "none": GREY, "unknown": PURPLE,
     "compile_error": GREY, "runtime_error": WINE, "timeout": BLACK, "wrong_result": VERMILLION,
-    "correct_slower": SKY, "correct_faster": BLUE,
+    "correct_slower": SKY, "correct_level": ORANGE, "correct_faster": BLUE,
 }
 # A marker per name as well (a second cue where two colours come close for some readers), and dashed lines for
 # baselines that are not NCCL itself (torch's), so a baseline lying on NCCL's curve still shows, and for transfers
@@ -98,7 +98,8 @@ LABELS = {
     "torch_distributed": "torch.distributed", "nvshmem": "NVSHMEM", "multicast": "NVLink multicast",
     "none": "none found", "unknown": "unknown",
     "compile_error": "compile error", "runtime_error": "runtime error", "timeout": "timeout",
-    "wrong_result": "wrong result", "correct_slower": "correct, slower", "correct_faster": "correct, faster",
+    "wrong_result": "wrong result", "correct_slower": "correct, slower",
+    "correct_level": "correct, level (a tie)", "correct_faster": "correct, faster",
     "bfloat16": "bf16", "float32": "fp32",
     "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
     "all_to_all": "all-to-all",

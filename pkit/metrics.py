@@ -4,7 +4,8 @@ A record is one evaluated candidate (see pkit/harness/records.py). Samples are g
 a problem with n samples of which c are correct contributes the unbiased pass@k estimate
 1 - C(n-c, k) / C(n, k) (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"); fast_p@k
 uses the same estimator with "correct and speedup > p" in place of "correct" (KernelBench's fast_p; p = 1
-is "correct and faster than the reference"). Scores are the mean over problems, so each problem weighs
+is "correct and faster than the reference"; a `correct_level` record, tied with the reference within the
+harness's tie band, is correct and credited a speedup of exactly 1). Scores are the mean over problems, so each problem weighs
 the same however many samples it has.
 
 Example:
@@ -23,8 +24,8 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-CORRECT = ("correct_slower", "correct_faster")
-"""Statuses that count as correct."""
+CORRECT = ("correct_slower", "correct_level", "correct_faster")
+"""Statuses that count as correct (records written before `correct_level` existed have only the other two)."""
 
 ALL = "all"
 """The category label of rows that pool every category."""
@@ -83,7 +84,10 @@ def outcomes(records: Iterable[dict]) -> pd.DataFrame:
 def per_problem(records: Iterable[dict] | pd.DataFrame, p: float | None = None) -> pd.DataFrame:
     """Sample counts per (model, problem): n samples, c correct, and (with `p`) f correct with speedup > p."""
     frame = records if isinstance(records, pd.DataFrame) else outcomes(records)
-    ok = frame["correct"] if p is None else frame["correct"] & (frame["speedup"] > p)
+    # a `correct_level` record tied with the reference (its speedup's interval meets the tie band): credited with
+    # a speedup of exactly 1, so it is fast for p < 1 and never for p >= 1, whatever its point estimate
+    credited = frame["speedup"].where(frame["status"] != "correct_level", 1.0)
+    ok = frame["correct"] if p is None else frame["correct"] & (credited > p)
     grouped = frame.assign(ok=ok).groupby(["model", "problem", "category"], sort=True)
     return grouped.agg(n=("ok", "size"), c=("ok", "sum")).reset_index()
 

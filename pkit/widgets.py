@@ -37,7 +37,7 @@ from . import figures, results, studies
 from .errors import PkitError
 from .hardware import GPUS
 from .ops.transfers import with_route
-from .harness.records import STATUSES, read_jsonl
+from .harness.records import CORRECT, STATUSES, read_jsonl
 from .roofline import DTYPES, Ceilings, floor
 
 # --- roofline ----------------------------------------------------------------------------------------------
@@ -509,14 +509,14 @@ def eval_table(records: Sequence[dict], files: Sequence[str] | None = None) -> p
 def filter_table(table: pd.DataFrame, model: str | None = None, problem: str | None = None,
                  status: str | Sequence[str] | None = None) -> pd.DataFrame:
     """The rows of `eval_table` with that model, problem and status (None or 'all': any; status may be a list,
-    or 'failed (not correct)' for every status but correct_faster and correct_slower)."""
+    or 'failed (not correct)' for every status but the correct ones: faster, level, slower)."""
     keep = pd.Series(True, index=table.index)
     if model not in (None, ALL):
         keep &= table["model"] == model
     if problem not in (None, ALL):
         keep &= table["problem"] == problem
     if status == FAILED:
-        keep &= ~table["status"].isin(("correct_faster", "correct_slower"))
+        keep &= ~table["status"].isin(CORRECT)
     elif isinstance(status, str) and status != ALL:
         if status not in STATUSES:
             raise ValueError(f"status: expected one of {list(STATUSES)}, {ALL!r} or {FAILED!r}, got {status!r}")

@@ -141,6 +141,7 @@ def test_failure_causes(case, rec, source, label, confidence):
 def test_every_cause_has_a_case_and_correct_candidates_have_none():
     assert {c[3] for c in CAUSE_CASES} == set(analysis.CAUSES)
     assert failure_cause(record("correct_faster")) is None and failure_cause(record("correct_slower")) is None
+    assert failure_cause(record("correct_level")) is None
     with pytest.raises(ValueError, match="record: status"):
         failure_cause(record("fine"))
 
@@ -194,3 +195,13 @@ def test_published_results_carry_sources_and_fractions():
     assert talk.loc[("zero_shot", "correct"), "fraction"] == pytest.approx(28 / 87)
     assert (p["problems"] == 87).all() and p["fraction"].between(0, 1).all()
     assert p["note"].str.contains("disagree").any()
+
+
+def test_old_and_new_timing_records_are_read_alike():
+    old = {"problem": "p", "category": "c", "solution": "m/p/0.py", "status": "correct_slower", "speedup": 0.9,
+           "flags": []}
+    new = dict(old, solution="m/p/1.py", status="correct_level", speedup=1.02, speedup_low=0.95, speedup_high=1.1,
+               timing_rounds=3)
+    assert failure_cause(old) is None and failure_cause(new) is None
+    rows = diagnose_records([old, new])
+    assert len(rows) == 2

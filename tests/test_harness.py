@@ -245,7 +245,7 @@ def test_fixture_references_and_samples_pass(tmp_path):
     assert set(recs) == {"01_sum/problem.py:reference", "02_gather_scale/problem.py:reference",
                          "good-model/01_sum/0.py", "good-model/01_sum/1.py", "org/model-b/02_gather_scale/0.py"}
     for r in recs.values():
-        assert r["status"] in ("correct_slower", "correct_faster"), r
+        assert r["status"] in records.CORRECT, r
         assert r["world_size"] == 2 and r["device"] == "cpu" and r["size"] == "tiny" and r["trials"] == 2
         assert r["timing"] == "full" and r["rotations"] == 5 and r["ref_time_min_ms"] <= r["ref_time_ms"]
         assert r["speedup"] > 0 and r["sol_time_ms"] > 0 and r["roofline_time_ms"] > 0
@@ -430,7 +430,7 @@ def test_pkb_checkout_is_evaluated_unchanged(tmp_path):
                    "--trials", 2, "--model", "glm", "--out", out) == 0
     recs = by_solution(out)
     good, bad = recs["1_allreduce_cuda.py"], recs["2_allgather_cuda.py"]
-    assert good["status"] in ("correct_slower", "correct_faster") and good["problem"] == "1_allreduce"
+    assert good["status"] in records.CORRECT and good["problem"] == "1_allreduce"
     assert (good["backend"], good["model"], good["category"], good["size"]) == ("cuda", "glm", "pkb", "8x16")
     assert good["dtype"] == "bfloat16" and good["roofline_time_ms"] is None
     assert bad["status"] == "wrong_result" and "atol=0.01 rtol=0.01" in bad["error"]
@@ -493,6 +493,47 @@ def _timing(call_ms: list[float], sets: int, build_s: float = 1.0, gap_ms: float
     window = sum(call_ms) / 1e3 + len(call_ms) * gap_ms / 1e3
     return Timing([list(call_ms)], [window], list(range(sets)), set(), [[c + gap_ms for c in call_ms[1:]]],
                   [], [build_s])
+
+
+def test_reference_as_its_own_candidate_is_level_and_sleepers_are_slower_or_faster(tmp_path):
+    # the reference sleeps 20 ms a call, fast.py 2 ms, slow.py 60 ms: far beyond CPU noise, on either side
+    out = tmp_path / "timing.jsonl"
+    assert run_cli("eval", "--problems-root", FIXTURES / "timing_problems", "--solutions",
+                   FIXTURES / "timing_candidates", "--reference-as-candidate", "--trials", 1, "--out", out) == 0
+    recs = {Path(k).name: r for k, r in by_solution(out).items()}
+    band = 1 + records.TIE_BAND
+    for r in recs.values():
+        assert r["speedup_low"] <= r["speedup"] <= r["speedup_high"], r
+        assert r["timing_rounds"] >= runner.ROUNDS and r["flags"] == [], r
+    own = recs["problem.py:reference"]
+    assert own["status"] == "correct_level", (own["speedup_low"], own["speedup_high"])
+    assert own["speedup_low"] <= band and own["speedup_high"] >= 1 / band
+    assert recs["fast.py"]["status"] == "correct_faster" and recs["fast.py"]["speedup_low"] > band, recs["fast.py"]
+    assert recs["slow.py"]["status"] == "correct_slower" and recs["slow.py"]["speedup_high"] < 1 / band, recs["slow.py"]
+
+
+def test_speed_status_and_interval():
+    assert records.speed_status(1.1, 1.3) == "correct_faster"
+    assert records.speed_status(1.04, 1.3) == "correct_level"  # meets the band
+    assert records.speed_status(0.5, 0.94) == "correct_slower"
+    assert records.speed_status(0.5, 0.96) == "correct_level"
+    low, high = runner.speedup_interval([[1.0, 1.1, 0.9]] * 3, [[1.0, 1.1, 0.9]] * 3)
+    assert low < 1 < high
+    low, high = runner.speedup_interval([[3.0, 3.1, 2.9], [3.3, 3.2, 3.4]], [[1.0, 1.1, 0.9], [1.05, 1.0, 1.1]])
+    assert 2.5 < low <= high < 3.6
+
+
+def test_a_time_below_the_roofline_is_flagged_not_credited():
+    fields = {"status": "correct_faster", "sol_time_ms": 0.5, "speedup": 4.0, "speedup_low": 3.0,
+              "speedup_high": 5.0, "flags": set(), "error": None}
+    wall = runner.roofline_wall(dict(fields), 1.0, "link", "cuda", "H200")
+    assert wall["status"] == "correct_slower" and "beyond_roofline" in wall["flags"] and wall["speedup"] is None
+    assert "link bound" in wall["error"] and "1 ms" in wall["error"]
+    assert runner.roofline_wall(dict(fields), 1.0, "link", "cpu", "H200")["status"] == "correct_faster"  # gloo
+    assert runner.roofline_wall(dict(fields), 0.4, "link", "cuda", "H200")["status"] == "correct_faster"  # above it
+    assert runner.roofline_wall(dict(fields), None, None, "cuda", "H200")["status"] == "correct_faster"  # no model
+    record = records.new_record(problem="p", **{k: v for k, v in wall.items()})
+    assert record["flags"] == ["beyond_roofline"] and "beyond_roofline" in records.FLAGS
 
 
 def test_timing_mismatch_believes_honest_noise_and_catches_remembered_answers_and_early_work():

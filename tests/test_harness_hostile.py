@@ -65,13 +65,12 @@ from pathlib import Path
 import pytest
 
 from pkit.harness.cli import main
-from pkit.harness.records import read_jsonl
+from pkit.harness.records import CORRECT, read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROBLEMS = FIXTURES / "problems"
 HARNESS = b"pkit.harness"  # in the command line of workers (python -m pkit.harness.worker) and forked helpers
 ESCAPEE = "pkit-escapee"  # the comm name a_escape.py gives its escaped processes
-CORRECT = ("correct_slower", "correct_faster")
 
 
 @contextmanager

@@ -135,3 +135,13 @@ def test_table_caps_k_at_each_problems_samples():
 def test_records_without_model_are_unnamed():
     t = table([{"problem": "a", "category": "c", "status": "correct_slower", "speedup": 0.9}])
     assert set(t["model"]) == {metrics.UNNAMED_MODEL}
+
+
+def test_level_records_are_correct_and_not_faster():
+    level = [rec("a", "correct_level", 1.04), rec("b", "correct_level", 0.97), rec("c", "correct_faster", 1.3)]
+    assert pass_rate(level) == 1.0
+    assert fast_p(level, p=1.0) == pytest.approx(1 / 3)  # 1.04 is a tie, not a speedup
+    assert fast_p(level, p=0.8) == 1.0  # a tie is credited 1, faster than 0.8
+    both = ONE_SAMPLE + [rec("e", "correct_level", 1.01, category="moe")]  # old records beside a new one
+    assert pass_rate(both) == pytest.approx(4 / 5) and fast_p(both, p=1.0) == pytest.approx(2 / 5)
+    assert metrics.outcomes(both)["correct"].tolist() == [True, True, False, True, True]

@@ -56,7 +56,7 @@ def register(subparsers) -> None:
     ev.add_argument("--seed", type=int, default=0, help="seed of trial 0; trial t uses seed+t (default 0)")
     ev.add_argument("--perf", action="store_true",
                     help="full timing (--warmup/--iters, L2 rotation); without it a quick timing only decides "
-                         "correct_faster vs correct_slower")
+                         "correct_faster, correct_level or correct_slower")
     ev.add_argument("--warmup", type=int, default=25, help="warm-up calls with --perf (default 25)")
     ev.add_argument("--iters", type=int, default=100, help="measured calls with --perf (default 100)")
     ev.add_argument("--timeout", type=float, default=300.0, help="seconds per candidate before all ranks are "

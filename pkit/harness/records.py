@@ -15,18 +15,32 @@ import math
 from pathlib import Path
 from typing import IO, Iterable
 
-STATUSES = ("compile_error", "runtime_error", "timeout", "wrong_result", "correct_slower", "correct_faster")
-"""The fixed taxonomy, worst first. A correct candidate is `correct_faster` when speedup > 1."""
+STATUSES = ("compile_error", "runtime_error", "timeout", "wrong_result", "correct_slower", "correct_level",
+            "correct_faster")
+"""The fixed taxonomy, worst first. A correct candidate is `correct_faster` when the speedup's confidence interval
+lies above the tie band (`TIE_BAND`), `correct_slower` when it lies below, `correct_level` when it meets the band.
+Records written before `correct_level` existed carry only the other six (their speedup is a ratio of medians)."""
+
+CORRECT = ("correct_slower", "correct_level", "correct_faster")
+"""The statuses of a correct candidate."""
+
+TIE_BAND = 0.05
+"""Speedups within [1/(1 + TIE_BAND), 1 + TIE_BAND] count as a tie. 5%: below it a speedup does not reproduce
+from one session to the next on the same machine (the references recorded as their own candidates on 2xH200 read
+0.63x to 1.63x with one window each, taken minutes apart; clocks, placement and the input sets drawn still move
+a run by a few percent when both roles are timed side by side), and a kernel 5% faster is not what a benchmark
+wants to credit as a win. The interval alone is not enough: many rounds make it narrow around a
+ratio like 1.02 that is no speedup anyone could reproduce."""
 
 FLAGS = ("aliases_input", "equals_input", "all_zero", "mutated_input", "inplace_result", "side_stream", "non_finite",
          "wrong_structure", "wrong_shape", "wrong_dtype", "wrong_device", "wrong_layout", "tensor_subclass",
-         "unreadable_output", "timed_output", "timing_mismatch", "reference_error")
+         "unreadable_output", "timed_output", "timing_mismatch", "beyond_roofline", "reference_error")
 """Diagnostic flags a record may carry; docs/harness.md says which of them make a result wrong."""
 
 FIELDS = ("problem", "category", "solution", "model", "sample", "backend", "world_size", "size", "dtype",
           "device", "status", "error", "max_abs_err", "max_rel_err", "per_rank", "flags", "ref_time_ms",
           "sol_time_ms", "ref_time_cv", "sol_time_cv", "ref_time_min_ms", "sol_time_min_ms", "ref_time_iqr_ms",
-          "sol_time_iqr_ms", "speedup", "roofline_time_ms", "roofline_bound", "roofline_fraction", "rotations",
+          "sol_time_iqr_ms", "speedup", "speedup_low", "speedup_high", "timing_rounds", "roofline_time_ms", "roofline_bound", "roofline_fraction", "rotations",
           "trials", "trials_passed", "seed", "timing", "wall_s", "phase_s", "provenance")
 """Every key of a record, in the order they are written."""
 
@@ -67,9 +81,20 @@ def leading_lines(text: str | None, count: int, limit: int = 160) -> list[str]:
     return lines
 
 
-def speed_status(speedup: float) -> str:
-    """`correct_faster` when the candidate beat the reference (speedup > 1), else `correct_slower`."""
-    return "correct_faster" if speedup > 1.0 else "correct_slower"
+def speed_status(low: float, high: float | None = None, band: float = TIE_BAND) -> str:
+    """The status of a correct candidate whose speedup's confidence interval is [low, high] (one number: a point):
+    `correct_faster` when the whole interval lies above 1 + band, `correct_slower` when it lies below
+    1 / (1 + band), else `correct_level`.
+
+    >>> speed_status(1.2, 1.4), speed_status(0.97, 1.3), speed_status(0.5, 0.9), speed_status(1.01)
+    ('correct_faster', 'correct_level', 'correct_slower', 'correct_level')
+    """
+    high = low if high is None else high
+    if low > 1.0 + band:
+        return "correct_faster"
+    if high < 1.0 / (1.0 + band):
+        return "correct_slower"
+    return "correct_level"
 
 
 def new_record(**fields) -> dict:

@@ -36,7 +36,7 @@ from .checks import FingerprintCheck, RankCheck, compare
 from .contain import become_subreaper, interruptible
 from .launch import RankState, RunFailed, RunTimeout, WorkerSet
 from .problems import Problem
-from .records import excerpt, leading_lines, new_record, speed_status, write_line
+from .records import CORRECT, excerpt, leading_lines, new_record, speed_status, write_line
 from .reference import Reference, ReferenceFailed, Timing, timed_phase
 from .snapshot import SnapshotError, load
 from .solutions import Candidate
@@ -53,6 +53,13 @@ MISMATCH_SLACK_S = 0.05
 reference's overhead and the candidate's own reported time: see `timing_mismatch`)."""
 BUILD_SLACK_S = 0.5
 """Seconds the candidate's input-set building may take beyond 1.5x the reference's (see `timing_mismatch`)."""
+ROUNDS = 3
+"""Interleaved timing rounds: each times the reference and the candidate once on fresh input sets, in turn (the
+reference first in even rounds, the candidate first in odd ones, so drift and warm-up fall on both)."""
+BOOTSTRAP = 2000
+"""Resamples of the speedup's confidence interval (`speedup_interval`)."""
+CONFIDENCE = 0.95
+"""Coverage of the speedup's confidence interval."""
 REUSE_RATIO = 0.5
 """The candidate's calls on reused input sets, relative to their sets' first calls, may not be faster than this
 fraction of the same ratio of the reference's (see `timing_mismatch`)."""
@@ -269,6 +276,7 @@ def record_for(problem, candidate, options, device, provenance, fields: dict, wa
     roof_ms, bound = roofline_ms(problem, options.world_size, spec["size"], spec["dtype"], options.ceilings)
     if fields.get("sol_time_ms") and roof_ms is not None:
         fields["roofline_fraction"] = roof_ms / fields["sol_time_ms"]
+    fields = roofline_wall(fields, roof_ms, bound, device, options.ceilings)
     prov = dict(provenance or {}, solution_sha256=_sha256(candidate.path), seed=options.seed)
     return new_record(
         problem=problem.name, category=problem.category, solution=candidate.relpath, model=candidate.model,
@@ -308,8 +316,7 @@ class CandidateRun:
         self.folder = folder / f"candidate-{os.urandom(4).hex()}"
         self.workers = WorkerSet(spec, self.folder, log=log, zygote=reference.zygote)
         self.checks: list[list[RankCheck]] = []
-        self.timing: Timing | None = None
-        self.reference_timing: Timing = reference.timing  # what self.timing is judged against
+        self.rounds: list[tuple[Timing, Timing]] = []  # (reference, candidate) per interleaved round
         self.retime_s: float | None = None
         self.out_cap = 4 * reference.out_bytes + (1 << 20)
 
@@ -335,18 +342,39 @@ class CandidateRun:
             counts = timing_counts(self.options)
             ws.send({"op": "warmup", "n": counts["warmup"]})
             ws.gather("warm", deadline)
-            self.timing = timed_phase(ws, ref.sets, counts["iters"], ref.inplace, deadline, ref.out_bytes)
-            if timing_mismatch(self.reference_timing, self.timing):
-                # a load spike on this machine or a lie: time the reference and the candidate again, back to
-                # back, and judge that pair (a lie repeats; the outputs checked are the second window's)
-                # (a window of its own under --timeout, so an honest candidate near its limit does not time out)
+            self.rounds = [self.timed_round(k, counts["iters"], deadline) for k in range(ROUNDS)]
+            bad = sum(timing_mismatch(r, s) is not None for r, s in self.rounds)
+            if bad:
+                # a load spike on this machine or a lie: as many rounds again, each window under a --timeout of its
+                # own (an honest candidate near its limit does not time out); a lie repeats, a spike does not
                 again = time.monotonic()
-                self.reference_timing = ref.retime(counts["iters"])
-                self.timing = timed_phase(ws, ref.sets, counts["iters"], ref.inplace,
-                                          time.monotonic() + self.options.timeout_s, ref.out_bytes)
+                self.rounds += [self.timed_round(ROUNDS + k, counts["iters"], time.monotonic() + self.options.timeout_s)
+                                for k in range(bad)]
                 self.retime_s = time.monotonic() - again
         ws.send({"op": "quit"})
         ws.wait_exit(2.0)
+
+    def timed_round(self, k: int, iters: int, deadline: float) -> tuple[Timing, Timing]:
+        """(reference, candidate) timings of round `k`, each on fresh sets; the reference first when k is even."""
+        ref = self.reference
+
+        def mine():
+            return timed_phase(self.workers, ref.sets, iters, ref.inplace, deadline, ref.out_bytes)
+
+        if k % 2 == 0:
+            theirs = ref.retime(iters)
+            return theirs, mine()
+        own = mine()
+        return ref.retime(iters), own
+
+    def judged(self) -> tuple[list[tuple[Timing, Timing]], str | None]:
+        """(the rounds the verdict comes from, why the candidate's times are not believed or None): rounds whose
+        timing checks pass; all rounds, with the first round's reason, when those are fewer than the failing ones."""
+        whys = [timing_mismatch(r, s) for r, s in self.rounds]
+        clean = [pair for pair, why in zip(self.rounds, whys) if why is None]
+        if len(clean) < len(self.rounds) - len(clean):
+            return self.rounds, next(w for w in whys if w)
+        return clean, None
 
     @property
     def passed(self) -> bool:
@@ -370,10 +398,17 @@ class CandidateRun:
         return check
 
     def check_timed(self) -> list[str]:
-        """Notes on timed calls whose outputs differ from the reference's for the same inputs, each call's fresh
-        change included (empty: all right): every call by its fingerprint, the kept calls element by element."""
-        timing = self.timing
-        summaries, expected = self.reference.expected(timing.seeds, timing.fresh, timing.kept, self.tolerance)
+        """Notes on timed calls of every candidate window whose outputs differ from the reference's for the same
+        inputs, each call's fresh change included (empty: all right): every call by its fingerprint, the kept
+        calls of the last window element by element (each window's saved outputs replace the one's before)."""
+        notes, last = [], len(self.rounds) - 1
+        for k, (_, timing) in enumerate(self.rounds):
+            notes += [f"window {k + 1}, {note}" for note in self.check_window(timing, k == last)]
+        return notes
+
+    def check_window(self, timing: Timing, saved: bool) -> list[str]:
+        kept = timing.kept if saved else set()
+        summaries, expected = self.reference.expected(timing.seeds, timing.fresh, kept, self.tolerance)
         prints = [[FingerprintCheck(summary) for summary in row] for row in summaries]
         notes = []
         for rank, calls in enumerate(timing.fingerprints):
@@ -381,7 +416,7 @@ class CandidateRun:
                 why = prints[i][rank].mismatch(got)
                 if why:
                     notes.append(f"rank {rank}, timed call {i}: {why}")
-        for i in sorted(timing.kept):
+        for i in sorted(kept):
             for rank in range(self.options.world_size):
                 try:
                     got = load(self.file(rank, f"timed{i}"), self.out_cap, "out")
@@ -432,11 +467,11 @@ def run_candidate(problem: Problem, candidate: Candidate, reference: Reference, 
         return dict(fields, status="wrong_result", error=excerpt(
             f"{len(notes)} timed output(s) differ from the reference's for the same fresh inputs: "
             + "; ".join(notes), head=600)), wall
-    times = _times(run.reference_timing, run.timing)
-    why = timing_mismatch(run.reference_timing, run.timing)
+    rounds, why = run.judged()
+    times = _times(rounds)
     if why:
         fields["flags"].add("timing_mismatch")
-        times.update(status="correct_slower", speedup=None)
+        times.update(status="correct_slower", speedup=None, speedup_low=None, speedup_high=None)
         fields["error"] = f"timing_mismatch: {why}; not called faster"
     return dict(fields, error=fields.get("error"), **times), wall
 
@@ -487,15 +522,65 @@ def _root_cause(ranks: list[RankState]) -> RankState | None:
     return None
 
 
-def _times(ref: Timing, sol: Timing) -> dict:
+def _times(rounds: list[tuple[Timing, Timing]]) -> dict:
+    """Timing fields of a correct candidate from interleaved (reference, candidate) rounds: medians and spread of
+    the pooled per-call times (slowest rank), `speedup` = reference median / candidate median, its confidence
+    interval (`speedup_interval`) and the status that interval gives (`records.speed_status`)."""
     from ..timing import summarize
 
-    r, s = summarize(ref.slowest_ms), summarize(sol.slowest_ms)
+    refs, sols = [r.slowest_ms for r, _ in rounds], [s.slowest_ms for _, s in rounds]
+    r, s = summarize([v for x in refs for v in x]), summarize([v for x in sols for v in x])
     speedup = r.median_ms / s.median_ms if s.median_ms > 0 else math.inf
-    return {"status": speed_status(speedup), "ref_time_ms": r.median_ms, "sol_time_ms": s.median_ms,
+    low, high = speedup_interval(refs, sols)
+    return {"status": speed_status(low, high), "ref_time_ms": r.median_ms, "sol_time_ms": s.median_ms,
             "ref_time_cv": r.cv, "sol_time_cv": s.cv, "ref_time_min_ms": r.min_ms, "sol_time_min_ms": s.min_ms,
-            "ref_time_iqr_ms": r.iqr_ms, "sol_time_iqr_ms": s.iqr_ms, "speedup": speedup,
-            "rotations": len(sol.seeds)}
+            "ref_time_iqr_ms": r.iqr_ms, "sol_time_iqr_ms": s.iqr_ms, "speedup": speedup, "speedup_low": low,
+            "speedup_high": high, "timing_rounds": len(rounds), "rotations": len(rounds[0][1].seeds)}
+
+
+def speedup_interval(refs: list[list[float]], sols: list[list[float]], resamples: int = BOOTSTRAP,
+                     confidence: float = CONFIDENCE, seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of the speedup (median reference time / median candidate time, ms per call) by a
+    two-level bootstrap over interleaved rounds (`refs[k]`, `sols[k]`: round k's per-call times): each resample
+    draws the rounds with replacement (drift between rounds widens the interval), then within each drawn round the
+    reference's and the candidate's calls with replacement (noise between calls), and takes the ratio of the pooled
+    medians. Deterministic (`seed`).
+
+    >>> low, high = speedup_interval([[2.0, 2.1, 1.9]] * 3, [[1.0, 1.05, 0.95]] * 3)
+    >>> 1.7 < low < 2.0 < high < 2.3
+    True
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    refs_a, sols_a = [np.asarray(x, dtype=float) for x in refs], [np.asarray(x, dtype=float) for x in sols]
+    n = len(refs_a)
+    ratios = np.empty(resamples)
+    for b in range(resamples):
+        picked = rng.integers(0, n, n)
+        ref = np.concatenate([rng.choice(refs_a[k], refs_a[k].size) for k in picked])
+        sol = np.concatenate([rng.choice(sols_a[k], sols_a[k].size) for k in picked])
+        mid = np.median(sol)
+        ratios[b] = np.median(ref) / mid if mid > 0 else math.inf
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def roofline_wall(fields: dict, roof_ms: float | None, bound: str | None, device: str, ceilings: str) -> dict:
+    """`fields` of a correct candidate whose median time lies below the problem's roofline (`roof_ms`, the cost
+    model's floor under the measuring GPU's ceilings): flag `beyond_roofline`, status `correct_slower` with no
+    speedup, and a reason naming the bound; no time can beat the floor, so such a time is a defect of the timing
+    or the check, not a speedup. Only on 'cuda': gloo timings on the CPU have nothing to do with GPU ceilings."""
+    sol = fields.get("sol_time_ms")
+    if device != "cuda" or roof_ms is None or not sol or fields.get("status") not in CORRECT or sol >= roof_ms:
+        return fields
+    flags = set(fields.get("flags") or ())
+    flags.add("beyond_roofline")
+    why = (f"beyond_roofline: median time {sol:.4g} ms is below the {bound or 'roofline'} bound of "
+           f"{roof_ms:.4g} ms ({ceilings} ceilings); not called faster")
+    return dict(fields, flags=flags, status="correct_slower", speedup=None, speedup_low=None, speedup_high=None,
+                error=_join(fields.get("error"), why))
 
 
 def _describe_failure(rank: RankState) -> str:
