@@ -123,29 +123,32 @@ PCIE_GBPS_BIDIR = {"A100": 64.0, "H100": 128.0, "H200": 128.0}
 H200 SXM datasheets (PCIe Gen5: 128 GB/s)."""
 
 
-def route_ceiling(gpu: str, route: str) -> tuple[float, str]:
-    """The datasheet limit of one copy along `route` ('GPU0 → GPU1', 'GPU0 → GPU0', 'CPU → GPU0', 'GPU0 → CPU') on
-    `gpu`, in GB/s of bytes copied, and a label saying what it is: NVLink one direction between two GPUs; half the
-    HBM rate within one GPU (each byte copied is read and written); PCIe one direction to or from the host.
+ROUTE_KINDS = ("peer", "local", "h2d", "d2h")  # pkit.ops.transfers.Route.kind
+
+
+def route_ceiling(gpu: str, kind: str) -> tuple[float, str]:
+    """The datasheet limit of one copy along a route of `kind` (`pkit.ops.transfers.Route.kind`: 'peer', 'local',
+    'h2d', 'd2h') on `gpu`, in GB/s of bytes copied, and a label saying what it is: NVLink one direction between
+    two GPUs; half the HBM rate within one GPU (each byte copied is read and written); PCIe one direction to or
+    from the host.
 
     Example:
-        >>> route_ceiling("H200", "GPU0 → GPU0")
+        >>> route_ceiling("H200", "local")
         (2400.0, 'HBM, half of 4.8 TB/s (a copy reads and writes each byte): 2400 GB/s (H200 datasheet)')
-        >>> route_ceiling("H200", "CPU → GPU0")[0], route_ceiling("H200", "GPU0 → GPU1")[0]
+        >>> route_ceiling("H200", "h2d")[0], route_ceiling("H200", "peer")[0]
         (64.0, 450.0)
     """
     if gpu not in GPUS:
         raise ValueError(f"gpu: expected one of {list(GPUS)}, got {gpu!r}")
-    ends = route.split(" → ")
-    if len(ends) != 2 or not all(e == "CPU" or (e.startswith("GPU") and e[3:].isdigit()) for e in ends):
-        raise ValueError(f"route: expected 'GPU<i> → GPU<j>', 'CPU → GPU<i>' or 'GPU<i> → CPU', got {route!r}")
+    if kind not in ROUTE_KINDS:
+        raise ValueError(f"kind: expected one of {ROUTE_KINDS}, got {kind!r}")
     sheet = GPUS[gpu]
-    if "CPU" in ends:
+    if kind in ("h2d", "d2h"):
         if gpu not in PCIE_GBPS_BIDIR:
             raise ValueError(f"gpu: no PCIe datasheet figure for {gpu!r}; known: {list(PCIE_GBPS_BIDIR)}")
         gbps = PCIE_GBPS_BIDIR[gpu] / 2
         return gbps, f"PCIe, one direction: {gbps:.0f} GB/s ({gpu} datasheet)"
-    if ends[0] == ends[1]:
+    if kind == "local":
         gbps = sheet.hbm_tbps * 1000 / 2
         return gbps, (f"HBM, half of {sheet.hbm_tbps:g} TB/s (a copy reads and writes each byte): {gbps:.0f} GB/s "
                       f"({gpu} datasheet)")

@@ -146,7 +146,7 @@ class Study:
     def requires(self, machine: Machine) -> Plan:
         """What this study measures on `machine` and what it cannot (experiment → one line saying what it needs)."""
         can = self.notebook_gpus > 0 and not self._gate().lacking(machine)
-        lacking = {p.experiment: p.lacking(machine) for p in self.parts if p.gpus and p.lacking(machine)}
+        lacking = {p.experiment: why for p in self.parts if p.gpus and (why := p.lacking(machine))}
         measures = tuple(p.experiment for p in self.parts if p.gpus and can and p.experiment not in lacking)
         return Plan(self.name, measures, lacking, can, self._gate().needs() if self.notebook_gpus else "no GPU")
 

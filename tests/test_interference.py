@@ -66,10 +66,7 @@ def test_the_gemm_fit_uses_three_parameters_for_every_recorded_shape():
 
 @pytest.fixture(scope="module")
 def two_gpu_link():
-    load = lambda e: results.load(e, "h200x2-nv18", root=ROOT / "results")  # noqa: E731
-    c = load("collectives_pkit_nccl")
-    return M.measured_link(c.frame, load("mechanisms_sm_sweep").frame, load("mechanisms_size_sweep").frame,
-                           c.provenance)
+    return M.recorded_link("h200x2-nv18", root=ROOT / "results")
 
 
 def test_serial_predictions_add_up_the_recorded_pieces(two_gpu_link):

@@ -175,6 +175,35 @@ def intensity(m: int, n: int, k: int) -> float:
     return m * n * k / (m * k + n * k + m * n)
 
 
+def gemm_of(schedule: str) -> str:
+    """The GEMM a schedule runs: cuBLAS for serial and ce_chunks, pkit's GEMM for the fused ones."""
+    return "cublas" if schedule in ("serial", "ce_chunks") else "pkit_gemm"
+
+
+def calibrate(gemm: pd.DataFrame, copies: pd.DataFrame, partition: pd.DataFrame,
+              names: Sequence[str]) -> tuple[dict, dict]:
+    """({name: GemmFit}, {name: Interference}) for each GEMM implementation in `names` (in that order; the
+    schedules' GEMMs, `gemm_of`, among them), fitted to a recorded gemm study (overlap_gemm) and interference
+    study (interference_copies, interference_partition)."""
+    missing = {gemm_of(s) for s in SCHEDULES} - set(names)
+    if missing:
+        raise ValueError(f"names: expected every GEMM the schedules run, missing {sorted(missing)}")
+    return ({g: GemmFit.from_frame(gemm, g) for g in names},
+            {g: Interference.from_frames(copies, partition, g) for g in names})
+
+
+LINK_RECORDS = ("collectives_pkit_nccl", "mechanisms_sm_sweep", "mechanisms_size_sweep")
+"""The recorded experiments `recorded_link` reads."""
+
+
+def recorded_link(machine: str, root=None) -> Link:
+    """`measured_link` from `machine`'s recorded LINK_RECORDS (under `root`, default pkit.results.results_root())."""
+    from .. import results
+
+    nccl, sms, sizes = (results.load(e, machine, root=root) for e in LINK_RECORDS)
+    return measured_link(nccl.frame, sms.frame, sizes.frame, nccl.provenance)
+
+
 def _loglog(xs, ys) -> Callable[[float], float]:
     """Piecewise-linear interpolation in log-log space, flat beyond the ends."""
     lx, ly = np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float))
@@ -286,8 +315,8 @@ def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = (
            m: int = 8192, k: int = 8192, patterns: Sequence[str] = PATTERNS) -> pd.DataFrame:
     """`predict` for every pattern and schedule over `inner` (N_local for AG+GEMM; K_local for GEMM+RS/AR, so
     k = K_local × GPUs), with the overlap bound of each shape (pkit.roofline, H200 datasheet) and the fraction of it
-    each schedule reaches. `gemms`/`interference`: by implementation; the serial and ce_chunks schedules use
-    cuBLAS, the fused ones pkit's GEMM."""
+    each schedule reaches. `gemms`/`interference`: by implementation (`calibrate`), each schedule's as `gemm_of`
+    says."""
     from ..roofline import PATTERNS as COSTS, Ceilings, floor
 
     rows = []
@@ -296,7 +325,7 @@ def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = (
             kk, nn = (k, x) if pattern == "ag_gemm" else (x * link.gpus, 8192)
             bound = floor(COSTS[pattern](m, kk, nn, link.gpus), Ceilings.datasheet(), "bfloat16").time_s * 1e6
             for schedule in SCHEDULES:
-                impl = "cublas" if schedule in ("serial", "ce_chunks") else "pkit_gemm"
+                impl = gemm_of(schedule)
                 row = predict(pattern, schedule, m, kk, nn, link, gemms[impl], interference[impl])
                 row.pop("inputs")
                 rows.append({**row, "inner": x, "bound_us": bound, "fraction_of_bound": bound / row["time_us"]})
@@ -475,7 +504,7 @@ def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: 
             bound = floor(COSTS[pattern](m, k, n, link.gpus), Ceilings.datasheet(link.gpu), "bfloat16").time_s * 1e6
             times = {}
             for schedule in SCHEDULES:
-                impl = "cublas" if schedule in ("serial", "ce_chunks") else "pkit_gemm"
+                impl = gemm_of(schedule)
                 times[schedule] = predict(pattern, schedule, m, k, n, link, fits[impl], interference[impl])["time_us"]
             for schedule, t in times.items():
                 rows.append({"problem": problem, "pattern": pattern, "system": link.name, "gpus": link.gpus,

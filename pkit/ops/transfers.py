@@ -40,8 +40,8 @@ from ..launch import THREADS
 ROUTE_MECHANISMS = {
     "peer": ("ce", "sm_push", "sm_pull", "tma_push", "tma_pull"),
     "local": ("ce", "sm", "tma"),
-    # TMA bulk copies (cp.async.bulk) to and from mapped host memory are untested: if they fault or crawl on a
-    # machine, drop "tma" from these two entries and every study leaves it out for host routes.
+    # TMA bulk copies (cp.async.bulk) to and from mapped host memory: tests/test_mechanisms.py checks them on the
+    # GPU in a child process; were they to fault on a machine, dropping "tma" here leaves them out of every study.
     "h2d": ("ce", "sm", "tma"),
     "d2h": ("ce", "sm", "tma"),
 }
