@@ -234,4 +234,5 @@ def gemm_ar_cost(m: int, k: int, n: int, n_gpus: int, itemsize: int = 2) -> dict
 
 
 PATTERNS = {"ag_gemm": ag_gemm_cost, "gemm_rs": gemm_rs_cost, "gemm_ar": gemm_ar_cost}
-"""The tensor-parallel overlap patterns of issue #13, name → per-GPU cost function."""
+"""The tensor-parallel overlap patterns (all-gather + GEMM, GEMM + reduce-scatter, GEMM + all-reduce), name → per-GPU
+cost function."""

@@ -1,5 +1,6 @@
-"""The roofline gap (issue #14) on CPU: the gap table, the <50% claim, pkit solutions joined to baselines with
-their geomean speedup, the two figures, and pkit_solutions.csv recorded from synthetic `pkit eval` records."""
+"""The roofline gap on CPU: the gap table, the <50% claim, pkit solutions joined to baselines with their geomean
+speedup, the two figures, pkit_solutions.csv recorded from synthetic `pkit eval` records, and the module's usage
+run on them."""
 import json
 import math
 
@@ -17,6 +18,7 @@ from pkit.harness import baseline  # noqa: E402
 from pkit.harness.problems import discover  # noqa: E402
 
 CATEGORIES = ["collectives", "fused", "moe", "sequence", "data_parallel", "applications"]
+TARGETS = {"speedup_target": 1.5, "min_problems": 12, "min_categories": 5, "roofline_target": 0.7}  # notebook 06's
 
 
 def baselines_frame(rng, n: int, measured_share: float = 0.5) -> pd.DataFrame:
@@ -113,7 +115,7 @@ def test_pkit_solutions_join_baselines_and_a_failed_one_is_flagged_and_left_out_
     assert not rows.loc[failed, "correct"] and np.isnan(rows.loc[failed, "pkit_fraction"])
     assert np.isnan(rows.loc["99_no_baseline", "baseline_fraction"])
 
-    summary = roofline_gap.speedup_summary(table)
+    summary = roofline_gap.speedup_summary(table, **TARGETS)
     good = table[table["correct"]]
     assert summary["failed"] == [failed] and summary["correct"] == 14 and summary["problems"] == 15
     assert summary["geomean_speedup"] == pytest.approx(math.exp(np.log(good["speedup"]).mean()))
@@ -121,6 +123,8 @@ def test_pkit_solutions_join_baselines_and_a_failed_one_is_flagged_and_left_out_
     assert summary["categories"] == good["category"].nunique()
     assert summary["meets_coverage"] == (summary["categories"] >= 5)  # 14 correct problems >= 12
     assert summary["below_roofline_target"] == sorted(good.loc[~(good["pkit_fraction"] >= 0.7), "problem"])
+    strict = roofline_gap.speedup_summary(table, **dict(TARGETS, min_problems=15, speedup_target=np.inf))
+    assert not strict["meets_coverage"] and not strict["meets_speedup"]
     assert summary["faster"] == int((good["speedup"] > 1).sum())
 
 
@@ -235,11 +239,18 @@ def test_record_pkit_solutions_from_a_sweep_split_into_runs(tmp_path, monkeypatc
     gap = roofline_gap.gap_table(base)
     assert set(gap["ceilings"]) == {"measured"} and set(gap["bound"]) <= set(roofline_gap.BOUNDS)
     both = roofline_gap.solutions_vs_baselines(results.load("pkit_solutions", "h200x2-nv18").frame, base)
-    summary = roofline_gap.speedup_summary(both)
+    summary = roofline_gap.speedup_summary(both, **TARGETS)
     assert summary["failed"] == [d.name] and summary["correct"] == 3
     from_records = roofline_gap.solutions_vs_baselines(part1 + part2, base)  # records give the same table
     pd.testing.assert_frame_equal(from_records.drop(columns="solution"), both.drop(columns="solution"),
                                   check_dtype=False, rtol=1e-4)
+
+    # the module's documented usage runs as written on these recordings; its last line is the summary
+    usage = roofline_gap.__doc__.split("are recorded:\n")[1].split("\n\n")[0]
+    *lines, last = [line.split("  #")[0].strip() for line in usage.splitlines()]
+    scope = {}
+    exec("\n".join(lines), scope)
+    assert eval(last, scope) == summary and len(scope["gap"]) == 4
 
 
 def test_record_pkit_solutions_refuses_quick_timing_other_machines_and_no_pkit_records(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
-"""The roofline gap (issue #14): how far each PyTorch + NCCL reference sits from its communication-aware
-roofline, whether most sit below half of it (the talk's claim), and how much pkit's own solutions close it.
+"""The roofline gap: how far each PyTorch + NCCL reference sits from its communication-aware roofline, whether
+most sit below half of it (the claim of the ParallelKittens / ParallelKernelBench talk, pkit/data/published_pkb.csv),
+and how much pkit's own solutions close it.
 
 Inputs are recorded tables, nothing here times anything:
   * baselines: `results/<machine>/baselines.csv`, written by `python -m pkit.harness.baseline pkit part*.jsonl`
@@ -10,16 +11,18 @@ Times are milliseconds. A fraction of roofline is roofline time / measured time:
 twice its time. Each row uses the measured ceilings where the table has them (the measuring machine's
 ceilings.csv), else the datasheet's; the `ceilings` column says which.
 
-Usage (notebook 06):
+Usage (notebook 06), on a machine whose ceilings, baselines and pkit solutions are recorded:
     from pkit import results
     from pkit.experiments import roofline_gap
-    roofline_gap.ceilings_vs_datasheet(Ceilings.measured(results.load("ceilings", "h200x2-nv18").frame))
+    from pkit.roofline import Ceilings
+    run = results.load("ceilings", "h200x2-nv18")
+    roofline_gap.ceilings_vs_datasheet(Ceilings.measured(run.frame, run.provenance))
     base = results.load("baselines", "h200x2-nv18")
     gap = roofline_gap.gap_table(base.frame)          # sorted; category, bound, ceilings
     roofline_gap.claim_test(gap)                      # share of problems below 50% of their roofline
     sol = results.load("pkit_solutions", "h200x2-nv18")
     both = roofline_gap.solutions_vs_baselines(sol.frame, base.frame)
-    roofline_gap.speedup_summary(both)                # geomean speedup over correct solutions, coverage
+    roofline_gap.speedup_summary(both, speedup_target=1.5, min_problems=12, min_categories=5, roofline_target=0.7)
 
 Example:
     >>> import pandas as pd
@@ -123,8 +126,8 @@ def gap_table(baselines: pd.DataFrame, *, time_column: str = "ref_time_ms_median
 
 
 def claim_test(gap: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame:
-    """The talk's claim, "PyTorch + NCCL implementations reach less than half of their communication-aware
-    roofline", tested on a `gap_table`: one row per ceilings ('chosen': measured where recorded, else the
+    """The ParallelKernelBench talk's claim, "PyTorch + NCCL implementations reach less than half of their
+    communication-aware roofline", tested on a `gap_table`: one row per ceilings ('chosen': measured where recorded, else the
     datasheet; 'datasheet'; 'measured'), with problems (those with a fraction), below (fraction < `threshold`),
     share_below, median_fraction, and holds (a majority below; None without problems).
 
@@ -227,18 +230,18 @@ def solutions_vs_baselines(solutions, baselines: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["baseline_fraction", "problem"], na_position="last").reset_index(drop=True)
 
 
-def speedup_summary(table: pd.DataFrame, *, target: float = 1.5, min_problems: int = 12, min_categories: int = 5,
-                    roofline_target: float = 0.7) -> dict:
-    """The issue's numbers from a `solutions_vs_baselines` table: problems (with a pkit solution), correct,
-    failed (problems whose solution is not correct: flagged, left out of the geomean), categories (of the
-    correct ones), geomean_speedup (geometric mean of the correct solutions' speedups, ×), faster (speedup > 1),
-    below_roofline_target (correct solutions under `roofline_target` of their roofline: each needs a reason),
-    and whether the targets are met: meets_speedup (geomean ≥ `target`), meets_coverage (≥ `min_problems`
-    correct problems in ≥ `min_categories` categories).
+def speedup_summary(table: pd.DataFrame, *, speedup_target: float, min_problems: int, min_categories: int,
+                    roofline_target: float) -> dict:
+    """What pkit's solutions achieve, from a `solutions_vs_baselines` table, against targets the caller names:
+    problems (with a pkit solution), correct, failed (problems whose solution is not correct: flagged, left out
+    of the geomean), categories (of the correct ones), geomean_speedup (geometric mean of the correct solutions'
+    speedups, ×), faster (speedup > 1), below_roofline_target (correct solutions under `roofline_target`, a
+    fraction of their roofline: each needs a reason), meets_speedup (geomean ≥ `speedup_target`, ×) and
+    meets_coverage (≥ `min_problems` correct problems in ≥ `min_categories` categories).
 
     >>> t = pd.DataFrame({"problem": ["a", "b", "c"], "category": ["x", "y", "y"], "correct": [True, True, False],
     ...                   "speedup": [2.0, 0.5, np.nan], "pkit_fraction": [0.9, 0.3, np.nan]})
-    >>> s = speedup_summary(t, min_problems=2, min_categories=2)
+    >>> s = speedup_summary(t, speedup_target=1.5, min_problems=2, min_categories=2, roofline_target=0.7)
     >>> s["geomean_speedup"], s["failed"], s["below_roofline_target"], s["meets_coverage"], s["meets_speedup"]
     (1.0, ['c'], ['b'], True, False)
     """
@@ -253,5 +256,5 @@ def speedup_summary(table: pd.DataFrame, *, target: float = 1.5, min_problems: i
     return {"problems": len(table), "correct": len(good), "failed": failed,
             "categories": categories, "geomean_speedup": geomean, "faster": int((good["speedup"] > 1).sum()),
             "below_roofline_target": sorted(good.loc[~(good["pkit_fraction"] >= roofline_target), "problem"]),
-            "meets_speedup": bool(geomean >= target), "meets_coverage": len(good) >= min_problems
+            "meets_speedup": bool(geomean >= speedup_target), "meets_coverage": len(good) >= min_problems
             and categories >= min_categories}
