@@ -1,4 +1,4 @@
-"""The lesson and the explorers in a real browser (issue #15 item 5): JupyterLab on 127.0.0.1 at a free port with
+"""The lesson and the explorers in a real browser: JupyterLab on 127.0.0.1 at a free port with
 a token and no browser of its own, serving a copy of one notebook, opened in headless Chromium (Debian's
 `chromium` and `chromium-driver`, driven by Selenium), every cell run through JupyterLab's Run menu, no cell
 writing an error or stderr. Then, per notebook:

@@ -1,4 +1,4 @@
-"""Problems in their field's dtype, and the harness's roofline in that dtype (issue #14 items 1-2), on CPU.
+"""Problems in their field's dtype, and the harness's roofline in that dtype, on CPU.
 
 Every problem names its default dtype (META["dtypes"][0], what `pkit eval` runs without --dtype) and the reason
 for it; the roofline divides a problem's FLOPs by its dtype's rate, adds α per declared sync step, and is

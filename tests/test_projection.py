@@ -1,4 +1,4 @@
-"""Projection on paper (issue #14 item 5): the modelled roofline of hand-built and real per-GPU costs on larger
+"""Projection on paper: the modelled roofline of hand-built and real per-GPU costs on larger
 systems, the hierarchical network term, evaluability at each world size, and argument checks. CPU only."""
 import math
 from dataclasses import replace
