@@ -35,33 +35,45 @@ def _copies_frame(a: float, b: float, rng) -> pd.DataFrame:
                          "k": 8192, "route": "GPU0 → GPU0", "target_GBps": [100.0, 200.0, 400.0, 800.0, None, 50.0]})
 
 
-def _partition_frame(p: float) -> pd.DataFrame:
-    given = np.array([2, 4, 8, 16, 32])
-    return pd.DataFrame({"gemm": "cublas", "copy": "idle", "sms_given": given, "gemm_sms": 132 - given,
-                         "rate_ratio": ((132 - given) / 132) ** p, "m": 8192, "n": 8192, "k": 8192})
-
-
 def test_the_interference_fit_recovers_the_curve_it_was_made_from():
     rng = np.random.default_rng()
-    a, b, p = rng.uniform(0.01, 0.3), rng.uniform(0.0, 0.1), rng.uniform(0.8, 1.3)
-    fit = M.Interference.from_frames(_copies_frame(a, b, rng), _partition_frame(p), "cublas")
+    a, b = rng.uniform(0.01, 0.3), rng.uniform(0.0, 0.1)
+    fit = M.Interference.from_frame(_copies_frame(a, b, rng), "cublas")
     assert fit.a == pytest.approx(a, rel=1e-6) and fit.b == pytest.approx(b, rel=1e-6, abs=1e-9)
-    assert fit.p == pytest.approx(p, rel=1e-6) and fit.sms == 132
     assert fit.errors()["error"].abs().max() < 1e-9
     assert fit.budget == ((8192 / 3, 2400.0),) and fit.copy_budget(8192, 2048, 8192) == pytest.approx(2400.0)
-    with pytest.raises(ValueError, match="copies, partition: expected at least 3 copy points"):
-        M.Interference.from_frames(_copies_frame(a, b, rng).head(2), _partition_frame(p), "cublas")
+    with pytest.raises(ValueError, match="copies: expected at least 3 copy points"):
+        M.Interference.from_frame(_copies_frame(a, b, rng).head(2), "cublas")
 
 
-def test_the_gemm_fit_uses_three_parameters_for_every_recorded_shape():
-    frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
-    for gemm in ("pkit_gemm", "cublas"):
-        fit = M.GemmFit.from_frame(frame, gemm)
-        errors = fit.errors()
-        assert len(errors) == (frame["implementation"] == gemm).sum() > 2
-        assert errors["error"].abs().max() < 0.1, errors  # three parameters for eight shapes: none fits exactly
+def test_the_gemm_fit_recovers_the_tiles_it_was_made_from_and_counts_waves():
+    rng = np.random.default_rng()
+    made = M.GemmFit("x", rng.uniform(0.8e-8, 1.5e-8), rng.uniform(2e-6, 6e-6), rng.uniform(0.0, 1e-6))
+    shapes = [(8192, 8192, 8192), (8192, 1024, 8192), (8192, 8192, 256), (8192, 8192, 1024), (4096, 4096, 4096),
+              (2048, 512, 64)]
+    fit = M.GemmFit.from_points("x", [(m, n, k, made.time_s(m, n, k)) for m, n, k in shapes])
+    assert fit.errors()["error"].abs().max() < 0.01  # the epilogue's length is searched on a grid
+    # 64 × 32 tiles of 128 × 256: 16 waves on 132 SMs, 18 on 116, 2048 on one; never faster on fewer SMs
+    assert M.waves(8192, 8192, 132) == 16 and M.waves(8192, 8192, 116) == 18 and M.waves(8192, 8192, 1) == 2048
+    assert fit.rate_on(8192, 8192, 8192, 116) == pytest.approx(16 / 18)
+    assert all(fit.rate_on(8192, 8192, 8192, g) <= 1 for g in range(1, 133))
+    with pytest.raises(ValueError, match="sms: expected at least 1 SM"):
+        fit.time_s(8192, 8192, 8192, 0)
     with pytest.raises(ValueError, match="points: expected at least 4"):
         M.GemmFit.from_points("x", [(1, 8, 1, 1e-6)] * 3)
+
+
+def test_the_model_meets_the_one_gpu_measurements_within_5_percent():
+    """Fitted: the GEMM's eight shapes (three parameters each implementation) and the copies beside it (two);
+    predicted with no parameter: pkit's GEMM on the SMs a schedule leaves it. cuBLAS's partition points are shown,
+    not held to it: no schedule gives cuBLAS's SMs away."""
+    load = lambda e: results.load(e, "h200x1", root=ROOT / "results").frame  # noqa: E731
+    gemms, fits = M.calibrate(load("overlap_gemm"), load("interference_copies"), ("pkit_gemm", "cublas"))
+    errors = M.calibration_errors(gemms, fits, load("interference_partition"))
+    assert errors["fitted"].sum() > 3 * (2 + 3)  # more points than parameters in every fit
+    held = errors[errors["fitted"] | (errors["gemm"] == M.gemm_of("sm_pull"))]
+    assert held["error"].abs().max() <= 0.05, held.sort_values("error").to_string()
+    assert M.gemm_of("sm_pull") == "pkit_gemm" and len(held[~held["fitted"]]) >= 4
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +91,7 @@ def test_serial_predictions_add_up_the_recorded_pieces(two_gpu_link):
 def test_schedules_stay_above_the_bound_and_those_taking_no_sms_beat_serial(two_gpu_link):
     frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
     gemms = {g: M.GemmFit.from_frame(frame, g) for g in ("pkit_gemm", "cublas")}
-    quiet = {g: M.Interference(0.05, 0.01, 1.0, 132) for g in gemms}
+    quiet = {g: M.Interference(0.05, 0.01) for g in gemms}
     for link in (two_gpu_link, M.modelled_link(two_gpu_link, 8)):
         curves = M.curves(link, gemms, quiet, inner=(1024, 4096))
         assert set(curves["schedule"]) == set(M.SCHEDULES) and set(curves["pattern"]) == set(M.PATTERNS)
@@ -117,7 +129,7 @@ def test_interference_points_on_the_gpu_are_checked_and_the_throttle_holds(monke
 def test_fused_problems_project_through_the_model(two_gpu_link):
     frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
     gemms = {g: M.GemmFit.from_frame(frame, g) for g in ("pkit_gemm", "cublas")}
-    quiet = {g: M.Interference(0.05, 0.01, 1.0, 132) for g in gemms}
+    quiet = {g: M.Interference(0.05, 0.01) for g in gemms}
     links = [two_gpu_link, M.modelled_link(two_gpu_link, 8), M.modelled_link(two_gpu_link, 8, "B200")]
     fused = M.project_fused(links, gemms, quiet)
     assert set(fused["problem"]) == set(M.FUSED_PROBLEMS) and set(fused["gpus"]) == {2, 8}

@@ -2,14 +2,16 @@
 
 The model is built from measurements where there are some and says where it assumes:
 
-* **GEMM** (`GemmFit`): time = 2·M·N·K / R + M·N·c + (M + N)·K·d (math, output, operands), three parameters
-  fitted by least squares to a one-GPU GEMM study (results/<machine>/overlap_gemm: eight shapes per
-  implementation).
+* **GEMM** (`GemmFit`): a persistent tiled GEMM whose tiles go to the SMs in waves; a tile costs
+  √((K·s_k)² + e²) + f (mainloop and epilogue overlapping, plus a fixed part), three parameters fitted by least
+  squares to a one-GPU GEMM study (results/<machine>/overlap_gemm: eight shapes per implementation). On g of the
+  GPU's SMs the same tiles take ⌈tiles / g⌉ waves: no parameter, checked against the SM-partition study
+  (`partition_check`).
 * **Interference** (`Interference`): the GEMM's time grows with the HBM traffic a copy beside it makes,
-  ratio = 1 + a·u + b·u² (u in TB/s), fitted to the interference study's copy points; on g of S SMs its rate is
-  (g/S)^p, p fitted to the SM-partition points (results/<machine>/interference_*). And the copy does not get all
-  it asks for: beside a GEMM it got at most the HBM traffic an unthrottled copy reached there (measured at two
-  shapes, interpolated in the GEMM's flops per byte), so a link transfer's rate is capped at half of it.
+  ratio = 1 + a·u + b·u² (u in TB/s), fitted to the interference study's copy points
+  (results/<machine>/interference_copies). And the copy does not get all it asks for: beside a GEMM it got at most
+  the HBM traffic an unthrottled copy reached there (measured at two shapes, interpolated in the GEMM's flops per
+  byte), so a link transfer's rate is capped at half of it.
 * **Links** (`Link`): per-GPU one-way rates by mechanism and NCCL's collective times: measured on 2×H200 (the
   recorded mechanisms and collectives studies); for other systems the datasheet's NVLink per GPU times the
   fraction of it that 2×H200 measured (labelled modelled, with the datasheet as source).
@@ -25,8 +27,10 @@ Example:
     ...                                       (8192, 8192, 256, 0.06e-3), (4096, 4096, 4096, 0.19e-3),
     ...                                       (8192, 4096, 8192, 0.71e-3)])
     >>> round(fit.tflops(8192, 8192, 8192))
-    770
-    >>> bump = Interference(a=0.05, b=0.02, p=1.0, sms=132)
+    764
+    >>> round(fit.rate_on(8192, 8192, 8192, sms=116), 3)  # 2048 tiles: 16 waves on 132 SMs, 18 on 116
+    0.889
+    >>> bump = Interference(a=0.05, b=0.02)
     >>> round(bump.time_ratio(800.0), 4), round(bump.time_ratio(0.0), 4)
     (1.0528, 1.0)
 """
@@ -47,42 +51,64 @@ NCCL_OPS = {"ag_gemm": "all_gather", "gemm_rs": "reduce_scatter", "gemm_ar": "al
 
 @dataclass(frozen=True)
 class GemmFit:
-    """time(M, N, K) = 2·M·N·K·seconds_per_flop + M·N·seconds_per_output + (M + N)·K·seconds_per_operand, fitted to
-    `points` (M, N, K, seconds): the math, the output written, the operands read."""
+    """A persistent tiled GEMM: its tiles (BLOCK_M × BLOCK_N of C, pkit.ops.gemm's; assumed alike for cuBLAS) go to
+    the SMs in waves, one tile per SM a wave, and a tile costs √((K·seconds_per_k)² + epilogue_s²) + fixed_s: the
+    mainloop over K and the epilogue that stores the tile overlap (the outbox drains while the next tile
+    multiplies), so a tile costs about the longer of the two (their quadratic mean, a smooth maximum), plus a part
+    that overlaps nothing. time(M, N, K, SMs) = ⌈tiles / SMs⌉ · tile time: on fewer SMs the same tiles take more
+    waves, with no parameter of its own. Three parameters fitted to `points` (M, N, K, seconds) on all `sms`."""
 
     implementation: str
-    seconds_per_flop: float
-    seconds_per_output: float
-    seconds_per_operand: float = 0.0
+    seconds_per_k: float
+    epilogue_s: float
+    fixed_s: float
+    sms: int = 132
     points: tuple = ()
 
     @classmethod
-    def from_points(cls, implementation: str, points: Sequence[tuple]) -> "GemmFit":
+    def from_points(cls, implementation: str, points: Sequence[tuple], sms: int = 132) -> "GemmFit":
         """Least squares on the relative error of each time (each shape weighs alike); needs 4+ points for its 3
-        parameters."""
+        parameters. The epilogue's length in K (epilogue_s / seconds_per_k) is searched on a log grid from 1 to
+        10⁵; for each, the other two are linear."""
         pts = [tuple(float(v) for v in p) for p in points]
         if len(pts) < 4:
             raise ValueError(f"points: expected at least 4 (M, N, K, seconds) to fit 3 parameters, got {len(pts)}")
-        x = np.array([[2 * m * n * k / t, m * n / t, (m + n) * k / t] for m, n, k, t in pts])
-        (a, c, d), *_ = np.linalg.lstsq(x, np.ones(len(pts)), rcond=None)
-        return cls(implementation, float(a), float(c), float(d), tuple(pts))
+        m, n, k, t = (np.array(c) for c in zip(*pts))
+        w = waves(m, n, sms)
+        best = None
+        for length in np.geomspace(1.0, 1e5, 1001):
+            x = np.column_stack([w * np.hypot(k, length), w]) / t[:, None]
+            coef, *_ = np.linalg.lstsq(x, np.ones(len(t)), rcond=None)
+            loss = float(np.sum((x @ coef - 1.0) ** 2))
+            if best is None or loss < best[0]:
+                best = (loss, length, coef)
+        _, length, (per_k, fixed) = best
+        return cls(implementation, float(per_k), float(per_k * length), float(fixed), sms, tuple(pts))
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, implementation: str) -> "GemmFit":
+    def from_frame(cls, frame: pd.DataFrame, implementation: str, sms: int = 132) -> "GemmFit":
         """From a recorded gemm study (overlap.gemm_rates: implementation, m, n, k, time_median_us)."""
         rows = frame[frame["implementation"] == implementation]
         if rows.empty:
             raise ValueError(f"implementation: expected one of {sorted(set(frame['implementation']))}, "
                              f"got {implementation!r}")
         return cls.from_points(implementation, list(zip(rows["m"], rows["n"], rows["k"],
-                                                        rows["time_median_us"] * 1e-6)))
+                                                        rows["time_median_us"] * 1e-6)), sms)
 
-    def time_s(self, m: int, n: int, k: int) -> float:
-        return 2.0 * m * n * k * self.seconds_per_flop + m * n * self.seconds_per_output + \
-            (m + n) * k * self.seconds_per_operand
+    def tile_s(self, k: int) -> float:
+        """Seconds one tile takes with K = `k`."""
+        return float(np.hypot(k * self.seconds_per_k, self.epilogue_s)) + self.fixed_s
+
+    def time_s(self, m: int, n: int, k: int, sms: int | None = None) -> float:
+        """Seconds for C = A·Bᵀ (M × K by N × K) on `sms` SMs (default all of them)."""
+        return float(waves(m, n, self.sms if sms is None else sms)) * self.tile_s(k)
 
     def tflops(self, m: int, n: int, k: int) -> float:
         return 2.0 * m * n * k / self.time_s(m, n, k) / 1e12
+
+    def rate_on(self, m: int, n: int, k: int, sms: int) -> float:
+        """The GEMM's rate on `sms` SMs over its rate on all of them."""
+        return self.time_s(m, n, k) / self.time_s(m, n, k, sms)
 
     def errors(self) -> pd.DataFrame:
         """Each fitted point: m, n, k, measured_us, model_us, error (model over measured − 1)."""
@@ -92,16 +118,22 @@ class GemmFit:
         return out.assign(error=out["model_us"] / out["measured_us"] - 1)
 
 
+def waves(m, n, sms: int):
+    """Waves of BLOCK_M × BLOCK_N tiles of an M × N output over `sms` SMs, one tile per SM a wave (arrays work)."""
+    from ..ops.gemm import BLOCK_M, BLOCK_N
+
+    if np.any(np.asarray(sms) < 1):
+        raise ValueError(f"sms: expected at least 1 SM, got {sms}")
+    return np.ceil(np.ceil(np.asarray(m) / BLOCK_M) * np.ceil(np.asarray(n) / BLOCK_N) / sms)
+
+
 @dataclass(frozen=True)
 class Interference:
-    """A GEMM beside traffic: time ratio 1 + a·u + b·u² at u TB/s of HBM traffic from a copy; on g of `sms` SMs its
-    rate is (g / sms)^p of the all-SM rate."""
+    """A GEMM beside traffic: time ratio 1 + a·u + b·u² at u TB/s of HBM traffic from a copy."""
 
     a: float
     b: float
-    p: float
-    sms: int
-    points: tuple = ()  # (kind, x, measured ratio): 'traffic' (GB/s, time ratio) or 'sms' (GEMM SMs, rate ratio)
+    points: tuple = ()  # (GB/s of traffic, measured time ratio)
     budget: tuple = ()  # (GEMM flops per byte, GB/s of HBM traffic an unthrottled copy got beside it), measured
 
     def copy_budget(self, m: int, n: int, k: int) -> float:
@@ -116,40 +148,37 @@ class Interference:
         u = max(float(traffic_GBps), 0.0) / 1000.0
         return 1.0 + self.a * u + self.b * u * u
 
-    def rate_on(self, gemm_sms: int) -> float:
-        """The GEMM's rate on `gemm_sms` SMs over its rate on all of them."""
-        return (gemm_sms / self.sms) ** self.p
-
     @classmethod
-    def from_frames(cls, copies: pd.DataFrame, partition: pd.DataFrame, gemm: str) -> "Interference":
-        """Fit `gemm`'s parameters: (a, b) to every copies row's time ratio (1 / rate_ratio) against
-        hbm_traffic_GBps (3 parameters' worth of points at least), p to the partition's idle rows' rate_ratio
-        against gemm_sms / (gemm_sms + sms_given); the copy budget from the unthrottled copies within the GPU."""
+    def from_frame(cls, copies: pd.DataFrame, gemm: str) -> "Interference":
+        """Fit `gemm`'s (a, b) to every copies row's time ratio (1 / rate_ratio) against hbm_traffic_GBps (3 points
+        at least); the copy budget from the unthrottled copies within the GPU."""
         c = copies[(copies["gemm"] == gemm) & copies["hbm_traffic_GBps"].notna()]
-        idle = partition[(partition["gemm"] == gemm) & (partition["copy"] == "idle")]
-        if len(c) < 3 or len(idle) < 2:
-            raise ValueError(f"copies, partition: expected at least 3 copy points and 2 idle partition points of "
-                             f"{gemm!r}, got {len(c)} and {len(idle)}")
+        if len(c) < 3:
+            raise ValueError(f"copies: expected at least 3 copy points of {gemm!r}, got {len(c)}")
         u = c["hbm_traffic_GBps"].to_numpy() / 1000.0
         y = 1.0 / c["rate_ratio"].to_numpy() - 1.0
         (a, b), *_ = np.linalg.lstsq(np.column_stack([u, u * u]), y, rcond=None)
-        sms = int((idle["gemm_sms"] + idle["sms_given"]).iloc[0])
-        share = np.log(idle["gemm_sms"].to_numpy() / sms)
-        p = float(np.sum(share * np.log(idle["rate_ratio"].to_numpy())) / np.sum(share * share))
-        points = tuple([("traffic", float(x), float(1 / r)) for x, r in zip(c["hbm_traffic_GBps"], c["rate_ratio"])]
-                       + [("sms", float(g), float(r)) for g, r in zip(idle["gemm_sms"], idle["rate_ratio"])])
+        points = tuple((float(x), float(1 / r)) for x, r in zip(c["hbm_traffic_GBps"], c["rate_ratio"]))
         free = c[c["target_GBps"].isna() & ~c["route"].str.contains("CPU")]
         budget = tuple((intensity(m, n, k), float(t)) for m, n, k, t in
                        zip(free["m"], free["n"], free["k"], free["hbm_traffic_GBps"]))
-        return cls(float(a), float(b), p, sms, points, budget)
+        return cls(float(a), float(b), points, budget)
 
     def errors(self) -> pd.DataFrame:
-        """Each fitted point: kind, x (GB/s of traffic, or GEMM SMs), measured, model, error (model / measured − 1);
-        for 'traffic' the time ratio, for 'sms' the rate ratio."""
-        rows = [{"kind": kind, "x": x, "measured": y, "model": self.time_ratio(x) if kind == "traffic" else
-                 self.rate_on(int(x))} for kind, x, y in self.points]
-        out = pd.DataFrame(rows, columns=["kind", "x", "measured", "model"])
+        """Each fitted point: traffic_GBps, measured and model time ratio, error (model / measured − 1)."""
+        rows = [{"traffic_GBps": x, "measured": y, "model": self.time_ratio(x)} for x, y in self.points]
+        out = pd.DataFrame(rows, columns=["traffic_GBps", "measured", "model"])
         return out.assign(error=out["model"] / out["measured"] - 1)
+
+
+def partition_check(partition: pd.DataFrame, gemms: dict) -> pd.DataFrame:
+    """The SM-partition study's idle rows against the wave count's prediction (`GemmFit.rate_on`, nothing fitted to
+    these points): gemm, sms_given, gemm_sms, measured (rate on the SMs left over the all-SM rate), model, error."""
+    idle = partition[(partition["copy"] == "idle") & partition["gemm"].isin(list(gemms))]
+    model = [gemms[g].rate_on(m, n, k, s) for g, m, n, k, s in
+             zip(idle["gemm"], idle["m"], idle["n"], idle["k"], idle["gemm_sms"])]
+    out = idle[["gemm", "sms_given", "gemm_sms"]].assign(measured=idle["rate_ratio"].to_numpy(), model=model)
+    return out.assign(error=out["model"] / out["measured"] - 1).reset_index(drop=True)
 
 
 @dataclass(frozen=True)
@@ -180,16 +209,32 @@ def gemm_of(schedule: str) -> str:
     return "cublas" if schedule in ("serial", "ce_chunks") else "pkit_gemm"
 
 
-def calibrate(gemm: pd.DataFrame, copies: pd.DataFrame, partition: pd.DataFrame,
-              names: Sequence[str]) -> tuple[dict, dict]:
+def calibration_errors(gemms: dict, interference: dict, partition: pd.DataFrame) -> pd.DataFrame:
+    """Every one-GPU point the model meets, beside the model: the GEMM fits' shapes and the interference fits'
+    copies (both fitted), and the SM-partition study (predicted by the wave count, not fitted). Columns: part, gemm,
+    fitted, point, measured, model, error (model / measured − 1; times for the GEMM, time ratios for interference,
+    rate ratios for the partition)."""
+    gemm_rows = [f.errors().assign(part="gemm time (us)", gemm=g, fitted=True,
+                                   point=lambda e: [f"{m}×{n}×{k}" for m, n, k in zip(e["m"], e["n"], e["k"])])
+                 .rename(columns={"measured_us": "measured", "model_us": "model"}) for g, f in gemms.items()]
+    copy_rows = [f.errors().assign(part="time ratio beside a copy", gemm=g, fitted=True,
+                                   point=lambda e: [f"{x:.0f} GB/s" for x in e["traffic_GBps"]])
+                 for g, f in interference.items()]
+    sms = partition_check(partition, gemms)
+    sms = sms.assign(part="rate on the SMs left", fitted=False, point=[f"{s} SMs" for s in sms["gemm_sms"]])
+    columns = ["part", "gemm", "fitted", "point", "measured", "model", "error"]
+    return pd.concat([frame[columns] for frame in [*gemm_rows, *copy_rows, sms]], ignore_index=True)
+
+
+def calibrate(gemm: pd.DataFrame, copies: pd.DataFrame, names: Sequence[str]) -> tuple[dict, dict]:
     """({name: GemmFit}, {name: Interference}) for each GEMM implementation in `names` (in that order; the
     schedules' GEMMs, `gemm_of`, among them), fitted to a recorded gemm study (overlap_gemm) and interference
-    study (interference_copies, interference_partition)."""
+    study's copies (interference_copies). The SM-partition study checks the GEMM fits (`partition_check`)."""
     missing = {gemm_of(s) for s in SCHEDULES} - set(names)
     if missing:
         raise ValueError(f"names: expected every GEMM the schedules run, missing {sorted(missing)}")
     return ({g: GemmFit.from_frame(gemm, g) for g in names},
-            {g: Interference.from_frames(copies, partition, g) for g in names})
+            {g: Interference.from_frame(copies, g) for g in names})
 
 
 LINK_RECORDS = ("collectives_pkit_nccl", "mechanisms_sm_sweep", "mechanisms_size_sweep")
@@ -275,7 +320,8 @@ def _gemm_shape(pattern: str, m: int, k: int, n: int, gpus: int) -> tuple[int, i
 def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gemm: GemmFit,
             interference: Interference, comm_sms: int = 16, chunk_rows: int = CHUNK_ROWS) -> dict:
     """One schedule's modelled time per call, with its terms: gemm_us (alone), link_us (the bytes at the
-    schedule's mechanism), slowdown (the GEMM's time ratio beside that traffic), fill_us, time_us; and what was
+    schedule's mechanism), slowdown (the GEMM's time ratio beside that traffic, on the SMs it keeps), fill_us,
+    time_us; and what was
     measured and what assumed (`inputs`)."""
     if pattern not in PATTERNS or schedule not in SCHEDULES:
         raise ValueError(f"pattern, schedule: expected one of {PATTERNS} and {SCHEDULES}, got {pattern!r}, "
@@ -293,9 +339,8 @@ def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gem
                 "tma_pull": link.tma_GBps}[schedule]
         rate = min(rate, interference.copy_budget(gm, gn, gk) / 2)  # HBM serves what arrives and what leaves
         t_link = recv / (rate * 1e9)
-        slow = interference.time_ratio(2 * rate)
-        if schedule == "sm_pull":
-            slow /= interference.rate_on(interference.sms - comm_sms)
+        on_sms = gemm.sms - comm_sms if schedule == "sm_pull" else gemm.sms  # SM pulls take SMs from the GEMM
+        slow = interference.time_ratio(2 * rate) * gemm.time_s(gm, gn, gk, on_sms) / t_gemm
         compute = t_gemm * slow
         if pattern == "ag_gemm":  # own rows first, then each peer chunk as it lands: the last chunk's GEMM trails
             time = max(compute, t_link + compute / (gpus * chunks))
@@ -352,7 +397,7 @@ def serial_check(link: Link, gemm: GemmFit, gemm_frame: pd.DataFrame, m: int = 8
                         & (gemm_frame["k"] == k)]
     for _, g in shapes.iterrows():
         model = predict("ag_gemm", "serial", m, k, int(g["n"]), link, gemm,
-                        Interference(0.0, 0.0, 1.0, 132))["time_us"]
+                        Interference(0.0, 0.0))["time_us"]
         summed = t_nccl + float(g["time_median_us"])
         rows.append({"n": int(g["n"]), "nccl_us": t_nccl, "gemm_us": float(g["time_median_us"]),
                      "recorded_sum_us": summed, "model_us": model, "error": model / summed - 1})
@@ -399,21 +444,24 @@ def draw_interference(copies: pd.DataFrame, partition: pd.DataFrame, fits: dict)
     return fig
 
 
-def draw_partition(partition: pd.DataFrame, fits: dict):
+def draw_partition(partition: pd.DataFrame, gemms: dict):
     """GEMM rate on the SMs left over its all-SM rate, against SMs given to a copy: idle and running, one line per
-    GEMM and state, the fitted (g/S)^p curves dashed. A Figure."""
+    GEMM and state, and dashed the wave count's prediction (`GemmFit.rate_on` at the partition's first shape;
+    nothing fitted to these points). A Figure."""
     from .. import figures
 
     fig, ax = figures.subplots()
-    colors = figures.colors_for(list(fits))
+    colors = figures.colors_for(list(gemms))
     for (gemm, copy), part in partition.groupby(["gemm", "copy"]):
         part = part.sort_values("sms_given")
         ax.plot(part["sms_given"], part["rate_ratio"], marker={"idle": "o", "sm": "s", "tma": "^"}[copy],
                 ls={"idle": "-", "sm": ":", "tma": "-."}[copy], color=colors[gemm],
                 label=f"{figures.label(gemm)}, {'SMs idle' if copy == 'idle' else figures.label(copy) + ' copy on them'}")
-    for gemm, fit in fits.items():
-        k = np.arange(0, int(partition["sms_given"].max()) + 1)
-        ax.plot(k, [fit.rate_on(fit.sms - v) for v in k], color=colors[gemm], lw=0.8, ls="--")
+    given = np.arange(0, int(partition["sms_given"].max()) + 1)
+    fit = next(iter(gemms.values()))  # the waves' ratio is the same for every GEMM of the same tiles
+    m, n, k = partition[["m", "n", "k"]].iloc[0]
+    ax.plot(given, [fit.rate_on(m, n, k, fit.sms - v) for v in given], color="0.35", lw=1.0, ls="--",
+            drawstyle="steps-post", label="model: whole waves of tiles")
     ax.set(xlabel="SMs given to communication (of all the GPU's)", ylabel="GEMM rate / its rate on every SM")
     ax.legend(fontsize=7.5)
     return fig
@@ -454,16 +502,17 @@ FUSED_PROBLEMS = {"05_allgather_gemm": "ag_gemm", "06_gemm_reduce_scatter": "gem
 
 
 def scaled_gemm(gemm: GemmFit, gpu: str, measured_on: str = "H200") -> GemmFit:
-    """`gemm` (measured on `measured_on`) as modelled on `gpu`: the math at the datasheets' dense bf16 ratio, the
-    bytes at their HBM ratio (assumed: the same kernel efficiency on the other GPU)."""
+    """`gemm` (measured on `measured_on`) as modelled on `gpu`: the mainloop at the datasheets' dense bf16 ratio, the
+    epilogue at their HBM ratio, the fixed part and the waves as measured (assumed: the same kernel, tiles and
+    efficiency on the other GPU)."""
     from ..hardware import GPUS
 
     if gpu not in GPUS:
         raise ValueError(f"gpu: expected one of {list(GPUS)}, got {gpu!r}")
     math = GPUS[measured_on].bf16_dense_tflops / GPUS[gpu].bf16_dense_tflops
     memory = GPUS[measured_on].hbm_tbps / GPUS[gpu].hbm_tbps
-    return GemmFit(f"{gemm.implementation} scaled to {gpu}", gemm.seconds_per_flop * math,
-                   gemm.seconds_per_output * memory, gemm.seconds_per_operand * memory, ())
+    return GemmFit(f"{gemm.implementation} scaled to {gpu}", gemm.seconds_per_k * math, gemm.epilogue_s * memory,
+                   gemm.fixed_s, gemm.sms)
 
 
 def _problem_shape(problem: str, sizes: dict, gpus: int) -> tuple[int, int, int] | None:
