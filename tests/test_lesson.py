@@ -1,9 +1,10 @@
 """pkit.lesson: the diagnosis on hand-made wrong outputs (CPU), every learner kernel compiles for sm_90a, the
-checks without GPUs, the lesson notebook replays; live, the reference answers pass on every GPU of the machine and on
+checks without GPUs, the `%%cuda` cells in IPython, the lesson notebook replays; live, the reference answers pass on every GPU of the machine and on
 2, 3, 4 and 8 ranks sharing one GPU, and on two ranks the wrong kernels of tests/fixtures/lesson fail with the right
 message and the notebook's exercises as given fail without a timeout."""
 import json
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,6 +13,8 @@ import pytest
 
 import pkit
 from pkit import lesson, notebooks
+from pkit.lesson import checks, runners
+from pkit.lesson.magic import CudaCellError, cuda_cell
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lesson"
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "08_lesson_multi_gpu_communication.ipynb"
@@ -51,13 +54,13 @@ def integer_inputs(size, n, seed=0):
 # --- diagnose_copy ---------------------------------------------------------------------------------------------
 
 def test_copy_right_answer_passes():
-    inputs = lesson._unique_inputs(np.random.default_rng(0), 2, 100)
+    inputs = runners.unique_inputs(np.random.default_rng(0), 2, 100)
     v = lesson.diagnose_copy([inputs[1], inputs[0]], [inputs[1], inputs[0]], inputs=inputs)
     assert v.ok and str(v) == "✓ all 2 ranks hold the expected 100 elements"
 
 
 def test_copy_grid_that_does_not_cover_n():
-    inputs = lesson._unique_inputs(np.random.default_rng(1), 2, 24676)
+    inputs = runners.unique_inputs(np.random.default_rng(1), 2, 24676)
     want = [inputs[1], inputs[0]]
     got = [w.copy() for w in want]
     got[1][8192:] = np.nan
@@ -71,7 +74,7 @@ def test_copy_grid_that_does_not_cover_n():
 
 
 def test_copy_own_data_where_the_peers_was_expected():
-    inputs = lesson._unique_inputs(np.random.default_rng(2), 2, 1000)
+    inputs = runners.unique_inputs(np.random.default_rng(2), 2, 1000)
     want = [inputs[1], inputs[0]]  # each rank should get the other's data
     v = lesson.diagnose_copy([inputs[0], inputs[0]], want, inputs=inputs)
     assert v.message == ("rank 0 elements 0..999 hold rank 0's own data where rank 1's was expected: the peer index "
@@ -79,7 +82,7 @@ def test_copy_own_data_where_the_peers_was_expected():
 
 
 def test_copy_kinds_of_unwritten_and_shifted_and_wrong():
-    inputs = lesson._unique_inputs(np.random.default_rng(3), 2, 64)
+    inputs = runners.unique_inputs(np.random.default_rng(3), 2, 64)
     want = [np.concatenate(inputs)] * 2
     nothing = np.full(128, np.nan, np.float32)
     holes = want[0].copy()
@@ -106,7 +109,7 @@ def test_copy_causes_replace_the_defaults():
 
 
 def test_copy_same_cause_is_said_once():
-    inputs = lesson._unique_inputs(np.random.default_rng(4), 2, 10)
+    inputs = runners.unique_inputs(np.random.default_rng(4), 2, 10)
     got = [np.concatenate([inputs[0], inputs[0]])] * 2
     v = lesson.diagnose_copy(got, [np.concatenate(inputs)] * 2, inputs=inputs)
     assert v.message.splitlines() == [
@@ -213,13 +216,16 @@ def test_ring_argument_errors(args, match):
 # --- kernels, steps, checks without GPUs, the notebook ----------------------------------------------------------
 
 def notebook_exercises() -> dict:
-    """{step: source} of the notebook's exercise cells (`NAME = r\"\"\"...\"\"\"` then `lesson.check_<step>(NAME)`)."""
-    found = {}
+    """{step: source} of the notebook's exercises: a `%%cuda NAME` cell of CUDA, then `lesson.check_<step>(NAME)` in
+    a later cell."""
+    sources, found = {}, {}
     for cell in json.loads(NOTEBOOK.read_text())["cells"]:  # plain JSON: the GPU hosts lack nbformat
         source = "".join(cell["source"])
-        call = re.search(r"lesson\.check_(\w+)\((\w+)\)", source)
-        if cell["cell_type"] == "code" and call:
-            found[call.group(1)] = re.search(rf'{call.group(2)} = r"""(.*?)"""', source, re.S).group(1)
+        magic = re.match(r"%%cuda (\w+)\n", source)
+        if cell["cell_type"] == "code" and magic:
+            sources[magic.group(1)] = source[magic.end():]
+        elif cell["cell_type"] == "code":
+            found.update({step: sources[name] for step, name in re.findall(r"lesson\.check_(\w+)\((\w+)\)", source)})
     return found
 
 
@@ -279,6 +285,52 @@ def test_checks_without_gpus_compile_and_say_they_did_not_run(cache_dir):
 def test_check_argument_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --- the %%cuda cells ----------------------------------------------------------------------------------------
+
+FILL = 'extern "C" __global__ void fill(float* x) { x[threadIdx.x] = 1.0f; }\n'
+
+
+@pytest.fixture
+def shell():
+    """An IPython shell in this process, without history, cleared afterwards."""
+    interactiveshell = pytest.importorskip("IPython.core.interactiveshell")
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    yield interactiveshell.InteractiveShell.instance(config=config)
+    interactiveshell.InteractiveShell.clear_instance()
+
+
+def test_cuda_cells_store_and_compile_in_ipython(shell, cache_dir):
+    assert lesson.register_in_ipython()  # what importing pkit.lesson does in IPython
+    ran = shell.run_cell(f"%%cuda KERNEL\n{FILL}")
+    assert ran.success and shell.user_ns["KERNEL"] == FILL
+    assert list(cache_dir.glob("*.cubin"))  # compiled at once, for sm_90a
+    ran = shell.run_cell('%%cuda BROKEN\nextern "C" __global__ void fill(float* x) {\n  x[0] = nope;\n}\n')
+    error = ran.error_in_exec
+    assert isinstance(error, CudaCellError) and shell.user_ns["BROKEN"].startswith('extern "C"')  # stored all the same
+    lines = error._render_traceback_()  # what IPython shows instead of a traceback
+    assert lines[0].startswith("%%cuda BROKEN does not compile") and ">    2 |   x[0] = nope;" in lines
+    assert 'inline.cu(2): error: identifier "nope" is undefined' in lines
+    assert isinstance(shell.run_cell(f"%%cuda\n{FILL}").error_in_exec, CudaCellError)
+
+
+def test_cuda_cells_load_as_an_extension_and_register_nowhere_without_ipython(shell, monkeypatch, cache_dir):
+    shell.run_line_magic("load_ext", "pkit.lesson")
+    assert shell.run_cell(f"%%cuda K\n{FILL}").success and shell.user_ns["K"] == FILL
+    monkeypatch.delitem(sys.modules, "IPython")
+    assert lesson.register_in_ipython() is False
+
+
+@pytest.mark.parametrize("line", ["", "two names", "class", "1x"])
+def test_cuda_cell_needs_one_python_name(line):
+    names = {}
+    with pytest.raises(CudaCellError, match="expected one Python name"):
+        cuda_cell(line, FILL, names)
+    assert names == {}
 
 
 def test_recorded_and_timeline_drawing():
@@ -344,7 +396,7 @@ def test_notebook_exercises_as_given_fail_without_a_timeout(step, pair):
 
 @pytest.mark.gpu
 def test_the_default_team_is_every_gpu_or_two_ranks_sharing_the_only_one():
-    t, gpus = lesson._default_team(), len(pkit.devices())
+    t, gpus = checks._default_team(), len(pkit.devices())
     if gpus >= 2:
         assert t.devices == tuple(range(gpus)) and not t.shares_gpus
     else:
