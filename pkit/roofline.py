@@ -193,17 +193,27 @@ def _check_shape(n_gpus: int, itemsize: int, **dims: int) -> None:
 
 
 def ag_gemm_cost(m: int, k: int, n_local: int, n_gpus: int, itemsize: int = 2) -> dict:
-    """Per-GPU cost of all-gather + GEMM: A (m × k) is row-sharded, m/n_gpus rows per GPU; each GPU multiplies
-    the gathered A by its B (k × n_local) into m × n_local. Link: the (n_gpus − 1)/n_gpus of A it receives;
-    HBM: one pass over A, B and the output; one sync step (the shards have landed). `itemsize` bytes per
-    element (2: bf16).
+    """Per-GPU cost of all-gather + GEMM: A (m × k) is row-sharded, m/n_gpus rows per GPU (n_gpus must divide m);
+    each GPU multiplies the gathered A by its B (k × n_local) into m × n_local. `itemsize` bytes per element
+    (2: bf16). FLOPs: 2·m·k·n_local. Link: the (n_gpus − 1)/n_gpus of A it receives. One sync step (the shards
+    have landed).
+
+    HBM, the least any schedule must move: its own A slice read once, B read once, the output written once,
+    itemsize · (m·k/n_gpus + k·n_local + m·n_local). The gathered A is not counted again: a fused kernel can load
+    the peers' rows over the link straight into shared memory (TMA or loads from the peer's memory) and multiply
+    them there, so they need never land in this GPU's HBM; and the one read of a GPU's own slice can feed its
+    GEMM and the peers' loads alike. Staging the gathered A in HBM first (all-gather, then GEMM) costs
+    2 · (n_gpus − 1)/n_gpus of A more, which is a schedule's overhead, not part of the floor.
 
     >>> ag_gemm_cost(m=4, k=3, n_local=2, n_gpus=2)
-    {'flops': 48.0, 'hbm_bytes': 52.0, 'link_bytes': 12.0, 'sync_steps': 1}
+    {'flops': 48.0, 'hbm_bytes': 40.0, 'link_bytes': 12.0, 'sync_steps': 1}
     """
     _check_shape(n_gpus, itemsize, m=m, k=k, n_local=n_local)
-    return {"flops": 2.0 * m * k * n_local, "hbm_bytes": float(itemsize * (m * k + k * n_local + m * n_local)),
-            "link_bytes": (n_gpus - 1) / n_gpus * m * k * itemsize, "sync_steps": 1}
+    rows = m // n_gpus
+    if rows * n_gpus != m:
+        raise ValueError(f"m: expected a multiple of n_gpus ({n_gpus}), got {m!r}")
+    return {"flops": 2.0 * m * k * n_local, "hbm_bytes": float(itemsize * (rows * k + k * n_local + m * n_local)),
+            "link_bytes": float((n_gpus - 1) * rows * k * itemsize), "sync_steps": 1}
 
 
 def gemm_rs_cost(m: int, k: int, n: int, n_gpus: int, itemsize: int = 2) -> dict:

@@ -102,7 +102,7 @@ def test_overlap_efficiency():
 def test_pattern_costs_match_hand_formulas(n_gpus):
     m, k, n, e = 12, 24, 5, 2  # tokens, reduction dim, output columns (N_local for AG), bytes per element
     ag = roofline.ag_gemm_cost(m, k, n, n_gpus)
-    assert ag == {"flops": 2 * m * k * n, "hbm_bytes": e * (m * k + k * n + m * n),
+    assert ag == {"flops": 2 * m * k * n, "hbm_bytes": e * (m * k / n_gpus + k * n + m * n),  # own slice of A
                   "link_bytes": pytest.approx((n_gpus - 1) * m * k * e / n_gpus), "sync_steps": 1}
     rs = roofline.gemm_rs_cost(m, k, n, n_gpus)
     assert rs == {"flops": pytest.approx(2 * m * (k / n_gpus) * n),
@@ -129,6 +129,7 @@ def test_ag_gemm_on_two_gpus_turns_from_link_to_compute_bound():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: roofline.ag_gemm_cost(0, 8, 8, 2), "m: expected a positive integer, got 0"),
+    (lambda: roofline.ag_gemm_cost(9, 8, 8, 2), r"m: expected a multiple of n_gpus \(2\), got 9"),
     (lambda: roofline.ag_gemm_cost(8, 8, 8.0, 2), r"n_local: expected a positive integer, got 8.0"),
     (lambda: roofline.gemm_rs_cost(8, 8, 8, 0), "n_gpus: expected a positive integer, got 0"),
     (lambda: roofline.gemm_ar_cost(8, -8, 8, 2), "k: expected a positive integer, got -8"),

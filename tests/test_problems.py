@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from problem_ranks import rank_reports
 
+from pkit import roofline
+from pkit.experiments.projection import TRAFFIC
 from pkit.harness import checks
 from pkit.harness.problems import CATEGORIES, default_root, discover, load_module
 from pkit.problem_kit import parse_dtype
@@ -25,7 +27,7 @@ PROBLEMS_DIR = default_root()
 PROBLEMS = {p.name: p for p in discover(PROBLEMS_DIR)}
 WORLD_SIZES = (2, 4)  # each problem runs at those of these it declares in META["world_sizes"]
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # oracle checks, by each output's dtype; others exact
-META_KEYS = {"name", "category", "models", "dtypes", "dtype_reason", "world_sizes", "description"}
+META_KEYS = {"name", "category", "models", "dtypes", "dtype_reason", "world_sizes", "traffic", "description"}
 FLOAT32_OUTPUTS = {  # outputs that are float32 whatever the problem's dtype, because the field computes them so
     "09_vocab_parallel_cross_entropy": {0: "the per-token loss (Megatron upcasts the logits)"},
     "13_moe_load_balance_loss": {0: "the auxiliary loss over fp32 routing statistics"},
@@ -297,6 +299,7 @@ def test_meta_and_cost(name):
     assert set(problem.META) >= META_KEYS, f"META lacks {META_KEYS - set(problem.META)}"
     assert problem.META["name"] == name.split("_", 1)[1]
     assert problem.META["category"] in CATEGORIES
+    assert problem.META["traffic"] in TRAFFIC  # how the projection spreads its link bytes over NVLink and NICs
     assert {"tiny", "large"} <= set(problem.SIZES)
     for world_size in problem.META["world_sizes"]:
         for size in problem.SIZES:
@@ -306,6 +309,22 @@ def test_meta_and_cost(name):
                 assert all(isinstance(v, int) and v >= 0 for v in c.values()), (world_size, size, dtype, c)
                 assert c["sync_steps"] >= 1, (world_size, size, dtype, c)
                 assert c["hbm_bytes"] > 0 and c["link_bytes"] > 0, (world_size, size, dtype, c)
+
+
+def test_allgather_gemm_cost_is_the_rooflines_pattern():
+    """05's cost is pkit.roofline.ag_gemm_cost at its shapes, and its HBM bytes are the least a fused kernel
+    moves: this rank's slice of x read once, its weight shard read once, its output written once (the gathered
+    rows arrive over the link and are counted there only)."""
+    problem = load_problem("05_allgather_gemm")
+    for world_size in problem.META["world_sizes"]:
+        for size, s in problem.SIZES.items():
+            for dtype in problem.META["dtypes"]:
+                t, k, n, b = s["tokens"], s["in_features"], s["out_features"] // world_size, parse_dtype(dtype).itemsize
+                pattern = roofline.ag_gemm_cost(m=t, k=k, n_local=n, n_gpus=world_size, itemsize=b)
+                got = problem.cost(world_size, size, dtype)
+                assert got == {key: int(v) for key, v in pattern.items()}, (world_size, size, dtype)
+                assert got["hbm_bytes"] == b * (t // world_size * k + n * k + t * n)
+                assert got["link_bytes"] == b * (world_size - 1) * (t // world_size) * k
 
 
 @pytest.mark.parametrize("name", PROBLEMS)

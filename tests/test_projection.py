@@ -9,8 +9,8 @@ import pytest
 
 from pkit import hardware
 from pkit.experiments import projection
-from pkit.experiments.projection import (BOUNDS, PROBLEM_TRAFFIC, SYSTEMS, TRAFFIC, System, list_systems, project,
-                                         project_cost, split, summary)
+from pkit.experiments.projection import (BOUNDS, SYSTEMS, TRAFFIC, System, list_systems, project, project_cost, split,
+                                         summary)
 from pkit.harness.problems import discover
 from pkit.roofline import Ceilings, floor
 
@@ -115,8 +115,9 @@ def test_faster_nic_halves_the_network_term():
 
 # ---- evaluating each problem's cost at a world size -------------------------------------------------------------
 
-def fake_problem(cost) -> SimpleNamespace:
-    return SimpleNamespace(SIZES={"large": {"rows": 10, "width": 3}}, cost=cost)
+def fake_problem(cost, traffic=None) -> SimpleNamespace:
+    meta = {} if traffic is None else {"traffic": traffic}
+    return SimpleNamespace(META=meta, SIZES={"large": {"rows": 10, "width": 3}}, cost=cost)
 
 
 def test_a_size_parameter_that_the_world_size_does_not_divide_is_not_evaluable():
@@ -129,6 +130,15 @@ def test_a_size_parameter_that_the_world_size_does_not_divide_is_not_evaluable()
     assert module.SIZES == {"large": {"rows": 10, "width": 3}} and type(module.SIZES["large"]["rows"]) is int
 
 
+def test_a_cost_that_fails_after_flooring_a_shard_names_the_size_parameter():
+    def cost(w, size, dtype):
+        rows = fake.SIZES[size]["rows"] // w
+        raise ValueError(f"{rows} rows per GPU")
+    fake = fake_problem(cost)
+    assert projection._cost_at(fake, 4, "large", "bfloat16")[1].startswith("rows=10 not divisible by 4 GPUs")
+    assert projection._cost_at(fake, 5, "large", "bfloat16")[1] == "cost raised ValueError at 5 GPUs: 2 rows per GPU"
+
+
 def test_a_cost_that_fails_at_a_world_size_says_so():
     def cost(w, size, dtype):
         raise ValueError("needs at most 8 GPUs")
@@ -139,14 +149,23 @@ def test_a_cost_that_fails_at_a_world_size_says_so():
 
 @pytest.mark.parametrize("system, dtype, flops, reason", [
     ("dgx_b200", "int64", 1, "dtype 'int64' has no FLOP rate"),
-    ("dgx_b200_512", "bfloat16", 0, "no traffic pattern for this problem"),
+    ("dgx_b200_512", "bfloat16", 0, "no traffic pattern in the problem's META"),
 ])
 def test_a_row_the_model_cannot_bound_says_why(system, dtype, flops, reason):
     module = fake_problem(lambda w, size, d: {"flops": flops, "hbm_bytes": 0, "link_bytes": 0})
-    problem = SimpleNamespace(name="99_not_in_problem_traffic", category="applications")
+    problem = SimpleNamespace(name="99_without_traffic", category="applications")
     row = projection._row(problem, module, system, SYSTEMS[system], "large", dtype)
     assert row["evaluable"] is False and row["not_evaluable"].startswith(reason) and row["modelled"] is True
     assert projection._row(problem, module, "dgx_b200", SYSTEMS["dgx_b200"], "large", "bfloat16")["evaluable"]
+
+
+def test_a_problem_names_its_own_traffic():
+    """The pattern comes from the problem's META, so a new problem is projected across domains from its folder."""
+    module = fake_problem(lambda w, size, d: {"flops": 0, "hbm_bytes": 0, "link_bytes": 8e9}, traffic="uniform")
+    problem = SimpleNamespace(name="99_new", category="moe")
+    row = projection._row(problem, module, "dgx_b200_512", SYSTEMS["dgx_b200_512"], "large", "bfloat16")
+    assert row["evaluable"] and row["traffic"] == "uniform"
+    assert row["network_bytes"] == pytest.approx(split(8e9, "uniform", 512, 8)[1])
 
 
 def test_every_problem_gets_a_row_per_system_or_a_reason(frame):
@@ -180,9 +199,8 @@ def test_projected_costs_are_the_problems_own(frame):
         assert (row.flops, row.hbm_bytes, row.link_bytes) == (cost["flops"], cost["hbm_bytes"], cost["link_bytes"])
 
 
-def test_every_problem_has_a_traffic_pattern():
-    assert set(PROBLEM_TRAFFIC) == {p.name for p in discover()}
-    assert set(PROBLEM_TRAFFIC.values()) <= set(TRAFFIC)
+def test_every_problem_has_a_traffic_pattern(frame):
+    assert set(frame["traffic"]) <= set(TRAFFIC) and frame["traffic"].notna().all()
 
 
 def test_dtype_falls_back_to_the_problems_first():

@@ -15,8 +15,8 @@ which power-of-two shapes divide.
 
 The cost is bounded by `pkit.roofline.floor` under the system's datasheet ceilings (`SYSTEMS`). A system has W
 GPUs in NVLink domains of G GPUs (all-to-all through NVSwitch) and, when W > G, one NIC per GPU. A GPU's link
-bytes L split by the problem's traffic pattern (`TRAFFIC`, `PROBLEM_TRAFFIC`) into bytes that stay in its domain
-and bytes that leave it:
+bytes L split by the problem's traffic pattern (a key of `TRAFFIC`, which each problem names in its
+META["traffic"]) into bytes that stay in its domain and bytes that leave it:
 
     T_nvlink  = L · f_nv(W, G)  / NVLink rate (one direction)
     T_network = L · f_net(W, G) / NIC rate (one direction)
@@ -91,25 +91,6 @@ def _neighbour(gpus: int, domain_gpus: int) -> tuple[float, float]:
 
 TRAFFIC = {"aggregated": _aggregated, "uniform": _uniform, "neighbour": _neighbour}
 """Traffic pattern → (f_nv, f_net)(gpus, domain_gpus): the shares of a GPU's link bytes over NVLink and its NIC."""
-
-PROBLEM_TRAFFIC = {
-    "01_all_reduce": "aggregated", "02_all_gather_uneven": "aggregated", "03_reduce_scatter": "aggregated",
-    "04_all_to_all": "uniform",
-    "05_allgather_gemm": "aggregated", "06_gemm_reduce_scatter": "aggregated", "07_gemm_all_reduce": "aggregated",
-    "08_tp_rmsnorm": "aggregated", "09_vocab_parallel_cross_entropy": "aggregated",
-    # MoE rows go to the rank of their expert; a token bound for two experts in one remote domain crosses twice here
-    # (a dispatcher that forwards over NVLink, as DeepEP does, would send it once)
-    "10_moe_dispatch": "uniform", "11_moe_combine": "uniform", "12_moe_dispatch_expert_gemm": "uniform",
-    "13_moe_load_balance_loss": "aggregated", "14_ulysses_all_to_all": "uniform",
-    # ring attention's K/V blocks reach every later rank: an all-gather, run hierarchically (a flat ring would send
-    # all of a domain-edge GPU's bytes over its NIC)
-    "15_ring_attention": "aggregated", "16_halo_exchange_1d": "neighbour",
-    "17_context_parallel_allgather_kv": "aggregated", "18_ddp_bucketed_all_reduce": "aggregated",
-    "19_zero1_adam_step": "aggregated", "20_fsdp_unshard_linear": "aggregated",
-    "21_global_grad_norm_clip": "aggregated", "22_distributed_sample_sort": "uniform",
-    "23_distributed_topk": "aggregated", "24_distributed_knn": "aggregated", "25_conv2d_halo_exchange": "neighbour",
-}
-"""Problem folder → its traffic pattern (an assumption of this model: how the best algorithm's bytes spread)."""
 
 BOUNDS = ("compute", "hbm", "link", "network", "sync")
 """Terms that can bound a row: link is NVLink, network the NIC stage between domains."""
@@ -306,17 +287,16 @@ def _cost_at(module, world_size: int, size: str, dtype: str) -> tuple[dict | Non
     if size not in module.SIZES:
         return None, f"no size {size!r} (sizes {list(module.SIZES)})"
     floored: list[str] = []
+    cost, why = None, "the cost model returned None"
     try:
         with _watched_sizes(module, size, floored):
             cost = module.cost(_WorldSize(world_size), size, dtype)
     except (ArithmeticError, ValueError) as e:
-        return None, f"cost raised {type(e).__name__} at {world_size} GPUs: {e}"
-    if cost is None:
-        return None, "the cost model returned None"
-    if floored:
+        why = f"cost raised {type(e).__name__} at {world_size} GPUs: {e}"
+    if floored:  # the root cause, also of an error the floored shard led to
         return None, (f"{', '.join(dict.fromkeys(floored))} not divisible by {world_size} GPUs: the cost function "
                       "would floor the shard, describing a different problem")
-    return cost, ""
+    return (cost, "") if cost is not None else (None, why)
 
 
 def _assumptions(system: System, traffic: str | None, size: str) -> str:
@@ -359,14 +339,14 @@ def _module(problem):
 
 
 def _row(problem, module, name: str, system: System, size: str, dtype: str) -> dict:
-    traffic = PROBLEM_TRAFFIC.get(problem.name)
+    traffic = None if module is None else module.META.get("traffic")
     row = {"problem": problem.name, "category": problem.category, "dtype": dtype, "system": name,
            "gpu": system.gpu.name, "gpus": system.gpus, "domain_gpus": system.domain_gpus, "traffic": traffic,
            "modelled": True, "assumptions": _assumptions(system, traffic, size)}
     cost, reason = _cost_at(module, system.gpus, size, dtype)
     rate = flops_dtype(dtype)
     if not reason and traffic is None and system.nic:
-        reason = "no traffic pattern for this problem in PROBLEM_TRAFFIC, needed across NVLink domains"
+        reason = "no traffic pattern in the problem's META['traffic'], needed across NVLink domains"
     if not reason and rate is None and cost["flops"] > 0:
         reason = f"dtype {dtype!r} has no FLOP rate in pkit.roofline, but the cost declares FLOPs"
     if reason:

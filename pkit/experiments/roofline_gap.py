@@ -127,9 +127,9 @@ def gap_table(baselines: pd.DataFrame, *, time_column: str = "ref_time_ms_median
 
 def claim_test(gap: pd.DataFrame, threshold: float = 0.5) -> pd.DataFrame:
     """The ParallelKernelBench talk's claim, "PyTorch + NCCL implementations reach less than half of their
-    communication-aware roofline", tested on a `gap_table`: one row per ceilings ('chosen': measured where recorded, else the
-    datasheet; 'datasheet'; 'measured'), with problems (those with a fraction), below (fraction < `threshold`),
-    share_below, median_fraction, and holds (a majority below; None without problems).
+    communication-aware roofline", tested on a `gap_table`: one row per ceilings ('chosen': measured where
+    recorded, else the datasheet; 'datasheet'; 'measured'), with problems (those with a fraction), below
+    (fraction < `threshold`), share_below, median_fraction, and holds (a majority below; None without problems).
 
     >>> gap = pd.DataFrame({"fraction": [0.2, 0.4, 0.7, np.nan], "datasheet_fraction": [0.1, 0.2, 0.3, 0.4],
     ...                     "measured_fraction": [np.nan] * 4})

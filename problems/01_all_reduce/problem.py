@@ -16,6 +16,7 @@ META = {
                      "float32 for fp32 gradient reduction (Megatron's accumulate_allreduce_grads_in_fp32)"),
     "world_sizes": [2, 4, 8],
     "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
+    "traffic": "aggregated",
     "description": "Each rank holds a flat gradient bucket grad (numel,); return the elementwise sum over "
                    "all ranks.",
 }

@@ -17,6 +17,7 @@ META = {
     "dtype_reason": ("bfloat16: the gathered rows are activations of bf16 training (sequence-parallel packed "
                      "tokens)"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Rank r holds x (counts[r], hidden) and the list counts of all ranks' row counts; return "
                    "all ranks' rows concatenated in rank order, (sum(counts), hidden).",
 }

@@ -17,6 +17,7 @@ META = {
                      "bf16 gradients do (PKB's default); float32 for fp32 gradient reduction"),
     "world_sizes": [2, 4, 8],
     "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
+    "traffic": "aggregated",
     "description": "Each rank holds grad (numel,); rank r returns chunk r (numel/W,) of the sum over ranks.",
 }
 

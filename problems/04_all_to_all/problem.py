@@ -18,6 +18,7 @@ META = {
     "dtype_reason": ("bfloat16: the exchanged blocks are bf16 activations (MoE tokens, Ulysses heads) in training "
                      "and inference"),
     "world_sizes": [2, 4, 8],
+    "traffic": "uniform",
     "description": "Each rank holds x (tokens, hidden) split into W row blocks; rank r returns (tokens, hidden) "
                    "whose block j is block r of rank j.",
 }

@@ -8,6 +8,7 @@ every token through this rank's output columns.
 import torch.distributed as dist
 
 from pkit.problem_kit import column_parallel_linear_inputs, cost as _cost, generator, parse_dtype
+from pkit.roofline import ag_gemm_cost
 
 META = {
     "name": "allgather_gemm",
@@ -17,6 +18,7 @@ META = {
     "dtype_reason": ("bfloat16: Megatron's tensor-parallel layers keep activations and weights in bf16 "
                      "(tensor-core GEMM, fp32 accumulation)"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Each rank holds x (tokens/W, in_features) and weight (out_features/W, in_features); "
                    "return all_gather(x along tokens) @ weight.T, (tokens, out_features/W).",
 }
@@ -38,11 +40,8 @@ def reference(x, weight):
 
 
 def cost(world_size, size, dtype="bfloat16"):
-    # GEMM (tokens x in) @ (in x out/W): 2 * tokens * in * out/W FLOPs. Link: this rank's x slice goes to
-    # the W-1 other ranks. HBM: read x slice and weight shard, write the output.
-    # Sync steps: 1, the shards have landed (as pkit.roofline.ag_gemm_cost).
-    s, b = SIZES[size], parse_dtype(dtype).itemsize
-    t, k, n = s["tokens"], s["in_features"], s["out_features"] // world_size
-    x_bytes = t // world_size * k * b
-    return _cost(flops=2 * t * k * n, hbm_bytes=x_bytes + (n * k + t * n) * b,
-                 link_bytes=(world_size - 1) * x_bytes, sync_steps=1)
+    # pkit.roofline.ag_gemm_cost counts it (FLOPs, the least HBM traffic, link bytes, one sync step): A is the
+    # tokens x in_features activations, row-sharded; B this rank's out_features/W columns of the weight.
+    s = SIZES[size]
+    return _cost(**ag_gemm_cost(m=s["tokens"], k=s["in_features"], n_local=s["out_features"] // world_size,
+                                n_gpus=world_size, itemsize=parse_dtype(dtype).itemsize))

@@ -18,6 +18,7 @@ META = {
                      "reduce-scatter the bf16 partial sums"),
     "world_sizes": [2, 4, 8],
     "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
+    "traffic": "aggregated",
     "description": "Each rank holds x (tokens, in_features/W) and weight (out_features, in_features/W); return "
                    "rows r*tokens/W.. of sum over ranks of x @ weight.T, (tokens/W, out_features).",
 }

@@ -17,6 +17,7 @@ META = {
                      "all-reduce the bf16 partial sums"),
     "world_sizes": [2, 4, 8],
     "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
+    "traffic": "aggregated",
     "description": "Each rank holds x (tokens, in_features/W) and weight (out_features, in_features/W); return "
                    "the sum over ranks of x @ weight.T, (tokens, out_features).",
 }

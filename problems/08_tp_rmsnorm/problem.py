@@ -21,6 +21,7 @@ META = {
     "dtype_reason": ("bfloat16: activations and gain are bf16 as in LLaMA training; the sum of squares (the norm's "
                      "statistic) is accumulated and all-reduced in fp32"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Each rank holds x (tokens, hidden/W) and weight (hidden/W,); return its columns of the "
                    "RMSNorm over the full hidden dimension, (tokens, hidden/W).",
 }

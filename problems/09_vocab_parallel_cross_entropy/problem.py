@@ -18,6 +18,7 @@ META = {
     "dtype_reason": ("bfloat16: the logits come out of the bf16 LM head; the loss math runs in fp32 (Megatron "
                      "upcasts the logits), so the output is float32"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Each rank holds logits (tokens, vocab/W), its vocab shard, and target (tokens,) global ids; "
                    "return the per-token cross-entropy over the full vocabulary, (tokens,) float32.",
 }

@@ -23,6 +23,7 @@ META = {
     "dtype_reason": ("bfloat16: tokens are dispatched in bf16 (Megatron's all-to-all dispatcher, DeepEP's normal "
                      "kernels)"),
     "world_sizes": [2, 4, 8],
+    "traffic": "uniform",  # rows go to their expert's rank; two experts in one remote domain: sent twice
     "description": "Each rank holds x (tokens, hidden), topk_ids (tokens, top_k) and num_experts; return the rows "
                    "routed to its experts ordered (local expert, source rank, token, slot) and the "
                    "per-local-expert row counts.",

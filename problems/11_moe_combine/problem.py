@@ -23,6 +23,7 @@ META = {
     "dtype_reason": ("bfloat16: expert outputs travel back in bf16; the gate-weighted sum accumulates in fp32 and "
                      "is cast back, as Megatron's and DeepEP's combine do"),
     "world_sizes": [2, 4, 8],
+    "traffic": "uniform",  # expert outputs return to their token's rank; two experts in one remote domain: twice
     "description": "Each rank holds expert_out (rows, hidden) in dispatch order, its tokens' topk_ids and "
                    "topk_weights (tokens, top_k) and num_experts; return the gate-weighted sum of each token's "
                    "expert outputs, (tokens, hidden).",

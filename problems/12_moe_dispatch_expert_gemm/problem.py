@@ -20,6 +20,7 @@ META = {
     "dtype_reason": ("bfloat16: tokens and expert weights are bf16 (grouped GEMM on tensor cores, fp32 "
                      "accumulation)"),
     "world_sizes": [2, 4, 8],
+    "traffic": "uniform",  # rows go to their expert's rank; two experts in one remote domain: sent twice
     "description": "Each rank holds x (tokens, hidden), topk_ids (tokens, top_k), its experts' weights "
                    "(L, hidden, ffn) and num_experts; return the rows routed to its experts, each multiplied "
                    "by its expert's weights, ordered (local expert, source rank, token, slot), (rows, ffn).",

@@ -22,6 +22,7 @@ META = {
     "dtype_reason": ("float32: a loss over global routing statistics; router logits are kept in fp32 (Megatron's "
                      "moe_router_dtype='fp32', DeepSeek-V3's fp32 gating)"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Each rank holds router_logits (tokens, num_experts) and topk_ids (tokens, top_k); return the "
                    "Switch load-balancing loss over all ranks' tokens, a 0-dim float32 tensor.",
 }

@@ -17,6 +17,7 @@ META = {
     "dtypes": ["bfloat16", "float32"],
     "dtype_reason": "bfloat16: q, k and v are bf16 activations in DeepSpeed-Ulysses training",
     "world_sizes": [2, 4, 8],
+    "traffic": "uniform",
     "description": "Each rank holds q, k, v of shape (batch, seq/W, heads, head_dim); return them re-sharded "
                    "on heads: (batch, seq, heads/W, head_dim) for this rank's head group.",
 }

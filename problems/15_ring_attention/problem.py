@@ -19,6 +19,7 @@ META = {
     "dtype_reason": ("bfloat16: q, k and v are bf16 as flash-attention kernels take them; scores, softmax and "
                      "accumulation run in fp32"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",  # K/V blocks reach every later rank: an all-gather, run hierarchically (not a flat ring)
     "description": "Rank r holds q, k, v (batch, heads, seq/W, head_dim) for sequence block r; return the "
                    "causal attention output of its queries over the whole sequence, same shape and dtype.",
 }

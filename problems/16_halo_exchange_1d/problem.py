@@ -18,6 +18,7 @@ META = {
     "dtypes": ["bfloat16", "float32"],
     "dtype_reason": "bfloat16: the sequence-sharded activations (Mamba's conv1d input) are bf16 in training",
     "world_sizes": [2, 4, 8],
+    "traffic": "neighbour",
     "description": "Rank r holds x (batch, seq/W, channels) and halo width h; return (batch, seq/W + 2h, "
                    "channels): h rows from rank r-1, x, h rows from rank r+1, zeros beyond the sequence ends.",
 }

@@ -21,6 +21,7 @@ META = {
     "dtype_reason": ("bfloat16: q, k and v are bf16 as in Llama 3 training; attention accumulates in fp32 inside "
                      "its kernel"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Rank r holds q (batch, q_heads, seq/W, head_dim), k, v (batch, kv_heads, seq/W, head_dim) "
                    "for sequence chunks r and 2W-1-r; return causal GQA attention of its queries over the "
                    "full sequence, shaped like q.",

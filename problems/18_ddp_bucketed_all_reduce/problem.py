@@ -20,6 +20,7 @@ META = {
                      "float32 for DDP under autocast (fp32 parameters and gradients)"),
     "world_sizes": [2, 4, 8],
     "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
+    "traffic": "aggregated",
     "description": "Rank holds bucket_bytes and a list of gradients (transformer-layer shapes); return the "
                    "gradients averaged over ranks, bucketed in reverse order and all-reduced bucket by bucket.",
 }

@@ -21,6 +21,7 @@ META = {
     "dtype_reason": ("float32: the parameters here are the optimizer's master copy and the moments its state, fp32 "
                      "in ZeRO; one step (~1e-4 of a weight) is below bf16's resolution"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Rank holds params (N,) replicated, its grads (N,), float32 Adam moments for its N/W shard "
                    "and hyper-parameters; return the updated full params after AdamW on each shard and an all-gather.",
 }

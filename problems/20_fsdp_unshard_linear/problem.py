@@ -17,6 +17,7 @@ META = {
     "dtype_reason": ("bfloat16: FSDP all-gathers bf16 parameters (MixedPrecisionPolicy param_dtype) for a bf16 "
                      "forward GEMM"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Rank holds x (tokens/W, in) and weight rows (out/W, in); return x @ W^T of the "
                    "all-gathered weight, shape (tokens/W, out).",
 }

@@ -23,6 +23,7 @@ META = {
     "dtype_reason": ("float32: a norm over the fp32 gradients the optimizer sees (Megatron's main_grad, FSDP's "
                      "fp32 sharded parameters), accumulated in fp32"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Rank holds max_norm and row shards of a list of gradients; return (global L2 norm as a "
                    "0-d float32 tensor, shards scaled by min(1, max_norm / (norm + 1e-6))).",
 }

@@ -23,6 +23,7 @@ META = {
     "dtype_reason": ("int64: sort keys must order exactly; float32 for float keys (bf16's 8-bit mantissa would tie "
                      "distinct keys)"),
     "world_sizes": [2, 4, 8],
+    "traffic": "uniform",
     "description": "Rank holds n/W distinct keys and an oversampling factor; return its bucket of the "
                    "globally sorted keys (regular sampling, splitter rule in the docstring), sorted.",
 }

@@ -18,6 +18,7 @@ META = {
     "dtype_reason": ("float32: selection needs distinct, exactly ordered values; bf16's 8-bit mantissa would tie "
                      "them"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Rank holds a slice (n/W,) of a float32 vector with distinct values and k; return the "
                    "global top-k (values descending, int64 global indices), the same on every rank.",
 }

@@ -19,6 +19,7 @@ META = {
     "dtype_reason": ("float32: integer coordinates give exact squared distances (up to 2^15 here) in fp32, not in "
                      "bf16"),
     "world_sizes": [2, 4, 8],
+    "traffic": "aggregated",
     "description": "Rank holds a database shard (n/W, dim) of integer-valued float32 vectors, the queries "
                    "(q, dim) and k; return each query's k nearest rows: (squared L2 distances, global ids), "
                    "ordered by (distance, id), the same on every rank.",

@@ -21,6 +21,7 @@ META = {
     "dtype_reason": ("bfloat16: activations and weights of bf16 CNN training (cuDNN convolution in bf16, fp32 "
                      "accumulation)"),
     "world_sizes": [2, 4, 8],
+    "traffic": "neighbour",
     "description": "Rank holds image rows x (batch, c_in, H/W, width) and a replicated 3x3 conv weight and "
                    "bias; return its rows of the zero-padded 3x3 convolution of the global image.",
 }
