@@ -223,6 +223,41 @@ class Team:
         for r in self.local_ranks:
             kernel(grid, block, args(r), shared_mem=shared_mem, device=self.devices[r], stream=self.stream(r))
 
+    def fork(self, *lanes) -> None:
+        """Side streams start after every rank's work so far: each lane (a sequence of CuPy streams, one per rank,
+        each on its rank's GPU) waits for what every rank's current stream has enqueued, so the work put on a lane
+        next may read any rank's inputs. Nothing blocks the host (`order_streams`)."""
+        order_streams(after=self._current_streams("fork"), waiting=self._lane_streams(lanes, "fork"))
+
+    def join(self, *lanes) -> None:
+        """Every rank's current stream waits for all the work enqueued so far on each lane (one stream per rank, as
+        `fork` takes them): once the current streams go on, what the lanes wrote is in place and what they read may
+        be overwritten."""
+        order_streams(after=self._lane_streams(lanes, "join"), waiting=self._current_streams("join"))
+
+    def meet(self) -> None:
+        """Every rank's current stream waits for what every rank's current stream has enqueued so far: no rank's
+        next work starts before any rank's work so far is done."""
+        current = self._current_streams("meet")
+        order_streams(after=current, waiting=current)
+
+    def _current_streams(self, what: str) -> list[tuple[int, None]]:
+        """(GPU, None) per rank: each rank's GPU's current stream, as `order_streams` takes them."""
+        if self.rank is not None:
+            raise PkitError(f"team: {what} orders the streams of every rank's GPU, which one process drives; this "
+                            f"process drives rank {self.rank} only (CUDA events do not cross processes here)")
+        return [(d, None) for d in self.devices]
+
+    def _lane_streams(self, lanes, what: str) -> list[tuple[int, object]]:
+        """(GPU, stream) for every stream of every lane, each checked to hold one stream per rank."""
+        if not lanes:
+            raise ValueError(f"lanes: {what} expected at least one lane (a sequence of streams, one per rank)")
+        for lane in lanes:
+            if len(lane) != self.size:
+                raise ValueError(f"lanes: {what} expected one stream per rank ({self.size}), got a lane of "
+                                 f"{len(lane)}")
+        return [(self.devices[r], stream) for lane in lanes for r, stream in enumerate(lane)]
+
     def synchronize(self) -> None:
         """Wait for all local GPUs; a trapped device-side wait raises pkit.PeerTimeout."""
         from .launch import synchronize
@@ -237,6 +272,29 @@ class Team:
         mode = "one process" if self.rank is None else f"rank {self.rank} of a process group"
         mode += ", ranks sharing GPUs" if self.shares_gpus else ""
         return f"Team(devices={list(self.devices)}, {mode})"
+
+
+def order_streams(*, after, waiting) -> None:
+    """Cross-GPU stream order: every stream of `waiting` waits, without blocking the host, for the work enqueued so
+    far on every stream of `after` (an event recorded on each stream of `after`, then each waiting stream waits on
+    all of them). Each stream is (GPU id, a CuPy stream on that GPU, or None: that GPU's current stream)."""
+    import cupy as cp
+
+    from .gpus import on_device
+
+    def record(stream):
+        event = cp.cuda.Event(disable_timing=True)
+        event.record(stream)  # None: the current stream
+        return event
+
+    def wait(stream, events):
+        stream = cp.cuda.get_current_stream() if stream is None else stream
+        for event in events:
+            stream.wait_event(event)
+
+    events = [on_device(device, lambda s=stream: record(s)) for device, stream in after]
+    for device, stream in waiting:
+        on_device(device, lambda s=stream: wait(s, events))
 
 
 class SymmetricArray:

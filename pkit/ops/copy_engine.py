@@ -83,34 +83,20 @@ class CopyEngines:
             cp.cuda.runtime.memcpyPeerAsync(dst, devices[dst_rank], src, devices[src_rank], nbytes,
                                             self._stream(rank, role).ptr)
 
-    def _start(self, roles: tuple[str, ...]) -> None:
-        """Side streams wait until every rank's current stream reaches this call (inputs ready, outputs free)."""
-        ready = [self._record(r) for r in range(self.team.size)]
-        for r in range(self.team.size):
-            for role in roles:
-                for event in ready:
-                    self._stream(r, role).wait_event(event)
-
-    def _finish(self, roles: tuple[str, ...]) -> None:
-        """Every rank's current stream waits for every rank's side streams (all writes landed, inputs read)."""
-        import cupy as cp
-
-        done = [self._record(q, self._stream(q, role)) for q in range(self.team.size) for role in roles]
-        for r in range(self.team.size):
-            with cp.cuda.Device(self.team.devices[r]):
-                for event in done:
-                    cp.cuda.get_current_stream().wait_event(event)
+    def _lanes(self, roles: tuple[str, ...]) -> list[list]:
+        """Each role's side streams, one per rank (what Team.fork and Team.join take)."""
+        return [[self._stream(r, role) for r in range(self.team.size)] for role in roles]
 
     def move(self, out, inp, nbytes: int, plan: Callable[[int, int], tuple[int, int, int]]) -> None:
         """Rank r copies `nbytes` from inp[r] + src_off to out[q] + dst_off for each q, where
         plan(r, q) = (q, src_off, dst_off); the peer copies go first, starting with the next rank."""
         n = self.team.size
-        self._start(("push",))
+        self.team.fork(*self._lanes(("push",)))  # inputs ready, outputs free
         for r in range(n):
             for step in range(1, n + 1):
                 q, src_off, dst_off = plan(r, (r + step) % n)
                 self._copy(out[q].data.ptr + dst_off, q, inp[r].data.ptr + src_off, r, nbytes, r, "push")
-        self._finish(("push",))
+        self.team.join(*self._lanes(("push",)))  # all writes landed, inputs read
 
     def reduce(self, out, inp, share: int, kernel: Callable, src_offset: Callable[[int], int],
                out_offset: Callable[[int], int], gather: bool) -> None:
@@ -124,7 +110,7 @@ class CopyEngines:
         sms = [pkit.devices()[d].sms for d in team.devices]
         chunk = min(self.chunk_bytes, share)  # staging stride
         roles = ("push", "gather") if gather else ("push",)
-        self._start(roles)
+        self.team.fork(*self._lanes(roles))
         reduced: dict[tuple[int, int], object] = {}
         for c, (start, size) in enumerate(steps(share, self.chunk_bytes, min(TAIL_BYTES, self.chunk_bytes))):
             slot = c % self.slots
@@ -156,7 +142,7 @@ class CopyEngines:
                     for step in range(1, n):
                         q = (r + step) % n
                         self._copy(out[q].data.ptr + out_offset(r) + start, q, dst, r, size, r, "gather")
-        self._finish(roles)
+        self.team.join(*self._lanes(roles))
 
 
 def steps(nbytes: int, largest: int, smallest: int) -> list[tuple[int, int]]:

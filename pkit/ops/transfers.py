@@ -30,8 +30,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..gpus import on_device as _on
 from ..launch import THREADS
+from ..team import order_streams
 
 # The names pkit uses for these mechanisms everywhere (experiments, recorded results, figures), per kind of
 # route: `ce` is cudaMemcpyPeerAsync between GPUs and cudaMemcpyAsync (cudaMemcpyDefault) otherwise; `sm*` pkit's
@@ -323,8 +323,6 @@ def split_copy(dst_array, src_array, first: str, second: str, fraction: float) -
     Example:
         >>> split_copy(y[1], x[0], "sm_push", "sm_pull", 0.5)                 # doctest: +SKIP
     """
-    import cupy as cp
-
     for arg, mechanism in (("first", first), ("second", second)):
         if mechanism not in MECHANISMS:
             raise ValueError(f"{arg}: expected one of {MECHANISMS}, got {mechanism!r}")
@@ -335,15 +333,12 @@ def split_copy(dst_array, src_array, first: str, second: str, fraction: float) -
     if a == b:
         raise ValueError(f"first, second: expected mechanisms that run on different GPUs, both run on GPU {a}")
     cut = int(src_array.nbytes * fraction) // 16 * 16
-    start, done = (_on(d, lambda: cp.cuda.Event(disable_timing=True)) for d in (a, b))
-    _on(a, lambda: start.record())
-    _on(b, lambda: cp.cuda.get_current_stream().wait_event(start))
+    order_streams(after=[(a, None)], waiting=[(b, None)])  # b starts where a's stream is at the call
     if cut:
         peer_copy(dst_array[:cut], src_array[:cut], first)
     if cut < src_array.nbytes:
         peer_copy(dst_array[cut:], src_array[cut:], second)
-    _on(b, lambda: done.record())
-    _on(a, lambda: cp.cuda.get_current_stream().wait_event(done))
+    order_streams(after=[(b, None)], waiting=[(a, None)])  # a's stream goes on once b's part is done
 
 
 def _sms(device: int) -> int:
