@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .ops.overlap_patterns import PATTERNS as _OVERLAP_PATTERNS
+from .ops.overlap_patterns import schedules as _overlap_schedules
 from .results import REPO_ROOT, hardware_words
 
 STYLE = {
@@ -45,13 +47,19 @@ STYLE = {
 # is too pale on white, plus Tol's wine and a mid grey: nine colours, each at least 2:1 against white.
 BLUE, ORANGE, GREEN, VERMILLION, PURPLE, SKY = "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9"
 WINE, BLACK, GREY = "#882255", "#000000", "#999999"
-PALETTE = [BLUE, ORANGE, GREEN, VERMILLION, PURPLE, SKY, WINE, BLACK, GREY]
+HUES = {"blue": BLUE, "orange": ORANGE, "green": GREEN, "vermillion": VERMILLION, "purple": PURPLE, "sky": SKY,
+        "wine": WINE, "black": BLACK, "grey": GREY}
+"""The palette by name, as registries outside this module name a colour (pkit.ops.overlap_patterns' looks)."""
+PALETTE = list(HUES.values())
+# Overlap schedules with a look of their own (pkit.ops.overlap_patterns: the registry says how each is drawn; the
+# ones named after a transfer mechanism are drawn as that mechanism)
+_DRAWN = {name: s for name, s in _overlap_schedules().items() if s.look}
 
 # One colour per name, the same in every figure: transfer mechanisms (pkit.ops.transfers) and collective
 # mechanisms (pkit.ops.collectives) by mechanism (the copy engine is always orange, SM/register-level blue);
 # collective implementations (pkit.experiments.collectives, torch baselines) with NCCL black and pkit's
 # variants in the colour of their mechanism; GEMMs (cuBLAS black like NCCL, the vendor's library); overlap
-# schedules (pkit.ops.overlap, the serial NCCL + cuBLAS one black, PyTorch's grey and wine, dashed); mechanisms
+# schedules (from their registry: the serial NCCL + cuBLAS one black, PyTorch's grey and wine, dashed); mechanisms
 # candidates use (pkit.analysis); eval statuses (six of the
 # colours that stay furthest apart under simulated colour-vision deficiencies: bars carry no marker). Within each
 # such set no two names share a colour; names outside get `colors_for`'s spares.
@@ -61,8 +69,7 @@ COLORS = {
     "nccl": BLACK, "pkit_sm": BLUE, "pkit_sm_one_shot": SKY, "pkit_sm_two_shot": GREEN, "pkit_ll": VERMILLION,
     "pkit_ce": ORANGE, "torch_nccl": GREY, "torch_symm_one_shot": WINE, "torch_symm_two_shot": PURPLE,
     "empty_kernel": GREY, "pkit_gemm": BLUE, "cublas": BLACK,
-    "serial": BLACK, "ce_chunks": ORANGE, "ce_flags": VERMILLION, "tma_add": GREEN, "torch_serial": GREY,
-    "torch_async_tp": WINE,
+    **{name: HUES[s.look.hue] for name, s in _DRAWN.items()},
     "torch_distributed": BLACK, "nvshmem": WINE, "multicast": VERMILLION, "none": GREY, "unknown": PURPLE,
     "compile_error": GREY, "runtime_error": WINE, "timeout": BLACK, "wrong_result": VERMILLION,
     "correct_slower": SKY, "correct_level": ORANGE, "correct_faster": BLUE,
@@ -74,14 +81,14 @@ MARKERS = {
     "ce": "P", "sm_push": "s", "sm_pull": "D", "tma_push": "^", "tma_pull": "v", "sm": "s", "tma": "^",
     "nccl": "o", "pkit_sm": "s", "pkit_sm_one_shot": "^", "pkit_sm_two_shot": "v", "pkit_ll": "D", "pkit_ce": "P",
     "torch_nccl": "x", "torch_symm_one_shot": "<", "torch_symm_two_shot": ">", "pkit_gemm": "s", "cublas": "o",
-    "serial": "o", "ce_chunks": "P", "ce_flags": "X", "tma_add": "^", "torch_serial": "x", "torch_async_tp": "<",
+    **{name: s.look.marker for name, s in _DRAWN.items()},
 }
-LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_shot": "--", "torch_serial": "--",
-              "torch_async_tp": "--", "sm_pull": "--", "tma_pull": "--"}
+LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_shot": "--", "sm_pull": "--",
+              "tma_pull": "--", **{name: "--" for name, s in _DRAWN.items() if s.look.dashed}}
 
 # How figures name pkit's identifiers: transfer mechanisms (pkit.ops.transfers), collective mechanisms
 # (pkit.ops.collectives) and implementations (pkit.experiments.collectives, the torch baselines), GEMMs and
-# overlap schedules (pkit.experiments.overlap, pkit.ops.overlap), mechanisms found in candidates
+# overlap patterns and schedules (their registry, pkit.ops.overlap_patterns), mechanisms found in candidates
 # (pkit.analysis), eval statuses, dtypes, collective ops and roofline bounds (pkit.roofline.Floor.bound). Anything
 # else is shown as it is spelled.
 LABELS = {
@@ -91,10 +98,7 @@ LABELS = {
     "pkit_ll": "pkit LL packets", "pkit_ce": "pkit copy engine", "torch_nccl": "torch.distributed (NCCL)",
     "torch_symm_one_shot": "torch symm. memory one-shot", "torch_symm_two_shot": "torch symm. memory two-shot",
     "empty_kernel": "empty kernel", "pkit_gemm": "pkit GEMM", "cublas": "cuBLAS",
-    "ce_chunks": "copy engine, chunked", "ce_flags": "copy engine + flags", "tma_add": "TMA reduce-add",
-    "serial": "serial (NCCL + cuBLAS)", "torch_serial": "PyTorch serial (NCCL + matmul)",
-    "torch_async_tp": "PyTorch async-TP (fused, symm. memory)",
-    "ag_gemm": "all-gather + GEMM", "gemm_rs": "GEMM + reduce-scatter", "gemm_ar": "GEMM + all-reduce",
+    **{name: s.label for name, s in _DRAWN.items()}, **{p.name: p.title for p in _OVERLAP_PATTERNS.values()},
     "torch_distributed": "torch.distributed", "nvshmem": "NVSHMEM", "multicast": "NVLink multicast",
     "none": "none found", "unknown": "unknown",
     "compile_error": "compile error", "runtime_error": "runtime error", "timeout": "timeout",

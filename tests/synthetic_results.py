@@ -16,15 +16,16 @@ import pandas as pd
 
 import pkit
 from pkit import results
-from pkit.roofline import PATTERNS, floor
+from pkit.ops.overlap_patterns import PATTERNS, schedules
+from pkit.roofline import floor
 from pkit.timing import summarize
 
 MACHINE = "h200x2-nv18"  # the machine the notebooks replay by default
 REPO = Path(__file__).resolve().parents[1]
 
-# Synthetic time over the roofline bound per schedule (serial against the serial bound): made up, not measured.
-OVER_BOUND = {"serial": 1.25, "ce_chunks": 1.35, "ce_flags": 1.3, "sm_pull": 1.4, "tma_pull": 1.6, "tma_add": 1.3,
-              "torch_serial": 1.3, "torch_async_tp": 1.45}
+# Synthetic time over the roofline bound per schedule of the registry (the ones that run NCCL's collective first
+# against the serial bound): made up, not measured.
+OVER_BOUND = {name: 1.25 + 0.05 * i for i, name in enumerate(schedules())}
 
 
 class _Team:
@@ -48,10 +49,10 @@ class _Op:
     def __init__(self, team, m, k=None, n_local=None, chunk_rows=1024, k_local=None, n=None, scatter=True):
         self.team, self.m, self.chunk_rows = team, m, chunk_rows
         if n_local is not None:
-            self.pattern, self.cost = "ag_gemm", PATTERNS["ag_gemm"](m, k, n_local, team.size)
+            self.pattern, self.cost = "ag_gemm", PATTERNS["ag_gemm"].cost(m, k, n_local, team.size)
         else:
             self.pattern = "gemm_rs" if scatter else "gemm_ar"
-            self.cost = PATTERNS[self.pattern](m, k_local * team.size, n, team.size)
+            self.cost = PATTERNS[self.pattern].cost(m, k_local * team.size, n, team.size)
 
     def run(self, schedule, timeline=None, **options):
         _Op.last = (self, schedule)
@@ -71,13 +72,13 @@ def _synthetic_bench(rng):
         fn()
         op, schedule = _Op.last
         f = floor(op.cost)
-        base = f.serial_s if schedule in ("serial", "torch_serial") else f.time_s
+        base = f.serial_s if schedules()[schedule].transfer == "nccl" else f.time_s
         return summarize(base * 1e3 * OVER_BOUND[schedule] * rng.uniform(0.97, 1.05, reps), devices=devices or ())
     return bench
 
 
 def _gemm_pair(rng):
-    """A stand-in for overlap._gemm_pair: gemm_rates' two rows for one shape (the keys _gemm_pair writes)."""
+    """A stand-in for overlap_measure._gemm_pair: gemm_rates' two rows for one shape (the keys _gemm_pair writes)."""
     def pair(m, n, k, device, reps, warmup):
         rows = []
         for name, tflops in (("pkit_gemm", rng.uniform(500, 700)), ("cublas", rng.uniform(650, 750))):
@@ -91,8 +92,8 @@ def _gemm_pair(rng):
 
 def _torchrun(rng):
     """A stand-in for pkit.experiments.torchrun.torchrun of pkit.experiments.torch_overlap: its rows (sweep's
-    columns, which torch_overlap writes in the same order) for the schedules it times, from overlap._row."""
-    from pkit.experiments import overlap
+    columns, which torch_overlap writes in the same order) for the schedules it times, from overlap_measure._row."""
+    from pkit.experiments import overlap, overlap_measure
 
     def run(module, args, nproc=2, timeout_s=600):
         assert module == "pkit.experiments.torch_overlap", module
@@ -107,7 +108,7 @@ def _torchrun(rng):
                 op, shape = _Op(team, m, k=k, n_local=i), {"m": m, "k": k, "n": i}
             else:
                 op, shape = _Op(team, m, k_local=i, n=n), {"m": m, "k": i * nproc, "n": n}
-            rows += [overlap._row(team, op, pattern, s, {}, shape, (True, 0.05), reps, 3)
+            rows += [overlap_measure._row(team, op, pattern, s, {}, shape, (True, 0.05), reps, 3)
                      for s in overlap.TORCH_SCHEDULES]
         return pd.DataFrame(rows)
     return run
@@ -120,22 +121,24 @@ def _elapsed_ms(start, end):
 
 def record_overlap(monkeypatch, rng, gpus=(0, 1), reps=10) -> None:
     """Every study of `pkit.experiments.overlap` recorded by its command line (`main([...STUDIES, '--record'])`)
-    under $PKIT_RESULTS/MACHINE, with the GPU work replaced by stand-ins."""
+    under $PKIT_RESULTS/MACHINE, with the GPU work replaced by stand-ins (the op classes the registry's patterns
+    make, and what overlap_measure calls)."""
     import cupy
 
-    from pkit.experiments import overlap
+    from pkit.experiments import overlap, overlap_measure
+    from pkit.ops import overlap as ops
 
     monkeypatch.setattr(results, "machine_slug", lambda: MACHINE)
     monkeypatch.setattr(pkit, "Team", _Team)
-    for name in ("AllGatherGemm", "PartialGemm"):
-        monkeypatch.setattr(overlap, name, _Op)
-    monkeypatch.setattr(overlap, "fill", lambda op, seed: [])
-    monkeypatch.setattr(overlap, "fill_partial", lambda op, seed: ([], []))
-    monkeypatch.setattr(overlap, "check", lambda op, want, terms, roundings=1, scales=None:
+    for name in {p.op_class for p in PATTERNS.values()}:
+        monkeypatch.setattr(ops, name, _Op)
+    monkeypatch.setattr(overlap_measure, "fill", lambda op, seed: [])
+    monkeypatch.setattr(overlap_measure, "fill_partial", lambda op, seed: ([], []))
+    monkeypatch.setattr(overlap_measure, "check", lambda op, want, terms, roundings=1, scales=None:
                         (True, float(rng.uniform(0.01, 0.1))))
-    monkeypatch.setattr(overlap, "bench", _synthetic_bench(rng))
-    monkeypatch.setattr(overlap, "_gemm_pair", _gemm_pair(rng))
-    monkeypatch.setattr(overlap, "torchrun", _torchrun(rng))
+    monkeypatch.setattr(overlap_measure, "bench", _synthetic_bench(rng))
+    monkeypatch.setattr(overlap_measure, "_gemm_pair", _gemm_pair(rng))
+    monkeypatch.setattr(overlap_measure, "torchrun", _torchrun(rng))
     monkeypatch.setattr(cupy.cuda, "get_elapsed_time", _elapsed_ms)
     overlap.main([*overlap.STUDIES, "--gpus", *map(str, gpus), "--reps", str(reps), "--record"])
 

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver", "pkit.harness.launch", "pkit.harness.cli", "pkit.harness.runner", "pkit.kernel_args", "pkit.ops.overlap", "pkit.experiments.overlap", "pkit.figures", "pkit.gpus", "pkit.hardware",
+MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver", "pkit.harness.launch", "pkit.harness.cli", "pkit.harness.runner", "pkit.kernel_args", "pkit.ops.overlap", "pkit.experiments.overlap",
+           "pkit.ops.overlap_patterns", "pkit.experiments.overlap_measure", "pkit.experiments.overlap_checks",
+           "pkit.experiments.overlap_analysis", "pkit.experiments.overlap_draw", "pkit.figures", "pkit.gpus", "pkit.hardware",
            "pkit.launch", "pkit.metrics", "pkit.notebooks", "pkit.problem_kit", "pkit.results", "pkit.roofline", "pkit.studies",
            "pkit.experiments.collectives", "pkit.experiments.hierarchy", "pkit.experiments.hierarchy_chase",
            "pkit.experiments.hierarchy_matrix", "pkit.experiments.hierarchy_memory", "pkit.experiments.mechanisms",

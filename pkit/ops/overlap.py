@@ -1,10 +1,11 @@
 """Tensor-parallel GEMMs with communication hidden under compute, over a one-process Team: all-gather + GEMM
-(`AllGatherGemm`), GEMM + reduce-scatter and GEMM + all-reduce (`PartialGemm`, schedules in PARTIAL_SCHEDULES).
+(`AllGatherGemm`), GEMM + reduce-scatter and GEMM + all-reduce (`PartialGemm`). Each schedule is a method of its op;
+the registry of patterns and schedules is `pkit.ops.overlap_patterns`.
 
 Every rank r holds A_r, its M/n rows of the tokens (M × K over the team), and B_r, its N_local × K shard of the
 weight (nn.Linear layout); it computes out_r = [A_0; …; A_{n−1}] · B_rᵀ, M × N_local, bf16 with fp32
 accumulation. `AllGatherGemm` owns the buffers: write A_r into `shard(r)` and B_r into `weight(r)`, call
-`run(schedule)`, read `out(r)`. Schedules (`SCHEDULES`, one line each in `list_schedules()`):
+`run(schedule)`, read `out(r)`. Schedules (one line each in `list_schedules()`):
 
   serial     NCCL all-gather, then one cuBLAS GEMM (torch.matmul): the PyTorch baseline
   ce_chunks  peers' rows come by copy engine in chunks on a side stream; a cuBLAS GEMM per chunk as it lands,
@@ -29,9 +30,7 @@ Example:
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Callable
 
 import numpy as np
 
@@ -39,8 +38,8 @@ from ..gpus import on_device as _on
 from ..gpus import torch_stream as _torch_stream
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
-from .collectives import listing, lookup
 from .gemm import BLOCK_M, a_sources, gemm, tile_targets
+from .overlap_patterns import PATTERNS
 
 PULL_ROWS = KernelArgs("PullRows", (("gathered", "ptr"), ("ready", "ptr"), ("arrivals", "ptr"),
                                     ("chunk16", "u64"), ("chunks_per_rank", "i32"), ("epoch", "u32"),
@@ -48,18 +47,10 @@ PULL_ROWS = KernelArgs("PullRows", (("gathered", "ptr"), ("ready", "ptr"), ("arr
 CHUNK_ROWS = 1024  # rows per copy and per ready flag (a multiple of the GEMM's 128-row tile)
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """One way to run all-gather + GEMM: its key, a one-line description, and `run(op, **options)`."""
-
-    name: str
-    description: str
-    run: Callable
-    sms_for_communication: str  # "none", "NCCL's", or "comm_sms"
-
-
 class _OnTeam:
-    """What every overlap op shares: a one-process Team, positive shape arguments, and NCCL on the team."""
+    """What every overlap op shares: a one-process Team, positive shape arguments, NCCL on the team, and `run`."""
+
+    pattern = ""  # its key in pkit.ops.overlap_patterns.PATTERNS
 
     def __init__(self, team, **dims: int):
         if team.rank is not None:
@@ -68,6 +59,11 @@ class _OnTeam:
             if not (isinstance(value, (int, np.integer)) and value > 0):
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         self.team = team
+
+    def run(self, schedule: str, **options) -> None:
+        """Schedule `schedule` (one of PATTERNS[self.pattern].names) once, e.g. run("sm_pull", comm_sms=16)."""
+        PATTERNS[self.pattern].schedule(schedule)  # a ValueError naming the pattern's schedules if it has none such
+        getattr(self, schedule)(**options)
 
     @cached_property
     def _nccl(self):
@@ -78,6 +74,8 @@ class _OnTeam:
 
 class AllGatherGemm(_OnTeam):
     """Buffers and schedules of out_r = all-gathered A · B_rᵀ on a one-process Team."""
+
+    pattern = "ag_gemm"
 
     def __init__(self, team, m: int, k: int, n_local: int, chunk_rows: int = CHUNK_ROWS):
         super().__init__(team, m=m, k=k, n_local=n_local, chunk_rows=chunk_rows)
@@ -114,10 +112,6 @@ class AllGatherGemm(_OnTeam):
     def out(self, rank: int):
         """Rank `rank`'s M × N_local output (a torch view)."""
         return self._c[rank]
-
-    def run(self, schedule: str, **options) -> None:
-        """Schedule `schedule` (a key of SCHEDULES) once, e.g. run("sm_pull", comm_sms=16)."""
-        lookup(SCHEDULES, schedule, "schedule").run(self, **options)
 
     # --- the schedules -------------------------------------------------------------------------------
 
@@ -192,12 +186,12 @@ class AllGatherGemm(_OnTeam):
         import cupy as cp
 
         team, rows = self.team, self.shard_rows
-        _meet(team)  # every rank's shard is in place before anyone reads it
+        team.meet()  # every rank's shard is in place before anyone reads it
         for r in range(team.size):
             sources = tuple((self.gathered.addresses[r][q] + q * rows * self.k * 2, rows) for q in range(team.size))
             with cp.cuda.Device(team.devices[r]):
                 gemm(self._a[r], self.weight(r), self.out(r), a_from=a_sources(sources, self.k, rows))
-        _meet(team)  # no rank overwrites its shard while a peer may still read it
+        team.meet()  # no rank overwrites its shard while a peer may still read it
 
     # --- pieces --------------------------------------------------------------------------------------
 
@@ -212,18 +206,9 @@ class AllGatherGemm(_OnTeam):
         """Side streams that start when every rank's inputs are ready (its current stream's work so far), and
         current streams that end only when every rank's side stream is done (no rank overwrites rows a peer is
         still reading)."""
-        import cupy as cp
-
-        team, side = self.team, self._side
-        started = [_record(d, cp.cuda.get_current_stream) for d in team.devices]
-        for r, d in enumerate(team.devices):
-            for event in started:
-                _on(d, lambda r=r, event=event: side[r].wait_event(event))
-        yield side
-        finished = [_record(d, lambda r=r: side[r]) for r, d in enumerate(team.devices)]
-        for d in team.devices:
-            for event in finished:
-                _on(d, lambda event=event: cp.cuda.get_current_stream().wait_event(event))
+        self.team.fork(self._side)
+        yield self._side
+        self.team.join(self._side)
 
     def _peer_chunks(self, rank: int):
         """(peer, first row) of every chunk rank `rank` receives, next rank first (the GEMM's order)."""
@@ -274,7 +259,7 @@ class PartialGemm(_OnTeam):
     Rank r holds A_r (M × K/n, its slice of the activations' K) and B_r (N × K/n); the partial products
     P_r = A_r · B_rᵀ sum to A · Bᵀ. `scatter=True` (GEMM+RS): rank r's output is rows [r·M/n, (r+1)·M/n) of the
     sum (M/n × N); `scatter=False` (GEMM+AR): every rank's output is the whole sum (M × N). Write `lhs(r)` and
-    `weight(r)`, call `run(schedule)` ("serial" or "tma_add", see PARTIAL_SCHEDULES), read `out(r)`.
+    `weight(r)`, call `run(schedule)` ("serial" or "tma_add", PATTERNS["gemm_rs"].names), read `out(r)`.
     """
 
     def __init__(self, team, m: int, k_local: int, n: int, scatter: bool):
@@ -294,6 +279,10 @@ class PartialGemm(_OnTeam):
         self._p = [self.partials.torch(r) for r in range(team.size)]
         self._c = [self.outputs.torch(r) for r in range(team.size)]
 
+    @property
+    def pattern(self) -> str:
+        return "gemm_rs" if self.scatter else "gemm_ar"
+
     def lhs(self, rank: int):
         """A_r, rank `rank`'s M × K/n slice of the activations (a torch view)."""
         return self._a[rank]
@@ -304,9 +293,6 @@ class PartialGemm(_OnTeam):
 
     def out(self, rank: int):
         return self._c[rank]
-
-    def run(self, schedule: str) -> None:
-        lookup(PARTIAL_SCHEDULES, schedule, "schedule").run(self)
 
     def serial(self) -> None:
         """cuBLAS partial products, then NCCL's reduce-scatter or all-reduce (bf16)."""
@@ -325,30 +311,13 @@ class PartialGemm(_OnTeam):
         for r in range(team.size):
             with _torch_stream(team.devices[r]):
                 self._c[r].zero_()
-        with self._all_streams_meet():
-            for r in range(team.size):
-                targets = tile_targets([(self.outputs.addresses[r][q], self.out_rows) for q in range(team.size)],
-                                       self.n, rows_per_target=self.out_rows if self.scatter else 0)
-                with cp.cuda.Device(team.devices[r]):
-                    gemm(self._a[r], self._b[r], add_into=targets)
-
-    @contextmanager
-    def _all_streams_meet(self):
-        """Every rank's current stream waits for every rank's work so far before the block's work (no GPU adds into
-        an output its owner is still zeroing or reading), and again after it (no owner reads before every add)."""
-        _meet(self.team)
-        yield
-        _meet(self.team)
-
-
-def _meet(team) -> None:
-    """Each local GPU's current stream waits for what every local GPU's current stream has enqueued so far."""
-    import cupy as cp
-
-    events = [_record(d, cp.cuda.get_current_stream) for d in team.devices]
-    for d in team.devices:
-        for event in events:
-            _on(d, lambda event=event: cp.cuda.get_current_stream().wait_event(event))
+        team.meet()  # no GPU adds into an output its owner is still zeroing or reading
+        for r in range(team.size):
+            targets = tile_targets([(self.outputs.addresses[r][q], self.out_rows) for q in range(team.size)],
+                                   self.n, rows_per_target=self.out_rows if self.scatter else 0)
+            with cp.cuda.Device(team.devices[r]):
+                gemm(self._a[r], self._b[r], add_into=targets)
+        team.meet()  # no owner reads its output before every rank's adds
 
 
 class _Stamps:
@@ -379,17 +348,6 @@ def _matmul(a, b, out) -> None:
     torch.matmul(a, b.T, out=out)
 
 
-def _record(device: int, stream_of):
-    import cupy as cp
-
-    def record():
-        event = cp.cuda.Event(disable_timing=True)
-        event.record(stream_of())
-        return event
-
-    return _on(device, record)
-
-
 @lru_cache(maxsize=None)
 def _pull_kernel():
     import pkit
@@ -397,35 +355,16 @@ def _pull_kernel():
     return pkit.compile("overlap.cu", "pull_rows")
 
 
-SCHEDULES = {s.name: s for s in (
-    Schedule("serial", "NCCL all-gather, then one cuBLAS GEMM", AllGatherGemm.serial, "NCCL's"),
-    Schedule("ce_chunks", "copy-engine chunks on a side stream, a cuBLAS GEMM per chunk as it lands",
-             AllGatherGemm.ce_chunks, "none"),
-    Schedule("ce_flags", "copy-engine chunks each followed by a flag; one pkit GEMM waits per chunk",
-             AllGatherGemm.ce_flags, "none"),
-    Schedule("sm_pull", "comm_sms SMs pull peers' chunks and flag them; the pkit GEMM on the other SMs",
-             AllGatherGemm.sm_pull, "comm_sms"),
-    Schedule("tma_pull", "no copy: the pkit GEMM's producers read peers' rows over NVLink as they multiply them",
-             AllGatherGemm.tma_pull, "none"),
-)}
-
-
-PARTIAL_SCHEDULES = {s.name: s for s in (
-    Schedule("serial", "cuBLAS partial products, then NCCL reduce-scatter or all-reduce", PartialGemm.serial,
-             "NCCL's"),
-    Schedule("tma_add", "the pkit GEMM's epilogue adds each tile into its owners' outputs (TMA reduce, NVLink)",
-             PartialGemm.tma_add, "none"),
-)}
-
-
 def list_schedules():
-    """The schedules of every pattern as a DataFrame: pattern, name, description, sms_for_communication.
+    """The schedules of every pattern (pkit.ops.overlap_patterns) as a DataFrame: pattern, name, description,
+    sms_for_communication, gemm (the GEMM it runs) and options (what a sweep times it over by default).
 
-    >>> list_schedules()[["pattern", "name"]].values.tolist()[:2]
-    [['ag_gemm', 'serial'], ['ag_gemm', 'ce_chunks']]
+    >>> list_schedules()[["pattern", "name", "gemm"]].values.tolist()[:2]
+    [['ag_gemm', 'serial', 'cublas'], ['ag_gemm', 'ce_chunks', 'cublas']]
     """
     import pandas as pd
 
-    frames = [listing(SCHEDULES, "name", "description", "sms_for_communication").assign(pattern="ag_gemm"),
-              listing(PARTIAL_SCHEDULES, "name", "description", "sms_for_communication").assign(pattern="gemm_rs, gemm_ar")]
-    return pd.concat(frames, ignore_index=True)[["pattern", "name", "description", "sms_for_communication"]]
+    return pd.DataFrame([{"pattern": p.name, "name": s.name, "description": s.description,
+                          "sms_for_communication": s.communication, "gemm": s.gemm,
+                          "options": ", ".join(f"{k}={list(v)}" for k, v in s.options.items())}
+                         for p in PATTERNS.values() for s in p.schedules])
