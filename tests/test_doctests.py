@@ -14,7 +14,8 @@ MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver",
            "pkit.experiments.quickstart", "pkit.experiments.cross_check", "pkit.experiments.interference", "pkit.experiments.overlap_model", "pkit.experiments.ceilings", "pkit.experiments.projection", "pkit.experiments.roofline_gap", "pkit.ops.baselines", "pkit.ops.collectives", "pkit.ops.copy_engine",
            "pkit.harness.channel", "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records",
            "pkit.harness.snapshot", "pkit.harness.solutions", "pkit.harness.problems", "pkit.harness.reference",
-           "pkit.harness.problem", "pkit.harness.fresh", "pkit.harness", "pkit.team", "pkit.ops.transfers", "pkit.widgets", "pkit.lesson",
+           "pkit.harness.problem", "pkit.harness.fresh", "pkit.harness.shards", "pkit.harness.versions",
+           "pkit.harness.resume", "pkit.harness.merge", "pkit.harness.ray_pool", "pkit.harness", "pkit.team", "pkit.ops.transfers", "pkit.widgets", "pkit.lesson",
            "pkit.lesson.verdict", "pkit.lesson.diagnose", "pkit.lesson.runners", "pkit.lesson.checks", "pkit.lesson.steps",
            "pkit.lesson.records", "pkit.lesson.plots", "pkit.lesson.magic"]
 PACKAGE = Path(__file__).resolve().parents[1] / "pkit"

@@ -325,8 +325,8 @@ def test_one_candidate_file_is_evaluated(tmp_path):
     loose.write_text(sample.read_text())
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", loose, "--out", out) == 2
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", loose, "--problems", "01_sum",
-                   "--trials", 1, "--out", out) == 0
-    assert records.read_jsonl(out)[0]["solution"] == "mine.py"
+                   "--trials", 1, "--out", tmp_path / "loose.jsonl") == 0
+    assert records.read_jsonl(tmp_path / "loose.jsonl")[0]["solution"] == "mine.py"
 
 
 def test_console_line_names_the_reason_of_a_failure():

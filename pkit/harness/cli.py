@@ -10,6 +10,9 @@ Example:
     $ pkit eval --solutions samples --problems 01_all_reduce --trials 5 --perf --out runs/samples.jsonl
     $ pkit eval --pkb-root ~/ParallelKernelBench --solutions ~/ParallelKernelBench/solutions_cuda --out pkb.jsonl
     $ pkit eval --baselines --size large      # on a machine with GPUs: results/<machine>/baselines.csv
+    $ pkit eval --shard 0/4 --out runs/shard-0.jsonl    # one of four shards (a Slurm array task)
+    $ pkit eval merge runs/all.jsonl runs/shard-*.jsonl
+    $ pkit eval --ray local --out runs/all.jsonl        # every shard as a Ray task
 """
 from __future__ import annotations
 
@@ -24,12 +27,15 @@ from pathlib import Path
 
 from ..errors import PkitError
 from ..studies import FIGURES_MACHINE
-from . import pkb, solutions
+from . import pkb, ray_pool, shards, solutions
 from .contain import Interrupted
+from .merge import merge, write
 from .problem import Problem, describe_sizes
 from .problems import cost_table, default_root, discover, narrow, not_problems, select
-from .records import status_counts
+from .records import read_lines, status_counts
+from .resume import Recorded, sole_writer
 from .runner import EvalOptions, by_problem, evaluate, pick_device, reference_candidate, unsupported
+from .shards import Shard
 
 TABLE_WIDTH = 120
 """Characters per line the default `pkit problems` table fits (`--wide`: every column, whatever the width)."""
@@ -65,7 +71,18 @@ def register(subparsers) -> None:
     ev.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
     ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="cuda: one process per GPU with NCCL; cpu: gloo (auto: cuda when enough GPUs)")
-    ev.add_argument("--out", type=Path, default=None, help="JSONL file to write (required unless --baselines)")
+    ev.add_argument("--out", type=Path, default=None,
+                    help="JSONL file to write (required unless --baselines); a file that holds records already is "
+                         "resumed: the candidates recorded there are skipped")
+    ev.add_argument("--shard", default=None, metavar="K/N",
+                    help="evaluate only shard K of N (K from 0: $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT under "
+                         "#SBATCH --array=0-(N-1)); the N shards partition the candidates alike on every machine")
+    ev.add_argument("--ray", default=None, metavar="ADDRESS",
+                    help="run the shards as Ray tasks on the cluster at ADDRESS ('local': start one here; 'auto': "
+                         "the one `ray start` made); records are written to --out by this process. Needs "
+                         "pip install 'pkit[ray]'")
+    ev.add_argument("--shards", type=int, default=None, metavar="N",
+                    help="with --ray: N shards, one task each (default: as many as the cluster runs at once)")
     ev.add_argument("--baselines", action="store_true",
                     help="time every problem's reference and record results/<machine>/baselines.csv")
     ev.add_argument("--machine", default=None, help="machine slug for --baselines (default: this machine's)")
@@ -75,6 +92,14 @@ def register(subparsers) -> None:
     ev.add_argument("--dry-run", action="store_true",
                     help="check the arguments and list what would run, starting no worker")
     ev.set_defaults(func=run_eval)
+    actions = ev.add_subparsers(dest="eval_command", metavar="merge", required=False)
+    mg = actions.add_parser("merge", help="join the JSONL files of shards into one",
+                            description="Join the JSONL files of a split run into OUT (written anew), one record "
+                                        "per key; refuses records of different harness versions, problem files, "
+                                        "candidate files or settings, and duplicates whose statuses differ.")
+    mg.add_argument("merged", type=Path, metavar="OUT", help="JSONL file to write")
+    mg.add_argument("inputs", type=Path, nargs="+", metavar="SHARD", help="JSONL files of pkit eval --out")
+    mg.set_defaults(func=run_merge)
 
     pr = subparsers.add_parser("problems", help="list problems with category and cost model",
                                description="List problems with category and per-GPU cost (FLOPs, HBM bytes, link "
@@ -226,13 +251,16 @@ def _cell(value) -> str:
 @dataclass
 class EvalPlan:
     """What `pkit eval` would run, every argument checked: options, the problems that run under them, the
-    (problem, candidate) pairs (none for --baselines), the size name and the device."""
+    (problem, candidate) pairs (none for --baselines; those of `shard` when given, of `found` in all), the size
+    name and the device."""
 
     options: EvalOptions
     problems: list[Problem]
     pairs: list
     size: str
     device: str
+    shard: Shard | None = None
+    found: int = 0
 
 
 def plan_eval(args) -> EvalPlan:
@@ -250,6 +278,7 @@ def plan_eval(args) -> EvalPlan:
                          "--baselines)")
     if args.out is not None:
         check_out(args.out)
+    shard = check_sharding(args)
     found, chosen = _problems(args, "eval")
     problems = runnable(chosen, options)
     size = "large" if args.baselines and args.size == "auto" else args.size
@@ -257,7 +286,29 @@ def plan_eval(args) -> EvalPlan:
     check_machine(args, size)
     device = pick_device(options.device, options.world_size)
     pairs = [] if args.baselines else _pairs(args, found, problems)
-    return EvalPlan(options, problems, pairs, size, device)
+    chosen_pairs = shards.select(pairs, shard) if shard else pairs
+    return EvalPlan(options, problems, chosen_pairs, size, device, shard, len(pairs))
+
+
+def check_sharding(args) -> Shard | None:
+    """The shard of --shard (None without it); ValueError naming --shard, --shards or --ray when they do not go
+    together or Ray is missing."""
+    if args.shards is not None and args.ray is None:
+        raise ValueError(f"--shards: only with --ray, got --shards {args.shards} without it (one shard of a split "
+                         "run here: --shard K/N)")
+    if args.shards is not None and args.shards < 1:
+        raise ValueError(f"--shards: expected an integer >= 1, got {args.shards}")
+    if args.ray is not None:
+        if args.baselines or args.shard is not None:
+            which = "--baselines" if args.baselines else "--shard"
+            raise ValueError(f"--ray: expected a run of candidates, got {which} too (--ray runs every shard itself: "
+                             "--shards N)")
+        ray_pool.require_ray()
+    if args.shard is None:
+        return None
+    if args.baselines:
+        raise ValueError("--shard: only for candidates, got --baselines too (split a baseline sweep with --problems)")
+    return Shard.parse(args.shard)
 
 
 def check_out(path: Path) -> None:
@@ -325,18 +376,96 @@ def run_eval(args) -> int:
             return _dry_run(args, plan)
         if args.baselines:
             return _run_baselines(args, plan)
-        from ..results import provenance
-
-        parameters = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
-        records = evaluate(plan.pairs, plan.options, args.out, provenance=provenance(parameters))
+        return _run_on_ray(args, plan) if args.ray is not None else _run_here(args, plan)
     except (ValueError, PkitError) as e:
         return _error("eval", e)
     except Interrupted as e:
-        print(f"pkit eval: {e}; workers killed, temp folders removed; records so far are in {args.out}",
-              file=sys.stderr)
+        print(f"pkit eval: {e}; workers killed, temp folders removed; records so far are in {args.out} (run the "
+              "same command again to resume)", file=sys.stderr)
         return 128 + e.signum
-    counts = ", ".join(f"{k} {v}" for k, v in status_counts(records).items() if v)
-    print(f"{len(records)} records → {args.out}: {counts}")
+
+
+def _parameters(args) -> dict:
+    """The command line's arguments as the records' provenance carries them."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+
+
+def _resumed(args, plan: EvalPlan, device: str) -> tuple[Recorded, list]:
+    """(what --out holds, the plan's pairs it does not hold yet); ValueError naming --out when its records may
+    not be resumed by this run. One line says what is skipped."""
+    recorded = Recorded.read(args.out)
+    recorded.check(plan.pairs, plan.options)
+    todo = recorded.remaining(plan.pairs, plan.options, device)
+    if len(todo) < len(plan.pairs):
+        _note("eval", f"resuming {args.out}: {len(plan.pairs) - len(todo)} of the {len(plan.pairs)} candidates are "
+                      f"recorded there already, {len(todo)} to run")
+    if recorded.partial_bytes:
+        _note("eval", f"{args.out} ends in a line cut short ({recorded.partial_bytes} bytes, from a run killed "
+                      "while writing it): it is dropped and its candidate evaluated again")
+    return recorded, todo
+
+
+def _run_here(args, plan: EvalPlan) -> int:
+    """Evaluate the plan's pairs (one shard's with --shard) in this process, resuming --out."""
+    from ..results import provenance
+
+    if plan.shard is not None:
+        _note("eval", f"shard {plan.shard.label}: {len(plan.pairs)} of {plan.found} candidates")
+    with sole_writer(args.out):
+        recorded, todo = _resumed(args, plan, plan.device)
+        recorded.drop_partial()
+        stamp = dict(provenance(_parameters(args)), shard=plan.shard.label if plan.shard else None)
+        if todo:
+            evaluate(todo, plan.options, args.out, provenance=stamp, append=True)
+    return _summary(args.out, len(todo))
+
+
+def _run_on_ray(args, plan: EvalPlan) -> int:
+    """Evaluate the plan's pairs as Ray tasks, one per shard, resuming --out; exit code 1 when a task failed."""
+    started = ray_pool.connect(args.ray)
+    try:
+        device = ray_pool.cluster_device(plan.options.device, plan.options.world_size)
+        options = replace(plan.options, device=device)
+        count = args.shards or min(len(plan.pairs), ray_pool.slots(options.world_size, device))
+        with sole_writer(args.out):
+            recorded, todo = _resumed(args, plan, device)
+            recorded.drop_partial()
+            parts = [(f"{k}/{count}", recorded.remaining(part, options, device))
+                     for k, part in enumerate(shards.split(plan.pairs, count))]
+            _note("eval", f"{len(todo)} candidates in {count} shards as Ray tasks on {args.ray}, each asking for "
+                          f"{ray_pool.task_resources(options.world_size, device)}")
+            _, failures = ray_pool.run(parts, options, _parameters(args), args.out, recorded.keys)
+    finally:
+        if started:
+            ray_pool.require_ray().shutdown()
+    for line in failures:
+        _note("eval", f"{line}; its records so far are in {args.out} (run the same command again to resume)")
+    code = _summary(args.out, len(todo))
+    return 1 if failures else code
+
+
+def _summary(out: Path, ran: int) -> int:
+    """Print what --out holds now (and how many candidates this run evaluated); exit code 0."""
+    lines, _ = read_lines(out)
+    counts = ", ".join(f"{k} {v}" for k, v in status_counts(r for _, r in lines).items() if v)
+    print(f"{len(lines)} records → {out} ({ran} run now): {counts}")
+    return 0
+
+
+def run_merge(args) -> int:
+    """`pkit eval merge OUT SHARD...`: join shard files into OUT; one line per shard, then the totals."""
+    try:
+        if any(args.merged.resolve() == p.resolve() for p in args.inputs):
+            raise ValueError(f"OUT: expected a file other than the shards, got {args.merged}, one of them")
+        check_out(args.merged)
+        merged = merge(args.inputs)
+        write(merged.records, args.merged)
+    except (ValueError, PkitError) as e:
+        return _error("eval merge", e)
+    for source in merged.sources:
+        print(source.describe())
+    counts = ", ".join(f"{k} {v}" for k, v in status_counts(merged.records).items() if v)
+    print(f"{len(merged.records)} records → {args.merged}: {counts}")
     return 0
 
 
@@ -347,8 +476,15 @@ def _error(command: str, e: Exception) -> int:
 
 
 def _dry_run(args, plan: EvalPlan) -> int:
-    """Print what `pkit eval` would run: one line per problem, then the totals; exit code 0."""
-    groups = [(p, [reference_candidate(p)]) for p in plan.problems] if args.baselines else by_problem(plan.pairs)
+    """Print what `pkit eval` would run: one line per problem, then the totals; exit code 0. With --out holding
+    records, only what a resumed run would evaluate."""
+    pairs = plan.pairs if args.baselines else _resumed(args, plan, plan.device)[1]
+    if plan.shard is not None:
+        print(f"shard {plan.shard.label}: {len(plan.pairs)} of {plan.found} candidates")
+    if args.ray is not None:
+        print(f"as Ray tasks on {args.ray}: " + (f"{args.shards} shards" if args.shards else
+                                                  "as many shards as the cluster runs tasks at once"))
+    groups = [(p, [reference_candidate(p)]) for p in plan.problems] if args.baselines else by_problem(pairs)
     for problem, candidates in groups:
         print(f"{problem.name} (size {problem.resolve_size(plan.size, plan.device)}): "
               f"{listed([c.relpath for c in candidates])}")
@@ -408,7 +544,9 @@ def _run_baselines(args, plan: EvalPlan) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `eval` or `problems` as a standalone program."""
-    parser = argparse.ArgumentParser(prog="pkit", description="pkit harness: eval and problems")
+    from ..cli import OneLineParser
+
+    parser = OneLineParser(prog="pkit", description="pkit harness: eval and problems")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)

@@ -44,6 +44,11 @@ FIELDS = ("problem", "category", "solution", "model", "sample", "backend", "worl
           "trials", "trials_passed", "seed", "timing", "wall_s", "phase_s", "provenance")
 """Every key of a record, in the order they are written."""
 
+KEY_FIELDS = ("problem", "solution", "model", "world_size", "size", "dtype", "device", "seed")
+"""What makes a record unique: one candidate (its path under --solutions and its model label) at one world size,
+size, dtype, device and seed. A resumed run skips the keys its --out holds; `pkit eval merge` keeps one record
+per key."""
+
 EXCERPT_CHARS = 2000
 
 
@@ -133,6 +138,48 @@ def read_jsonl(path: str | Path) -> list[dict]:
     """All records of a JSONL file written by `pkit eval`."""
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def record_key(record: dict) -> tuple:
+    """The `KEY_FIELDS` values of a record.
+
+    >>> record_key({"problem": "01_sum", "solution": "m/01_sum/0.py", "model": "m", "world_size": 2,
+    ...             "size": "tiny", "dtype": "float32", "device": "cpu", "seed": 0, "status": "timeout"})
+    ('01_sum', 'm/01_sum/0.py', 'm', 2, 'tiny', 'float32', 'cpu', 0)
+    """
+    return tuple(record[name] for name in KEY_FIELDS)
+
+
+def describe_key(key: tuple) -> str:
+    """A record key for a message: problem, solution and model, then the rest in parentheses.
+
+    >>> describe_key(("01_sum", "a.py", None, 2, "tiny", "float32", "cpu", 0))
+    '01_sum a.py (2 ranks, tiny, float32, cpu, seed 0)'
+    """
+    problem, solution, model, world_size, size, dtype, device, seed = key
+    by = f" by {model}" if model else ""
+    return f"{problem} {solution}{by} ({world_size} ranks, {size}, {dtype}, {device}, seed {seed})"
+
+
+def read_lines(path: str | Path) -> tuple[list[tuple[int, dict]], int]:
+    """(line number, record) of every complete line of a `pkit eval` JSONL file, and the length in bytes of a
+    last line cut short (a run killed while writing it leaves one; 0 when the file ends with a newline). A
+    complete line that is not a record is a ValueError naming the file and line."""
+    data = Path(path).read_bytes()
+    end = data.rfind(b"\n") + 1
+    found = []
+    for number, line in enumerate(data[:end].split(b"\n")[:-1], 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or not {*KEY_FIELDS, "status"} <= set(record):
+            raise ValueError(f"{path}:{number}: expected a record of pkit eval (JSON with {', '.join(KEY_FIELDS)} "
+                             f"and status), got {line[:60].decode(errors='replace')!r}")
+        found.append((number, record))
+    return found, len(data) - end
 
 
 def status_counts(records: Iterable[dict]) -> dict:

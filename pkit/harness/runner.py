@@ -18,7 +18,6 @@ Example:
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import shutil
@@ -30,7 +29,7 @@ import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .checks import FingerprintCheck, RankCheck, compare
 from .contain import become_subreaper, interruptible
@@ -41,6 +40,7 @@ from .reference import Reference, ReferenceFailed, Timing, timed_phase
 from .snapshot import SnapshotError, load
 from .solutions import Candidate
 from .timer import input_bytes
+from .versions import stamp
 from .zygote import Zygote
 
 QUICK_TIMING = {"warmup": 2, "iters": 10}
@@ -277,7 +277,7 @@ def record_for(problem, candidate, options, device, provenance, fields: dict, wa
     if fields.get("sol_time_ms") and roof_ms is not None:
         fields["roofline_fraction"] = roof_ms / fields["sol_time_ms"]
     fields = roofline_wall(fields, roof_ms, bound, device, options.ceilings)
-    prov = dict(provenance or {}, solution_sha256=_sha256(candidate.path), seed=options.seed)
+    prov = dict(provenance or {}, seed=options.seed, **stamp(problem, candidate, options))
     return new_record(
         problem=problem.name, category=problem.category, solution=candidate.relpath, model=candidate.model,
         sample=candidate.sample, backend=candidate.backend, world_size=options.world_size, size=spec["size"],
@@ -597,10 +597,6 @@ def _join(a: str | None, b: str) -> str:
     return f"{a}; {b}" if a else b
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def by_problem(pairs: list[tuple[Problem, Candidate]]) -> list[tuple[Problem, list[Candidate]]]:
     """Pairs grouped by problem, problems in order of first appearance, candidates in their order."""
     groups: dict[str, tuple[Problem, list[Candidate]]] = {}
@@ -610,8 +606,10 @@ def by_problem(pairs: list[tuple[Problem, Candidate]]) -> list[tuple[Problem, li
 
 
 def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, out_path: str | Path, *,
-             provenance: dict | None = None, log: Callable[[str], None] | None = None) -> list[dict]:
-    """Evaluate every (problem, candidate) pair, writing one JSONL line each to `out_path` as it is known.
+             provenance: dict | None = None, log: Callable[[str], None] | None = None,
+             append: bool = False) -> list[dict]:
+    """Evaluate every (problem, candidate) pair, writing one JSONL line each to `out_path` as it is known
+    (`append`: after the lines the file holds, as a resumed run does; else the file is started anew).
 
     Pairs whose problem cannot run under `options` (see `unsupported`) are skipped with a log line. SIGINT,
     SIGTERM and SIGHUP stop the run after killing every worker and removing the temp folders
@@ -619,20 +617,31 @@ def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, o
     """
     options.validate()
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    device = pick_device(options.device, options.world_size)
     pairs = list(pairs)
     for problem in {p.name: p for p, _ in pairs}.values():
         reason = unsupported(problem, options)
         if reason:
             log(f"skipping {problem.name}: {reason}")
-    groups = by_problem([(p, c) for p, c in pairs if not unsupported(p, options)])
-    total = sum(len(cands) for _, cands in groups)
-    become_subreaper()
+    pairs = [(p, c) for p, c in pairs if not unsupported(p, options)]
     records: list[dict] = []
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(out_path, "a" if append else "w", encoding="utf-8") as out:
+        for record in evaluations(pairs, options, provenance=provenance, log=log):
+            write_line(out, record)
+            records.append(record)
+            log(progress_line(len(records), len(pairs), record))
+    return records
+
+
+def evaluations(pairs: list[tuple[Problem, Candidate]], options: EvalOptions, *, provenance: dict | None = None,
+                log: Callable[[str], None]) -> Iterator[dict]:
+    """The record of each pair, yielded as it is known: per problem its reference workers once, then each of its
+    candidates in fresh workers. Every pair must run under `options` (`unsupported` says None)."""
+    device = pick_device(options.device, options.world_size)
+    become_subreaper()
     zygote = Zygote()
-    with interruptible(), open(out_path, "w", encoding="utf-8") as out, closing(zygote):
-        for problem, candidates in groups:
+    with interruptible(), closing(zygote):
+        for problem, candidates in by_problem(pairs):
             folder = Path(tempfile.mkdtemp(prefix="pkit-eval-"))
             reference = failure = None
             try:
@@ -645,18 +654,14 @@ def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, o
                     failure = reference_failure(e)
                 for candidate in candidates:
                     if failure is not None:
-                        record = record_for(problem, candidate, options, device, provenance, dict(failure), 0.0)
+                        yield record_for(problem, candidate, options, device, provenance, dict(failure), 0.0)
                     else:
-                        record = evaluate_one(problem, candidate, options, device=device, provenance=provenance,
-                                              reference=reference, log=log)
-                    write_line(out, record)
-                    records.append(record)
-                    log(progress_line(len(records), total, record))
+                        yield evaluate_one(problem, candidate, options, device=device, provenance=provenance,
+                                           reference=reference, log=log)
             finally:
                 if reference is not None:
                     reference.close()
                 shutil.rmtree(folder, ignore_errors=True)
-    return records
 
 
 COMPILER_LINES = 8
