@@ -1,10 +1,11 @@
-"""The lesson and the explorers in a real browser: JupyterLab on 127.0.0.1 at a free port with
-a token and no browser of its own, serving a copy of one notebook, opened in headless Chromium (Debian's
-`chromium` and `chromium-driver`, driven by Selenium), every cell run through JupyterLab's Run menu, no cell
-writing an error or stderr. Then, per notebook:
+"""The lesson and the explorers in a real browser: JupyterLab on 127.0.0.1 at a free port with a token and no
+browser of its own, with pkit's extension that colours `%%cuda` cells as C++ (pkit/lesson/labextension), serving a
+copy of one notebook, opened in headless Chromium (Debian's `chromium` and `chromium-driver`, driven by Selenium),
+every cell run through JupyterLab's Run menu, no cell writing an error or stderr. Then, per notebook:
 
 - `notebooks/08_lesson_multi_gpu_communication.ipynb`: each of the six checks prints its verdict (without GPUs
-  `· compiled ...; not run`, on GPUs ✓ or ✗) and the recorded tables show; screenshot `build/browser/lesson.png`;
+  `· compiled ...; not run`, on GPUs ✓ or ✗) and the recorded tables show; the six `%%cuda` exercise cells are
+  coloured as C++ and every other code cell as Python; screenshot `build/browser/lesson.png`;
 - `notebooks/09_explorers.ipynb`: the roofline explorer's message-size slider moved by keyboard, its output read
   before and after; screenshot `build/browser/explorers.png`.
 
@@ -27,6 +28,8 @@ from typing import NamedTuple
 
 import pytest
 from processes import end_group, free_port
+
+from pkit.lesson.magic import LABEXTENSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "08_lesson_multi_gpu_communication.ipynb"
@@ -104,7 +107,8 @@ def lab(request, tmp_path, tools):
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-               "--port-retries=0", f"--ServerApp.root_dir={work}"] + (["--allow-root"] if os.getuid() == 0 else [])
+               "--port-retries=0", f"--ServerApp.root_dir={work}", f"--LabApp.extra_labextensions_path={LABEXTENSIONS}"]
+    command += ["--allow-root"] if os.getuid() == 0 else []
     log = tmp_path / "lab.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -222,6 +226,14 @@ def _screenshot(driver, inside, name: str) -> Path:
     return path
 
 
+def _cell_languages(driver) -> list | None:
+    """(first line, language) of each code cell's editor: CodeMirror names the language it colours the cell in
+    (`data-language`: 'python', 'cpp'); None while a cell has none yet (languages load lazily)."""
+    pairs = driver.execute_script("return [...document.querySelectorAll('.jp-CodeCell .cm-content')].map("
+                                  "e => [e.querySelector('.cm-line').textContent, e.dataset.language || null]);")
+    return pairs if pairs and all(language for _, language in pairs) else None
+
+
 def _roofline(driver):
     """The roofline explorer's message-size slider handle and readout, its text output element, and the source
     of its chart's image (a blob: URL, new with each new picture)."""
@@ -243,6 +255,11 @@ def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(lab, browser
     verdicts = [t for t in outputs if t[:1] in MARKS and t[1:2] == " "]
     assert len(verdicts) == 6, f"expected the six checks' verdicts, got {verdicts}"
     assert any(t.startswith("recorded on h200x2-nv18") for t in outputs), "no recorded table's provenance line"
+    languages = _wait(driver, _cell_languages, 30, "every code cell's editor to have a language",
+                      lambda: _cell_languages(driver))
+    cuda = [language for line, language in languages if line.startswith("%%cuda ")]
+    assert cuda == ["cpp"] * 6, languages
+    assert {language for line, language in languages if not line.startswith("%%cuda ")} == {"python"}, languages
     first = next(e for e in driver.find_elements("css selector", ".jp-OutputArea-output") if e.text == verdicts[0])
     shot = _screenshot(driver, first, "lesson")
     print(f"browser: {time.monotonic() - start:.1f} s from opening the notebook; {verdicts[0][:40]}...; "

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import keyword
 import sys
+from pathlib import Path
 
 from ..compiler import compile_cubin
 from ..errors import CompileError, PkitError
 from .checks import OFFLINE_ARCH
+
+LABEXTENSIONS = Path(__file__).parent / "labextension"  # for JupyterLab: --LabApp.extra_labextensions_path
 
 
 class CudaCellError(PkitError):
