@@ -1,6 +1,7 @@
-"""pkit's collectives on torch tensors, one process per GPU under torch.distributed: what a solution or a training
-script calls in place of torch.distributed's all_reduce, all_gather_into_tensor, reduce_scatter_tensor and
-all_to_all_single.
+"""pkit's collectives on torch tensors, one process per GPU under torch.distributed: a function per op of the
+collective registry (pkit/ops/collective_ops.py) whose kernels include the staged family, in place of that op's
+torch.distributed call: `all_reduce`, `all_gather` (all_gather_into_tensor), `reduce_scatter`
+(reduce_scatter_tensor) and `all_to_all` (all_to_all_single); `run(op, x)` runs any of them by name (OPS).
 
 Each function returns a new tensor and leaves its input alone; shares split dimension 0, as torch's do. CUDA
 tensors run pkit's kernels on torch's current stream, with the mechanism pkit's `choose` picks for one process
@@ -30,60 +31,58 @@ import torch.distributed as tdist
 
 from .kernel_args import KernelArgs
 from .launch import THREADS
-from .ops.collectives import REDUCIBLE as COLLECTIVE_TYPES
+from .ops.collective_ops import COLLECTIVES, REDUCIBLE as COLLECTIVE_TYPES, CollectiveOp, choose, collective
+from .ops.collective_ops import kernel_names, lookup
 
 REDUCIBLE = {getattr(torch, name): ctype for name, ctype in COLLECTIVE_TYPES.items()}  # torch dtype -> C++ type
 STAGED_CALL = KernelArgs("StagedCall", (("x", "ptr"), ("y", "ptr"), ("stage", "ptr"), ("half16", "u64"),
                                         ("share16", "u64"), ("flags", "ptr"), ("state", "ptr"), ("rank", "i32"),
                                         ("size", "i32")))
-REDUCING = ("all_reduce", "all_reduce_two_shot", "reduce_scatter")  # kernels templated on the summed type
-STAGED_KERNELS = ("staged_all_gather", "staged_all_to_all",
-                  *(f"staged_{op}<{c}>" for op in REDUCING for c in REDUCIBLE.values()))
+STAGED_KERNELS = kernel_names("staged")  # NVRTC name expressions of staged_collectives.cu
+_OPS = {name: op for name, op in COLLECTIVES.items() if "staged" in op.kernels}
+OPS = tuple(_OPS)  # the ops pkit.dist runs: a function of each name
 
 
-def all_reduce(x: torch.Tensor, group=None) -> torch.Tensor:
-    """The elementwise sum of every rank's `x` (same shape and dtype on every rank)."""
-    _check(x, "x", reduces=True)
-    if not x.is_cuda:
-        parts = x.new_empty((tdist.get_world_size(group) * x.numel(),))
-        tdist.all_gather_into_tensor(parts, x.contiguous().reshape(-1), group=group)
-        return _sum_in_rank_order(parts, tdist.get_world_size(group)).view(x.shape)
-    return _context(group).run("all_reduce", x, x.numel(), x.shape)
-
-
-def all_gather(x: torch.Tensor, group=None) -> torch.Tensor:
-    """Every rank's `x` concatenated along dimension 0, in rank order: shape (size · x.shape[0], ...)."""
-    _check(x, "x", reduces=False)
+def run(op: str, x: torch.Tensor, group=None) -> torch.Tensor:
+    """Collective `op` (a name of OPS) of every rank's `x` as a new tensor; dimension 0 splits into the ranks'
+    shares where the op's input or output holds one per rank (`CollectiveOp.pieces`)."""
+    entry = lookup(_OPS, op, "op")
+    _check(x, "x", reduces=entry.reduces)
     size = tdist.get_world_size(group)
-    shape = (size * x.shape[0], *x.shape[1:]) if x.dim() else (size,)
+    ins, outs = entry.pieces(size)
+    if ins > 1:
+        _shares(x, size)
+    shape = x.shape if ins == outs else ((x.shape[0] if x.dim() else 1) * outs // ins, *x.shape[1:])
     if not x.is_cuda:
-        y = x.new_empty(shape)
-        tdist.all_gather_into_tensor(y, x.contiguous(), group=group)
-        return y
-    return _context(group).run("all_gather", x, x.numel(), shape)
+        return _on_cpu(entry, x, shape, size, group)
+    return _context(group).run(entry, x, x.numel() // ins, shape)
 
 
-def reduce_scatter(x: torch.Tensor, group=None) -> torch.Tensor:
-    """Share `rank` (along dimension 0) of the sum of every rank's `x`: shape (x.shape[0] / size, ...)."""
-    _check(x, "x", reduces=True)
-    size = _shares(x, group)
-    shape = (x.shape[0] // size, *x.shape[1:])
-    if not x.is_cuda:
-        parts = torch.empty_like(x, memory_format=torch.contiguous_format)  # share `rank` of every rank's x
-        tdist.all_to_all_single(parts, x.contiguous(), group=group)
-        return _sum_in_rank_order(parts.reshape(-1), size).view(shape)
-    return _context(group).run("reduce_scatter", x, x.numel() // size, shape)
+def _function(entry: CollectiveOp):
+    """pkit.dist.<op>(x, group=None): `run` of a registered op."""
+    def call(x: torch.Tensor, group=None) -> torch.Tensor:
+        return run(entry.name, x, group)
+
+    call.__name__ = call.__qualname__ = entry.name
+    call.__doc__ = (f"{entry.description}, as a new tensor (`run`; in place of torch.distributed.{entry.torch}; "
+                    "shares split dimension 0).")
+    return call
 
 
-def all_to_all(x: torch.Tensor, group=None) -> torch.Tensor:
-    """Share q of the result (along dimension 0) is share `rank` of rank q's `x`; same shape as `x`."""
-    _check(x, "x", reduces=False)
-    size = _shares(x, group)
-    if not x.is_cuda:
-        y = torch.empty_like(x, memory_format=torch.contiguous_format)
-        tdist.all_to_all_single(y, x.contiguous(), group=group)
-        return y
-    return _context(group).run("all_to_all", x, x.numel() // size, x.shape)
+globals().update({name: _function(op) for name, op in _OPS.items()})
+
+
+def _on_cpu(entry: CollectiveOp, x: torch.Tensor, shape, size: int, group) -> torch.Tensor:
+    """`entry` on CPU tensors through torch.distributed: a move by its torch call; a reduction gathers the parts it
+    sums with its `summands` move and adds them in rank order."""
+    if entry.reduces:
+        moves = collective(entry.summands)
+        ins, outs = moves.pieces(size)
+        parts = _on_cpu(moves, x.reshape(-1), (x.numel() * outs // ins,), size, group)
+        return _sum_in_rank_order(parts, size).view(shape)
+    y = x.new_empty(shape)
+    getattr(tdist, entry.torch)(y, x.contiguous(), group=group)
+    return y
 
 
 def _sum_in_rank_order(parts: torch.Tensor, size: int) -> torch.Tensor:
@@ -105,11 +104,9 @@ def _check(x, arg: str, reduces: bool) -> None:
         raise RuntimeError("pkit.dist: torch.distributed is not initialised (call dist.init_process_group first)")
 
 
-def _shares(x, group) -> int:
-    size = tdist.get_world_size(group)
+def _shares(x, size: int) -> None:
     if x.dim() == 0 or x.shape[0] % size:
         raise ValueError(f"x: expected dimension 0 to split into {size} equal shares, got shape {tuple(x.shape)}")
-    return size
 
 
 class _Context:
@@ -126,32 +123,32 @@ class _Context:
         self.half_bytes = 0
         self.epochs = self.team.zeros((2,), "uint32")  # the staged kernels' call epochs (include/pkit/epochs.cuh)
 
-    def run(self, op: str, x: torch.Tensor, share: int, shape) -> torch.Tensor:
-        """Collective `op` of `x` whose share is `share` elements (the whole buffer for all_reduce), into a new
-        tensor of `shape`."""
-        from .ops.collectives import ONE_SHOT_MAX_BYTES, choose
+    def run(self, entry: CollectiveOp, x: torch.Tensor, piece: int, shape) -> torch.Tensor:
+        """Op `entry` of `x` whose piece (what a rank sends each peer) is `piece` elements, into a new tensor of
+        `shape`."""
+        from .ops.collectives import ONE_SHOT_MAX_BYTES
 
         if x.device.index != self.device:
             raise ValueError(f"x: expected a tensor on this rank's GPU cuda:{self.device}, got {x.device}")
         item, size = x.element_size(), self.team.size
-        pad = -share % (16 // math.gcd(16, item))  # elements that make a share whole 16-byte packs
-        share_bytes = (share + pad) * item  # also what one rank sends one peer in the one-shot form
-        ll = choose(op, share_bytes, "auto", single_process=False) == "ll"
-        if op == "all_reduce" and size > 2 and not ll and share_bytes > ONE_SHOT_MAX_BYTES:
-            return self._two_shot(x, shape)
-        spread = size if op in ("reduce_scatter", "all_to_all") else 1  # shares in x
-        xs = _padded(x.contiguous(), share, pad, spread)
-        ys = torch.empty((share + pad) * (size if op in ("all_gather", "all_to_all") else 1), dtype=x.dtype,
-                         device=x.device)
+        pad = -piece % (16 // math.gcd(16, item))  # elements that make a piece whole 16-byte packs
+        piece_bytes = (piece + pad) * item
+        ll = choose(entry.name, piece_bytes, "auto", single_process=False) == "ll"
+        two_shot = "two_shot" in entry.algorithms.get("staged", ())
+        if two_shot and size > 2 and not ll and piece_bytes > ONE_SHOT_MAX_BYTES:
+            return self._two_shot(entry, x, shape)
+        ins, outs = entry.pieces(size)
+        xs = _padded(x.contiguous(), piece, pad, ins)
+        ys = torch.empty((piece + pad) * outs, dtype=x.dtype, device=x.device)
+        ctype = REDUCIBLE[x.dtype] if entry.reduces else None
         with _on_torch_stream(self.device):
             if ll:
-                name = f"{op}_ll" + (f"<{REDUCIBLE[x.dtype]}>" if op in REDUCING else "")
-                self.collectives._launch_ll(name, _Plain(xs), _Plain(ys), share_bytes // 16)
+                self.collectives._launch_ll(entry.kernel("ll", ctype), _Plain(xs), _Plain(ys), piece_bytes // 16)
             else:
-                self._staged(op, xs, ys, share_bytes, spread)
-        return _unpadded(ys, share, pad).view(shape)
+                self._staged(entry.kernel("staged", ctype), xs, ys, piece_bytes, ins)
+        return _unpadded(ys, piece, pad).view(shape)
 
-    def _two_shot(self, x: torch.Tensor, shape) -> torch.Tensor:
+    def _two_shot(self, entry: CollectiveOp, x: torch.Tensor, shape) -> torch.Tensor:
         """All-reduce as a staged reduce-scatter and all-gather in one kernel: 2(n-1)/n of the buffer on each
         rank's links instead of one-shot's n-1 buffers. The flat input is zero-padded at its end to n shares of
         whole 16-byte packs."""
@@ -161,14 +158,14 @@ class _Context:
         xs = _padded(x.contiguous(), n, share * size - n, 1)
         ys = torch.empty(share * size, dtype=x.dtype, device=x.device)
         with _on_torch_stream(self.device):
-            self._staged("all_reduce_two_shot", xs, ys, share * item, size)
+            self._staged(entry.kernel("staged", REDUCIBLE[x.dtype], "two_shot"), xs, ys, share * item, size)
         return ys[:n].view(shape)
 
-    def _staged(self, op: str, xs, ys, share_bytes: int, spread: int) -> None:
-        """Launch staged kernel `op` over shares of `share_bytes`, `spread` of them in `xs`."""
+    def _staged(self, name: str, xs, ys, share_bytes: int, spread: int) -> None:
+        """Launch staged kernel `name` (an NVRTC name expression) over shares of `share_bytes`, `spread` of them in
+        `xs`."""
         self._reserve(share_bytes * spread)
         team, rank = self.team, self.team.rank
-        name = f"staged_{op}" + (f"<{REDUCIBLE[xs.dtype]}>" if op in REDUCING else "")
         grid = max(1, min(self.collectives._sms, -(-share_bytes // 16 // THREADS)))
         call = STAGED_CALL.pack(x=xs.data_ptr(), y=ys.data_ptr(), stage=self.stage.table(rank).data.ptr,
                                 half16=self.half_bytes // 16, share16=share_bytes // 16,

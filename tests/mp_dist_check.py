@@ -3,8 +3,9 @@
 One process per GPU with NCCL where there are enough GPUs; otherwise every rank shares GPU 0 with gloo for the host
 side (the GPU time-slices the processes' kernels: correct, but slow and meaningless to time). CPU tensors run the
 torch.distributed fallback. Each case draws fresh inputs from a seed all ranks share, so every rank can compute
-every rank's expected output on the CPU. Reductions must match the float32 sum in rank order bit for bit (what
-the kernels compute), so every rank holds identical bits.
+every rank's expected output on the CPU from the collective registry's NumPy reference. Reductions must match the
+float32 sum in rank order bit for bit (what the kernels compute), so every rank holds identical bits. On CPU tensors
+the collectives experiment's check against torch.distributed (pkit.experiments.torch_collectives) runs too.
 """
 import os
 import sys
@@ -13,8 +14,8 @@ import torch
 import torch.distributed as dist
 
 from pkit import dist as pdist
-
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+from pkit.experiments.torch_collectives import _matches_nccl
+from pkit.ops.collective_ops import collective
 
 
 def inputs(seed: int, rank: int, shape, dtype) -> torch.Tensor:
@@ -25,23 +26,20 @@ def inputs(seed: int, rank: int, shape, dtype) -> torch.Tensor:
 
 
 def expected(op: str, xs: list, rank: int) -> torch.Tensor:
-    size = len(xs)
-    if op in ("all_reduce", "reduce_scatter"):
-        acc = torch.zeros(xs[0].shape, dtype=torch.float32)
-        for x in xs:  # rank order, in fp32, rounded once: the kernels' order
-            acc += x.float()
-        total = acc.to(xs[0].dtype)
-        return total if op == "all_reduce" else total.chunk(size)[rank]
-    if op == "all_gather":
-        return torch.cat(xs)
-    return torch.cat([x.chunk(size)[rank] for x in xs])
+    """Rank `rank`'s output of `op` from every rank's input `xs`: the registry's reference, over float32 for a
+    reduction (its sum in rank order, rounded once to the dtype: the kernels' order), over the bits for a move."""
+    entry, dtype = collective(op), xs[0].dtype
+    if entry.reduces:
+        return torch.from_numpy(entry.reference([x.float().numpy() for x in xs], rank)).to(dtype)
+    bits = torch.int16 if dtype == torch.bfloat16 else dtype  # NumPy has no bfloat16
+    return torch.from_numpy(entry.reference([x.view(bits).numpy() for x in xs], rank)).view(dtype)
 
 
 def cases(size: int):
     """(op, dtype, shape of one rank's input, non-contiguous?): LL sizes, staged sizes, shares needing padding."""
-    for op in OPS:
-        dtypes = (torch.float32, torch.bfloat16) if op in ("all_reduce", "reduce_scatter") else \
-            (torch.bfloat16, torch.int32, torch.uint8)
+    for op in pdist.OPS:
+        moves = (torch.bfloat16, torch.int32, torch.uint8)
+        dtypes = (torch.float32, torch.bfloat16) if collective(op).reduces else moves
         for dtype in dtypes:
             for rows in (size * 3, size * 4096, size * 2**19 + size * 3):  # tiny, LL, staged (and odd)
                 yield op, dtype, (rows, 3), False
@@ -62,7 +60,9 @@ def refusals(device, size: int) -> list[str]:
                                 ValueError, "x: pkit.dist reductions sum"),
                                (lambda: pdist.reduce_scatter(torch.ones(size * 8 + 1, device=device)),
                                 ValueError, "x: expected dimension 0 to split"),
-                               (lambda: pdist.all_gather([1.0, 2.0]), TypeError, "x: expected a torch.Tensor")):
+                               (lambda: pdist.all_gather([1.0, 2.0]), TypeError, "x: expected a torch.Tensor"),
+                               (lambda: pdist.run("broadcast", torch.ones(16, device=device)), ValueError,
+                                "op: expected one of ['all_reduce'")):
         try:
             call()
             bad.append(f"no {error.__name__} for {words!r}")
@@ -92,6 +92,21 @@ def graph_replays(device, rank: int, size: int) -> list[str]:
             want = expected(op, xs, rank)
             bad += [f"graph {op} {rows} rows: replay {replay}, call {k} on rank {rank} differs"
                     for k, y in enumerate(ys) if not torch.equal(y.cpu(), want)]
+    return bad
+
+
+def experiment_checks(rank: int, size: int) -> list[str]:
+    """The collectives experiment's verification of pkit.dist against torch.distributed (`_matches_nccl`), here on
+    CPU tensors: every op passes on its own output and fails on one with an element changed."""
+    bad = []
+    for seed, op in enumerate(pdist.OPS, start=20_000):
+        entry = collective(op)
+        x = inputs(seed, rank, (size * 16, 3), torch.float32)
+        got = pdist.run(op, x)
+        wrong = got.clone()
+        wrong.view(-1)[0] += 1.0
+        if not _matches_nccl(entry, got, x) or _matches_nccl(entry, wrong, x):
+            bad.append(f"experiment check of {op} on rank {rank}: passed a wrong output or failed a right one")
     return bad
 
 
@@ -131,6 +146,8 @@ def main() -> None:
     bad += refusals(device, size)
     if device.type == "cuda":
         bad += graph_replays(device, rank, size)
+    else:
+        bad += experiment_checks(rank, size)
     for message in bad:
         print("FAIL", message, flush=True)
     if not bad:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pkit import widgets as W
+from pkit import results, widgets as W
 from pkit.errors import PkitError
 from pkit.hardware import GPUS
 
@@ -182,7 +182,7 @@ def test_transfer_html_names_provenance(transfers):
     assert "nearest recorded point" in text and "copy engine" in text
     import html
 
-    assert html.escape(W.results.describe(provenance["mechanisms_size_sweep"])) in text
+    assert html.escape(results.describe(provenance["mechanisms_size_sweep"])) in text
 
 
 def test_transfer_explorer_callbacks(transfers):

@@ -22,8 +22,9 @@ from tqdm.auto import tqdm
 
 from ..bf16 import NAN_BITS, from_bf16_bits, to_bf16_bits
 from ..gpus import on_device as _on
-from ..ops.baselines import NcclCollectives
-from ..ops.collectives import COLLECTIVES, Collectives, bandwidths, choose, collective, per_peer_bytes
+from ..ops.baselines import NcclCollectives, runs as nccl_runs
+from ..ops.collective_ops import COLLECTIVES, bandwidths, choose, collective, per_peer_bytes
+from ..ops.collectives import Collectives
 from ..team import team_devices
 from ..timing import bench as time_calls
 from .torch_collectives import OPS as TORCH_OPS, SYMM_MIN_BYTES
@@ -44,11 +45,11 @@ def implementation_names() -> list[str]:
 
 def _variants(op: str, nbytes: int, ranks: int):
     """(implementation name, call(coll, nccl, out, inp)) pairs for one op at total size `nbytes`: pkit's variants
-    from the registry (`CollectiveOp.variants`), then NCCL's where the baseline has the op."""
+    from the registry (`CollectiveOp.variants`), then NCCL's where the baseline runs the op."""
     variants = [(name, lambda c, n, o, i, options=options: c.run(op, o, i, **options))
                 for name, options in collective(op).variants(nbytes, ranks)]
-    if hasattr(NcclCollectives, op):
-        variants.append(("nccl", lambda c, n, o, i: getattr(n, op)(o, i)))
+    if nccl_runs(op):
+        variants.append(("nccl", lambda c, n, o, i: n.run(op, o, i)))
     return variants
 
 
@@ -161,13 +162,13 @@ def _check_output(team, out, expected, dtype: str, what: str) -> None:
 
 
 def _expected(team, nccl, op: str, inp, out_shape, dtype: str):
-    """Every rank's right output: NCCL's where the baseline has the op, else the registry's NumPy reference
+    """Every rank's right output: NCCL's where the baseline runs the op, else the registry's NumPy reference
     (`CollectiveOp.reference`, in float32) copied to each GPU."""
     import cupy as cp
 
     expected = team.empty(out_shape, dtype)
-    if hasattr(NcclCollectives, op):
-        getattr(nccl, op)(expected, inp)
+    if nccl_runs(op):
+        nccl.run(op, expected, inp)
     else:
         as_f32 = from_bf16_bits if dtype == "bfloat16" else (lambda x: x)
         inputs = [cp.asnumpy(_on(team.devices[r], lambda r=r: as_f32(inp[r]))) for r in range(team.size)]

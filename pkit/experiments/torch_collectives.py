@@ -12,13 +12,10 @@ import argparse
 import os
 from functools import partial
 
-# torch.distributed's call for each op it runs, keyed by pkit's op name (pkit.ops.collectives.COLLECTIVES):
-# (function, its argument tensors among x (S elements), y (S elements) and part (one share)).
-TORCH_NCCL = {"all_reduce": ("all_reduce", "x"), "all_gather": ("all_gather_into_tensor", "y", "part"),
-              "reduce_scatter": ("reduce_scatter_tensor", "part", "x"), "all_to_all": ("all_to_all_single", "y", "x")}
-OPS = tuple(TORCH_NCCL)
+from ..ops.collective_ops import COLLECTIVES, CollectiveOp
+
+OPS = tuple(name for name, op in COLLECTIVES.items() if op.torch)  # the registered ops torch.distributed runs
 SYMM_MIN_BYTES = 4096  # torch symmetric memory's smallest all-reduce
-PKIT_DIST = {"all_reduce": "x", "all_gather": "part", "reduce_scatter": "x", "all_to_all": "x"}  # op -> its input
 
 
 def time_samples(fn, reps: int, warmup: int, calls_per_sample: int = 1, graph: bool = False):
@@ -65,53 +62,61 @@ def init_one_gpu_per_rank() -> tuple[int, int]:
     return rank, world
 
 
+def _torch_call(entry: CollectiveOp, out, inp) -> None:
+    """`entry`'s torch.distributed call: into `out` from `inp`, or on `inp` where torch runs it in place."""
+    import torch.distributed as dist
+
+    function = getattr(dist, entry.torch)
+    if entry.torch_in_place:
+        function(inp)
+    else:
+        function(out, inp)
+
+
 def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
     """(implementation, op, callable, verified) for one total size S in bytes; `verified` is None where pkit does
     not check the output (torch's own collectives), else whether it matched NCCL's on these inputs."""
     import torch
-    import torch.distributed as dist
 
     from pkit import dist as pdist
 
     count = nbytes // torch.tensor([], dtype=dtype).element_size()
-    share = count // world
     dev = torch.device("cuda", rank)
-    x = torch.randn(count, device=dev).to(dtype)
-    y = torch.empty_like(x)
-    part = torch.randn(share, device=dev).to(dtype)
-    tensors = {"x": x, "y": y, "part": part}
-    for op, (function, *args) in TORCH_NCCL.items():
-        yield "torch_nccl", op, partial(getattr(dist, function), *(tensors[a] for a in args)), None
-    for op, arg in PKIT_DIST.items():
-        call = partial(getattr(pdist, op), tensors[arg])
-        yield "pkit_dist", op, call, _matches_nccl(op, call(), tensors[arg])
+    tensors = {}  # op -> (input, output), sized by the registry (`CollectiveOp.counts`)
+    for op in OPS:
+        inp_count, out_count = COLLECTIVES[op].counts(count, world)
+        tensors[op] = torch.randn(inp_count, device=dev).to(dtype), torch.empty(out_count, device=dev, dtype=dtype)
+    for op, (inp, out) in tensors.items():
+        yield "torch_nccl", op, partial(_torch_call, COLLECTIVES[op], out, inp), None
+    for op, (inp, _) in tensors.items():
+        if op in pdist.OPS:
+            call = partial(pdist.run, op, inp)
+            yield "pkit_dist", op, call, _matches_nccl(COLLECTIVES[op], call(), inp)
     if group_name is not None:
         import torch.distributed._symmetric_memory as symm_mem
 
         buf = symm_mem.empty(count, dtype=dtype, device=dev)
         symm_mem.rendezvous(buf, group_name)
-        buf.copy_(x)
+        buf.copy_(torch.randn(count, device=dev))
         yield ("torch_symm_one_shot", "all_reduce",
                lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group_name), None)
         yield ("torch_symm_two_shot", "all_reduce",
                lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group_name), None)
 
 
-def _matches_nccl(op: str, got, inp) -> bool:
-    """Whether pkit.dist's output `got` of `op` on `inp` matches NCCL's on every rank: moves exactly, sums within
+def _matches_nccl(entry: CollectiveOp, got, inp) -> bool:
+    """Whether pkit.dist's output `got` of `entry` on `inp` matches NCCL's on every rank: moves exactly, sums within
     the dtype's rounding (NCCL may add in another order)."""
     import torch
     import torch.distributed as dist
 
     want = torch.empty_like(got)
-    if op == "all_reduce":
-        want.copy_(inp)
-        dist.all_reduce(want)
-    else:
-        getattr(dist, TORCH_NCCL[op][0])(want, inp)
+    if entry.torch_in_place:
+        inp = want.copy_(inp)
+    _torch_call(entry, want, inp)
     tol = {"atol": 2e-2, "rtol": 2e-2} if got.dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
-    ok = torch.tensor([float(torch.allclose(got, want, **tol) if op in ("all_reduce", "reduce_scatter")
-                             else torch.equal(got, want))], device=got.device)
+    ok = torch.tensor([float(torch.allclose(got, want, **tol) if entry.reduces else torch.equal(got, want))],
+                      device=got.device)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     return bool(ok.item())
 

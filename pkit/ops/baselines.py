@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from .collective_ops import COLLECTIVES, CollectiveOp, collective
+
 # ncclDataType_t and ncclRedOp_t values from nccl.h
 NCCL_DTYPE = {"float32": 7, "bfloat16": 9, "uint8": 1, "int32": 2, "uint32": 3}
 NCCL_SUM = 0
 
 
+def runs(op: str) -> bool:
+    """Whether the baseline runs registered op `op`: the NCCL call its entry names is one of NCCL_CALLS."""
+    return collective(op).nccl in NCCL_CALLS
+
+
 class NcclCollectives:
-    """NCCL communicators for every GPU of a one-process Team; same call shapes as pkit's Collectives."""
+    """NCCL communicators for every GPU of a one-process Team; same call shapes as pkit's Collectives: `run(op, out,
+    inp)`, and a method of each registered op's name whose NCCL call it has (`runs`)."""
 
     def __init__(self, team):
         import warnings
@@ -32,6 +40,12 @@ class NcclCollectives:
         team.require_gpu_per_rank("NcclCollectives")
         self.team, self._nccl = team, nccl
         self.comms = nccl.NcclCommunicator.initAll(list(team.devices))
+
+    def run(self, op: str, out, inp) -> None:
+        """Registered op `op` by the NCCL call its entry names (`CollectiveOp.nccl`)."""
+        if not runs(op):
+            raise ValueError(f"op: the NCCL baseline runs {[name for name in COLLECTIVES if runs(name)]}, got {op!r}")
+        NCCL_CALLS[collective(op).nccl](self, out, inp)
 
     def _each(self, call) -> None:
         import cupy as cp
@@ -50,32 +64,58 @@ class NcclCollectives:
             raise ValueError(f"dtype: NCCL baseline supports {sorted(NCCL_DTYPE)}, got {array.dtype}")
         return NCCL_DTYPE[array.dtype]
 
-    def all_reduce(self, out, inp) -> None:
-        n, dt = int(np.prod(inp.shape)), self._dtype(inp)
-        self._each(lambda r, c, s: c.allReduce(inp[r].data.ptr, out[r].data.ptr, n, dt, NCCL_SUM, s))
-
-    def all_gather(self, out, inp) -> None:
-        n, dt = int(np.prod(inp.shape)), self._dtype(inp)
-        self._each(lambda r, c, s: c.allGather(inp[r].data.ptr, out[r].data.ptr, n, dt, s))
-
     def all_gather_in_place(self, buffer) -> None:
         """buffer[r] = every rank's share in rank order, where rank q's share starts in its place in buffer[q]."""
         share = int(np.prod(buffer.shape)) // self.team.size
         step, dt = share * buffer.storage_dtype.itemsize, self._dtype(buffer)
         self._each(lambda r, c, s: c.allGather(buffer.address(r) + r * step, buffer.address(r), share, dt, s))
 
-    def reduce_scatter(self, out, inp) -> None:
-        n, dt = int(np.prod(out.shape)), self._dtype(out)
-        self._each(lambda r, c, s: c.reduceScatter(inp[r].data.ptr, out[r].data.ptr, n, dt, NCCL_SUM, s))
 
-    def all_to_all(self, out, inp) -> None:
-        size = self.team.size
-        share = int(np.prod(inp.shape)) // size
-        step, dt = share * inp.storage_dtype.itemsize, self._dtype(inp)
+# Each NCCL call the baseline makes, by its name in the registry (`CollectiveOp.nccl`): call(nccl, out, inp).
 
-        def exchange(r, comm, stream):
-            for q in range(size):
-                comm.send(inp[r].data.ptr + q * step, share, dt, q, stream)
-                comm.recv(out[r].data.ptr + q * step, share, dt, q, stream)
+def _all_reduce(nccl: NcclCollectives, out, inp) -> None:
+    n, dt = int(np.prod(inp.shape)), nccl._dtype(inp)
+    nccl._each(lambda r, c, s: c.allReduce(inp[r].data.ptr, out[r].data.ptr, n, dt, NCCL_SUM, s))
 
-        self._each(exchange)
+
+def _all_gather(nccl: NcclCollectives, out, inp) -> None:
+    n, dt = int(np.prod(inp.shape)), nccl._dtype(inp)
+    nccl._each(lambda r, c, s: c.allGather(inp[r].data.ptr, out[r].data.ptr, n, dt, s))
+
+
+def _reduce_scatter(nccl: NcclCollectives, out, inp) -> None:
+    n, dt = int(np.prod(out.shape)), nccl._dtype(out)
+    nccl._each(lambda r, c, s: c.reduceScatter(inp[r].data.ptr, out[r].data.ptr, n, dt, NCCL_SUM, s))
+
+
+def _send_recv(nccl: NcclCollectives, out, inp) -> None:
+    """Rank r sends its q-th share to rank q, which receives it as its r-th (an all-to-all)."""
+    size = nccl.team.size
+    share = int(np.prod(inp.shape)) // size
+    step, dt = share * inp.storage_dtype.itemsize, nccl._dtype(inp)
+
+    def exchange(r, comm, stream):
+        for q in range(size):
+            comm.send(inp[r].data.ptr + q * step, share, dt, q, stream)
+            comm.recv(out[r].data.ptr + q * step, share, dt, q, stream)
+
+    nccl._each(exchange)
+
+
+NCCL_CALLS = {"allReduce": _all_reduce, "allGather": _all_gather, "reduceScatter": _reduce_scatter,
+              "send/recv": _send_recv}
+
+
+def _method(entry: CollectiveOp):
+    """NcclCollectives.<op>(out, inp): `run` of a registered op."""
+    def call(self, out, inp) -> None:
+        self.run(entry.name, out, inp)
+
+    call.__name__ = call.__qualname__ = entry.name
+    call.__doc__ = f"{entry.description}, by NCCL's {entry.nccl} (`run`)."
+    return call
+
+
+for _entry in COLLECTIVES.values():
+    if runs(_entry.name):
+        setattr(NcclCollectives, _entry.name, _method(_entry))

@@ -6,9 +6,9 @@ that those streams wait for) and returns; `team.synchronize()` waits. docs/colle
 of the whole collective as nccl-tests does: all-gather's output and reduce-scatter's input hold
 `size × share` elements; all-reduce and all-to-all buffers are equal on every rank.
 
-Each op is an entry of COLLECTIVES (`CollectiveOp`: what it computes, buffer counts, busbw factor, mechanisms,
-auto thresholds); `collective(name)` looks one up, `list_collectives()` lists them, `Collectives.run(name, ...)`
-runs one by name. docs/collectives.md says how to add one.
+Each op is an entry of the collective registry (pkit/ops/collective_ops.py; its names, COLLECTIVES, `collective`,
+`choose`, `bandwidths` and the rest, import from here too): `Collectives.run(name, ...)` runs any registered op,
+and each has a method of its name. docs/collectives.md says how to add one.
 
 Mechanisms (the `mechanism` argument; "auto" picks by op and size, see `choose`):
   * "sm": register-level 16-byte loads/stores between two in-kernel team barriers; every op, any team
@@ -19,7 +19,15 @@ Mechanisms (the `mechanism` argument; "auto" picks by op and size, see `choose`)
   * "ce": the copy engine (`cudaMemcpyPeerAsync`, ordered by events; see pkit/ops/copy_engine.py); every op,
     one process driving every GPU.
 
-Example:
+Example (the registry on any machine, then a collective on the GPUs):
+    >>> from pkit.ops.collectives import collective, list_collectives
+    >>> list_collectives()["name"].tolist()
+    ['all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all']
+    >>> ag = collective("all_gather")  # S = 1024 elements on 4 GPUs: (input, output) counts, piece, busbw factor
+    >>> ag.counts(1024, 4), ag.per_peer(1024, 4), ag.bus_factor(4)
+    ((256, 1024), 256, 0.75)
+    >>> ag.kernel("ll"), collective("reduce_scatter").kernel("sm", "float")
+    ('all_gather_ll', 'reduce_scatter<float>')
     >>> import pkit
     >>> from pkit.ops.collectives import Collectives
     >>> team = pkit.Team(pkit.team.team_devices()); coll = Collectives(team)       # doctest: +SKIP
@@ -29,9 +37,7 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -39,6 +45,10 @@ from ..compiler import Kernel
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
 from ..team import _BARRIER_BLOCKS
+from .collective_ops import LL_MAX_BYTES, REDUCIBLE, CollectiveOp, choose, collective, fits, kernel_names
+# The registry's other names, which callers import from here (pkit.ops.overlap, pkit.lesson, the cli, scripts):
+from .collective_ops import (COLLECTIVES, MECHANISMS, bandwidths, bus_bandwidth_factor,  # noqa: F401
+                             list_collectives, listing, lookup, per_peer_bytes)
 
 # LL block size (`ll_threads`): small blocks spread sends and polling over more SMs; once each thread of one
 # small block per SM would carry more than LL_PACKS_PER_THREAD packs, wide blocks (one pack per thread) take
@@ -53,9 +63,6 @@ LL_PACKS_PER_THREAD = 2
 # block size. Recorded and rerun as for the block size above.
 LL_GROUP_SHIFT = {LL_THREADS: 0, LL_THREADS_WIDE: 5}
 MAX_TEAM = 8  # the kernels keep one flag row per rank in registers
-REDUCIBLE = {"float32": "float", "bfloat16": "__nv_bfloat16"}  # dtype -> the C++ type the kernels sum in
-MECHANISMS = ("auto", "sm", "ll", "ce")
-LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the staging buffer)
 ONE_SHOT_MAX_BYTES = 256 << 10  # "sm" all-reduce: one shot up to here, else two shot (when shares split)
 
 
@@ -176,46 +183,34 @@ class Collectives:
             raise ValueError(f"dtype: reductions support {sorted(REDUCIBLE)}, got {array.dtype}")
         return REDUCIBLE[array.dtype]
 
-    def all_gather(self, out, inp, mechanism: str = "auto") -> None:
-        """out[r] = concatenation over ranks q of inp[q] (inp: one share, out: size × share elements)."""
+    def _collective(self, entry: CollectiveOp, out, inp, mechanism: str = "auto") -> None:
+        """Op `entry`, one kernel per family, from its layout (`CollectiveOp.pieces`): each buffer is one piece or
+        one per rank, and one piece is what a rank sends each peer."""
         self._check_pair(out, inp)
-        share = math.prod(inp.shape)
-        self._check("out", out, share * self.team.size, inp.dtype)
-        nbytes = self._share("out", out, share * self.team.size)
-        chosen = self._mechanism("all_gather", nbytes, mechanism)
+        ins, outs = entry.pieces(self.team.size)
+        given, checked_arg, checked = (out, "inp", inp) if outs < ins else (inp, "out", out)  # the smaller sets S
+        total = math.prod(given.shape) * max(ins, outs) // min(ins, outs)  # nccl-tests' S
+        self._check(checked_arg, checked, total, given.dtype)
+        ctype = self._ctype(inp) if entry.reduces else None
+        if entry.input_by_rank or entry.output_by_rank:
+            nbytes = self._share(*(("inp", inp) if entry.input_by_rank else ("out", out)), total)
+        else:
+            nbytes = self._whole_packs(total * inp.storage_dtype.itemsize)
+        chosen = self._mechanism(entry.name, nbytes, mechanism)
+        if chosen == "ce" and entry.reduces:
+            return self._ce_reduce(self._copy_engines, out, inp, nbytes, ctype, entry.input_by_rank,
+                                   entry.output_by_rank)
         if chosen == "ce":
-            return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, 0, r * nbytes))
-        if chosen == "ll":
-            return self._launch_ll("all_gather_ll", inp, out, nbytes // 16)
-        self._launch("all_gather", inp, out, nbytes // 16)
+            return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, q * nbytes * entry.input_by_rank,
+                                                                           r * nbytes * entry.output_by_rank))
+        launch = self._launch_ll if chosen == "ll" else self._launch
+        launch(entry.kernel(chosen, ctype), inp, out, nbytes // 16)
 
-    def all_to_all(self, out, inp, mechanism: str = "auto") -> None:
-        """out[r][q-th share] = inp[q][r-th share], equal shares."""
-        self._check_pair(out, inp)
-        total = math.prod(inp.shape)
-        self._check("out", out, total, inp.dtype)
-        nbytes = self._share("inp", inp, total)
-        chosen = self._mechanism("all_to_all", nbytes, mechanism)
-        if chosen == "ce":
-            return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, q * nbytes, r * nbytes))
-        if chosen == "ll":
-            return self._launch_ll("all_to_all_ll", inp, out, nbytes // 16)
-        self._launch("all_to_all", inp, out, nbytes // 16)
-
-    def reduce_scatter(self, out, inp, mechanism: str = "auto") -> None:
-        """out[r] = sum over ranks q of the r-th share of inp[q] (inp: size × share, out: share)."""
-        self._check_pair(out, inp)
-        share = math.prod(out.shape)
-        self._check("inp", inp, share * self.team.size, out.dtype)
-        ctype = self._ctype(inp)
-        nbytes = self._share("inp", inp, share * self.team.size)
-        chosen = self._mechanism("reduce_scatter", nbytes, mechanism)
-        if chosen == "ce":
-            return self._copy_engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged<{ctype}>"),
-                                             src_offset=lambda r: r * nbytes, out_offset=lambda r: 0, gather=False)
-        if chosen == "ll":
-            return self._launch_ll(f"reduce_scatter_ll<{ctype}>", inp, out, nbytes // 16)
-        self._launch(f"reduce_scatter<{ctype}>", inp, out, nbytes // 16)
+    def _ce_reduce(self, engines, out, inp, nbytes: int, ctype: str, by_rank_in: bool, by_rank_out: bool) -> None:
+        """Copy-engine reduction on `engines` of pieces of `nbytes`: rank r sums piece r of every input (the whole
+        input unless `by_rank_in`) into its output, and with `by_rank_out` into piece r of every rank's output."""
+        engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged<{ctype}>"), gather=by_rank_out,
+                       src_offset=lambda r: r * nbytes * by_rank_in, out_offset=lambda r: r * nbytes * by_rank_out)
 
     def all_reduce(self, out, inp, algorithm: str = "auto", mechanism: str = "auto") -> None:
         """out[r] = sum over ranks q of inp[q].
@@ -230,7 +225,8 @@ class Collectives:
         ctype = self._ctype(inp)
         item = inp.storage_dtype.itemsize
         nbytes = total * item
-        runs = COLLECTIVES["all_reduce"].algorithms  # mechanism -> the algorithms it runs
+        entry = collective("all_reduce")
+        runs = entry.algorithms  # mechanism -> the algorithms it runs
         if algorithm != "auto" and not any(algorithm in names for names in runs.values()):
             known = sorted(set().union(*runs.values()))
             raise ValueError(f"algorithm: expected {_quoted(known)} or 'auto', got {algorithm!r}")
@@ -240,28 +236,18 @@ class Collectives:
         if algorithm not in ("auto", *runs[chosen]):
             raise ValueError(f"algorithm: mechanism {chosen!r} runs {_quoted(runs[chosen])}, got {algorithm!r}")
         if chosen == "ce":
-            return self._all_reduce_ce(out, inp, total, algorithm, ctype)
+            engines = self._copy_engines  # first: it refuses one process per GPU
+            split = not (algorithm == "one_shot" or (algorithm == "auto" and self.team.size == 2))
+            piece = self._share("inp", inp, total) if split else self._whole_packs(nbytes)
+            return self._ce_reduce(engines, out, inp, piece, ctype, split, split)
         self._whole_packs(nbytes)
         if chosen == "ll":
-            return self._launch_ll(f"all_reduce_ll<{ctype}>", inp, out, nbytes // 16)
+            return self._launch_ll(entry.kernel("ll", ctype), inp, out, nbytes // 16)
         if algorithm == "auto":
             splits = total % self.team.size == 0 and (total // self.team.size * item) % 16 == 0
             algorithm = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or not splits else "two_shot"
-        if algorithm == "one_shot":
-            self._launch(f"all_reduce_one_shot<{ctype}>", inp, out, nbytes // 16)
-        else:
-            self._launch(f"all_reduce_two_shot<{ctype}>", inp, out, self._share("inp", inp, total) // 16)
-
-    def _all_reduce_ce(self, out, inp, total: int, algorithm: str, ctype: str) -> None:
-        engines = self._copy_engines  # first: it refuses one process per GPU
-        kernel = self._kernel(f"reduce_staged<{ctype}>")
-        if algorithm == "one_shot" or (algorithm == "auto" and self.team.size == 2):
-            nbytes = self._whole_packs(total * inp.storage_dtype.itemsize)
-            return engines.reduce(out, inp, nbytes, kernel, src_offset=lambda r: 0, out_offset=lambda r: 0,
-                                  gather=False)
-        share = self._share("inp", inp, total)
-        engines.reduce(out, inp, share, kernel, src_offset=lambda r: r * share, out_offset=lambda r: r * share,
-                       gather=True)
+        n16 = (nbytes if algorithm == "one_shot" else self._share("inp", inp, total)) // 16
+        self._launch(entry.kernel("sm", ctype, algorithm), inp, out, n16)
 
     @staticmethod
     def _whole_packs(nbytes: int) -> int:
@@ -271,21 +257,33 @@ class Collectives:
         return nbytes
 
     def run(self, op: str, out, inp, **options) -> None:
-        """Collective `op` by name (a key of COLLECTIVES), e.g. run("all_gather", out, inp, mechanism="sm")."""
-        collective(op).run(self, out, inp, **options)
+        """Collective `op` by name (a key of COLLECTIVES), e.g. run("all_gather", out, inp, mechanism="sm"). An op
+        whose mechanisms run several algorithms has a method of its own that picks one (all_reduce)."""
+        entry = collective(op)
+        if entry.algorithms:
+            return getattr(self, op)(out, inp, **options)
+        self._collective(entry, out, inp, **options)
 
 
-def _instances(*templates: str) -> tuple[str, ...]:
-    """Name expressions of kernel templates over the reducible types, e.g. 'reduce_scatter<float>'."""
-    return tuple(f"{t}<{ctype}>" for t in templates for ctype in REDUCIBLE.values())
+def _method(entry: CollectiveOp):
+    """Collectives.<op>(out, inp, mechanism="auto"): `run` of a registered op."""
+    def call(self, out, inp, mechanism: str = "auto") -> None:
+        self._collective(entry, out, inp, mechanism)
+
+    call.__name__ = call.__qualname__ = entry.name
+    call.__doc__ = f"{entry.description} (`Collectives.run`; `mechanism`: one of {entry.mechanisms} or 'auto')."
+    return call
 
 
-# The kernels of collectives.cu and ll_collectives.cu (NVRTC name expressions), and their argument structs: each
-# mirrors the C++ struct of the same name field by field (tests compile the files with LL_CALL/SM_CALL's
-# layout_asserts).
-SM_KERNELS = ("all_gather", "all_to_all",
-              *_instances("reduce_scatter", "all_reduce_one_shot", "all_reduce_two_shot", "reduce_staged"))
-LL_KERNELS = ("all_gather_ll", "all_to_all_ll", *_instances("all_reduce_ll", "reduce_scatter_ll"))
+for _entry in COLLECTIVES.values():
+    if not hasattr(Collectives, _entry.name):
+        setattr(Collectives, _entry.name, _method(_entry))
+
+# The kernels of collectives.cu and ll_collectives.cu (NVRTC name expressions: the registry's, and the copy
+# engine's reduce_staged), and their argument structs: each mirrors the C++ struct of the same name field by
+# field (tests compile the files with LL_CALL/SM_CALL's layout_asserts).
+SM_KERNELS = (*kernel_names("sm"), *(f"reduce_staged<{ctype}>" for ctype in REDUCIBLE.values()))
+LL_KERNELS = kernel_names("ll")
 SM_CALL = KernelArgs("SMCall", (("inp", "ptr"), ("out", "ptr"), ("n16", "u64"), ("flags", "ptr"), ("rank", "i32"),
                                 ("size", "i32")))
 LL_CALL = KernelArgs("LLCall", (("inp", "ptr"), ("out", "ptr"), ("n16", "u64"), ("bases", "ptr"),
@@ -312,196 +310,5 @@ def _ll_lines_per_sender() -> int:
     return 2 * LL_MAX_BYTES // 16
 
 
-def fits(mechanism: str, nbytes: int) -> bool:
-    """Whether `mechanism` can send `nbytes` to one peer in one call ('ll': at most LL_MAX_BYTES)."""
-    return mechanism != "ll" or nbytes <= LL_MAX_BYTES
-
-
 def _quoted(names) -> str:
     return ", ".join(repr(n) for n in names)
-
-
-# The collective registry: one entry per op, from which buffers, bandwidths, `choose`, the measured variants,
-# listings and tests are derived. Sizes are nccl-tests' S (see the module docstring); n is the team size.
-
-@dataclass(frozen=True)
-class CollectiveOp:
-    """One collective: what it computes and how pkit runs, sizes and measures it."""
-
-    name: str  # key of COLLECTIVES, `op` column of results
-    description: str  # one line, for listings
-    run: Callable  # run(coll, out, inp, **options): enqueue it on coll's team (`Collectives.run`)
-    reference: Callable[[list, int], np.ndarray]  # rank r's output for every rank's input (NumPy arrays)
-    counts: Callable[[int, int], tuple[int, int]]  # (input, output) elements per rank for S elements, n ranks
-    per_peer: Callable[[int, int], int]  # bytes one rank sends one peer in the one-shot form, for S bytes, n ranks
-    bus_factor: Callable[[int], float]  # nccl-tests' busbw / algbw for n ranks
-    reduces: bool = False  # sums float32 or bfloat16 (REDUCIBLE)
-    mechanisms: tuple[str, ...] = MECHANISMS[1:]  # those that implement it; "sm" is auto's fallback
-    algorithms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # mechanism -> algorithms it runs
-    ll_auto_max_bytes: int = -1  # "auto" picks "ll" up to this many bytes per peer (-1: never)
-    ce_auto_min_bytes: float = math.inf  # "auto" picks "ce" from this many bytes per peer (one process only)
-
-    def __post_init__(self):
-        picks = ["sm"] + ["ll"] * (self.ll_auto_max_bytes >= 0) + ["ce"] * (self.ce_auto_min_bytes < math.inf)
-        if not set(picks) <= set(self.mechanisms):
-            raise ValueError(f"mechanisms: {self.name} needs {picks} (what auto may pick), got {self.mechanisms}")
-
-    def auto(self, nbytes: int, single_process: bool) -> str:
-        """The mechanism "auto" picks when one rank sends `nbytes` to one peer (see `choose`)."""
-        if nbytes <= self.ll_auto_max_bytes:
-            return "ll"
-        if single_process and nbytes >= self.ce_auto_min_bytes:
-            return "ce"
-        return "sm"
-
-    def forms(self) -> list[dict]:
-        """Keyword arguments of `run` for each mechanism with each algorithm it runs (what the tests cover)."""
-        return [{"mechanism": m, **({"algorithm": a} if a else {})} for m in self.mechanisms
-                for a in self.algorithms.get(m, (None,))]
-
-    def variants(self, total_bytes: int, ranks: int) -> list[tuple[str, dict]]:
-        """(implementation name, options of `run`) measured for S = `total_bytes` on `ranks` GPUs: the SM kernels
-        once per algorithm ('pkit_sm_<algorithm>'), every other mechanism that fits once ('pkit_<mechanism>')."""
-        out = []
-        for mechanism in self.mechanisms:
-            if mechanism == "sm" and self.algorithms.get("sm"):
-                out += [(f"pkit_sm_{a}", {"algorithm": a, "mechanism": "sm"}) for a in self.algorithms["sm"]]
-            elif fits(mechanism, self.per_peer(total_bytes, ranks)):
-                out.append((f"pkit_{mechanism}", {"mechanism": mechanism}))
-        return out
-
-
-def lookup(registry: Mapping[str, object], name: str, arg: str):
-    """registry[name], or a ValueError naming argument `arg` and the known names."""
-    if name not in registry:
-        raise ValueError(f"{arg}: expected one of {list(registry)}, got {name!r}")
-    return registry[name]
-
-
-def listing(registry: Mapping[str, object], *fields: str):
-    """A DataFrame with one row per entry of `registry` and the named `fields` as columns (tuples joined)."""
-    import pandas as pd
-
-    def cell(value):
-        return ", ".join(value) if isinstance(value, tuple) else value
-
-    return pd.DataFrame([{f: cell(getattr(entry, f)) for f in fields} for entry in registry.values()])
-
-
-def _share(x: np.ndarray, rank: int, ranks: int) -> np.ndarray:
-    """The `rank`-th of `ranks` equal shares of `x`."""
-    share = len(x) // ranks
-    return x[rank * share:(rank + 1) * share]
-
-
-def _sum(inputs, rank):
-    return np.sum(inputs, axis=0)
-
-
-def _sum_share(inputs, rank):
-    return _share(np.sum(inputs, axis=0), rank, len(inputs))
-
-
-def _concatenation(inputs, rank):
-    return np.concatenate(inputs)
-
-
-def _transposition(inputs, rank):
-    return np.concatenate([_share(x, rank, len(inputs)) for x in inputs])
-
-
-def _equal(elements: int, ranks: int) -> tuple[int, int]:
-    return elements, elements
-
-
-def _gathered(elements: int, ranks: int) -> tuple[int, int]:
-    return elements // ranks, elements
-
-
-def _scattered(elements: int, ranks: int) -> tuple[int, int]:
-    return elements, elements // ranks
-
-
-def _whole(nbytes: int, ranks: int) -> int:
-    return nbytes
-
-
-def _one_share(nbytes: int, ranks: int) -> int:
-    return nbytes // ranks
-
-
-def _peers_share(ranks: int) -> float:
-    return (ranks - 1) / ranks
-
-
-def _twice_peers_share(ranks: int) -> float:
-    return 2 * (ranks - 1) / ranks
-
-
-# "auto" thresholds, in bytes one rank sends one peer: from results/h200x2-nv18/collectives_pkit_nccl.csv (the
-# reduce-scatter CE threshold lies between the measured tie at 128 MiB shares and the win at 512 MiB).
-COLLECTIVES = {c.name: c for c in (
-    CollectiveOp("all_reduce", "every rank gets the sum of every rank's buffer", Collectives.all_reduce, _sum,
-                 _equal, _whole, _twice_peers_share, reduces=True,
-                 algorithms={"sm": ("one_shot", "two_shot"), "ll": ("one_shot",), "ce": ("one_shot", "two_shot")},
-                 ll_auto_max_bytes=1 << 20, ce_auto_min_bytes=256 << 20),
-    CollectiveOp("all_gather", "every rank gets every rank's share, in rank order", Collectives.all_gather,
-                 _concatenation, _gathered, _one_share, _peers_share, ll_auto_max_bytes=512 << 10),
-    CollectiveOp("reduce_scatter", "rank r gets the sum of every rank's r-th share", Collectives.reduce_scatter,
-                 _sum_share, _scattered, _one_share, _peers_share, reduces=True, ll_auto_max_bytes=512 << 10,
-                 ce_auto_min_bytes=256 << 20),
-    CollectiveOp("all_to_all", "rank r gets every rank's r-th share, in rank order", Collectives.all_to_all,
-                 _transposition, _equal, _one_share, _peers_share, ll_auto_max_bytes=512 << 10),
-)}
-
-
-def collective(name: str) -> CollectiveOp:
-    """The registry entry of op `name`.
-
-    >>> collective("all_gather").counts(1024, 4)  # (input, output) elements for S = 1024 elements on 4 GPUs
-    (256, 1024)
-    """
-    return lookup(COLLECTIVES, name, "op")
-
-
-def list_collectives():
-    """The registered collectives as a DataFrame: name, description, mechanisms, reduces.
-
-    >>> list_collectives()["name"].tolist()
-    ['all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all']
-    """
-    return listing(COLLECTIVES, "name", "description", "mechanisms", "reduces")
-
-
-def per_peer_bytes(op: str, total_bytes: int, ranks: int) -> int:
-    """What one rank sends one peer in the one-shot form of `op` over nccl-tests' size S = `total_bytes`: the
-    whole buffer for all-reduce, one share otherwise (the `nbytes` of `choose`)."""
-    return collective(op).per_peer(total_bytes, ranks)
-
-
-def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) -> str:
-    """The mechanism for a collective: the override if given, else what measured fastest on 2×H200
-    (results/h200x2-nv18/collectives_pkit_nccl.csv). `nbytes`: what one rank sends one peer in the one-shot
-    form (`per_peer_bytes`). LL packets up to the op's `ll_auto_max_bytes`, the copy-engine pipeline from its
-    `ce_auto_min_bytes` (one process only), SM kernels for the rest (`CollectiveOp.auto`)."""
-    entry = collective(op)
-    if mechanism == "auto":
-        return entry.auto(nbytes, single_process)
-    if mechanism not in entry.mechanisms:
-        raise ValueError(f"mechanism: expected one of {['auto', *entry.mechanisms]}, got {mechanism!r}")
-    return mechanism
-
-
-def bus_bandwidth_factor(op: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw factor: all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all (n−1)/n."""
-    if ranks < 1:
-        raise ValueError(f"ranks: expected a positive team size, got {ranks}")
-    return collective(op).bus_factor(ranks)
-
-
-def bandwidths(op: str, total_bytes: int, ranks: int, seconds: float) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s for a collective over `total_bytes` (nccl-tests' S) taking `seconds`."""
-    if seconds <= 0 or total_bytes < 0:
-        raise ValueError(f"seconds, total_bytes: expected positive time and non-negative size, got {seconds}, {total_bytes}")
-    algbw = total_bytes / seconds / 1e9
-    return algbw, algbw * bus_bandwidth_factor(op, ranks)
