@@ -295,12 +295,11 @@ class PartialGemm(_OnTeam):
         return self._c[rank]
 
     def serial(self) -> None:
-        """cuBLAS partial products, then NCCL's reduce-scatter or all-reduce (bf16)."""
+        """cuBLAS partial products, then NCCL's reduce-scatter or all-reduce (bf16), the pattern's `nccl_op`."""
         for r in range(self.team.size):
             with _torch_stream(self.team.devices[r]):
                 _matmul(self._a[r], self._b[r], self._p[r])
-        collective = self._nccl.reduce_scatter if self.scatter else self._nccl.all_reduce
-        collective(self.outputs, self.partials)
+        getattr(self._nccl, PATTERNS[self.pattern].nccl_op)(self.outputs, self.partials)
 
     def tma_add(self) -> None:
         """Every rank's outputs zeroed; each GPU's pkit GEMM adds its tiles into the owners' outputs (its own and
