@@ -3,11 +3,12 @@
 A pattern is a tensor-parallel GEMM paired with a collective: all-gather + GEMM (`ag_gemm`), GEMM + reduce-scatter
 (`gemm_rs`), GEMM + all-reduce (`gemm_ar`). Its entry says which op class runs it (`pkit.ops.overlap`), its per-GPU
 roofline cost (`pkit.roofline`), which dimension its sweep varies, the NCCL collective it overlaps and PyTorch's
-fused op for it. Each schedule says the GEMM it runs, the SMs it spends on communication, the options a sweep
-times it over, and how figures draw it. A schedule is a method of the op class, of the same name.
+fused op for it. Each schedule says the GEMM it runs, what moves its bytes, the SMs it spends on communication,
+the options a sweep times it over, and how figures draw it. A schedule is a method of the op class, of the same
+name.
 
-The op classes, the overlap study (`pkit.experiments.overlap`), its figures (`pkit.figures`), the overlap model and
-the tests read this registry; docs/overlap.md says how to add a schedule.
+The op classes, the overlap study (`pkit.experiments.overlap`), its figures (`pkit.figures`) and the tests read
+this registry; docs/overlap.md says how to add a schedule.
 
 Example:
     >>> from pkit.ops.overlap_patterns import PATTERNS, gemm_of
