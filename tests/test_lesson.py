@@ -293,15 +293,22 @@ FILL = 'extern "C" __global__ void fill(float* x) { x[threadIdx.x] = 1.0f; }\n'
 
 
 @pytest.fixture
-def shell():
-    """An IPython shell in this process, without history, cleared afterwards."""
+def shell(monkeypatch):
+    """An IPython shell in this process, without history; cleared afterwards, and what making one changes put back
+    (sys.modules['__main__'], the builtins it adds), so later tests do not run as if in IPython."""
     interactiveshell = pytest.importorskip("IPython.core.interactiveshell")
+    import builtins
+
     from traitlets.config import Config
 
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    had = set(vars(builtins))
     config = Config()
     config.HistoryManager.enabled = False
     yield interactiveshell.InteractiveShell.instance(config=config)
     interactiveshell.InteractiveShell.clear_instance()
+    for name in set(vars(builtins)) - had:
+        delattr(builtins, name)
 
 
 def test_cuda_cells_store_and_compile_in_ipython(shell, cache_dir):
