@@ -45,7 +45,7 @@ LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ARGS ?=
 
 lab: install
-	$(BIN)/jupyter lab $(LAB_ROOT) $(LAB_ARGS) notebooks/
+	$(BIN)/jupyter lab $(LAB_ROOT) --LabApp.extra_labextensions_path=pkit/lesson/labextension $(LAB_ARGS) notebooks/
 
 clean:
 	rm -rf build .pytest_cache
