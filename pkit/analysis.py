@@ -378,6 +378,46 @@ def mechanism_usage(diagnoses: pd.DataFrame) -> pd.DataFrame:
     return diagnoses.assign(mechanism=diagnoses["mechanisms"].str.split("+")).explode("mechanism")
 
 
+def mechanism_outcomes(diagnoses: pd.DataFrame) -> pd.DataFrame:
+    """Candidates per transfer mechanism and outcome, from `diagnose_records`: a row per mechanism used (in
+    `MECHANISMS` order, then 'none' and 'unknown'), a column per status (`STATUSES`); a candidate using several
+    mechanisms counts under each.
+
+    Example:
+        >>> d = pd.DataFrame({"mechanisms": ["sm+torch_distributed", "torch_distributed", "none"],
+        ...                   "status": ["correct_faster", "wrong_result", "timeout"]})
+        >>> t = mechanism_outcomes(d)
+        >>> t.index.tolist(), t.loc["torch_distributed", ["wrong_result", "correct_faster"]].tolist()
+        (['torch_distributed', 'sm', 'none'], [1, 1])
+        >>> int(t.to_numpy().sum())  # the candidate using two mechanisms counts twice
+        4
+    """
+    usage = mechanism_usage(diagnoses)
+    names = [m for m in [*MECHANISMS, "none", "unknown"] if m in set(usage["mechanism"])]
+    return pd.crosstab(usage["mechanism"], usage["status"]).reindex(index=names, columns=list(STATUSES), fill_value=0)
+
+
+def cause_counts(diagnoses: pd.DataFrame) -> pd.DataFrame:
+    """Failed candidates per cause and model, from `diagnose_records`: a row per cause assigned (in `CAUSES`
+    order), a column per model (counts), then `confidence`: the confidences of the rules that assigned it,
+    lowest first, joined by '/'.
+
+    Example:
+        >>> d = pd.DataFrame({"model": ["a", "b", "a", "b"], "cause": [None, "data_partitioning", "compile_error",
+        ...                   "compile_error"], "cause_confidence": [None, "medium", "high", "medium"]})
+        >>> cause_counts(d)  # doctest: +NORMALIZE_WHITESPACE
+        model              a  b   confidence
+        cause
+        compile_error      1  1  medium/high
+        data_partitioning  0  1       medium
+    """
+    failed = diagnoses[diagnoses["cause"].notna()]
+    causes = [c for c in CAUSES if c in set(failed["cause"])]
+    counts = pd.crosstab(failed["cause"], failed["model"]).reindex(index=causes, fill_value=0)
+    joined = failed.groupby("cause")["cause_confidence"].agg(lambda s: "/".join(sorted(set(s), key=CONFIDENCE.index)))
+    return counts.assign(confidence=joined.reindex(causes))
+
+
 # --- published results -----------------------------------------------------------------------------------
 
 def published(path: str | Path | None = None) -> pd.DataFrame:

@@ -169,3 +169,47 @@ def table(records, ks: Sequence[int] = (1,), ps: Sequence[float] = (1.0,)) -> pd
                          "value": geomean_speedup(part)})
     return pd.DataFrame(rows, columns=["model", "category", "problems", "metric", "k", "p", "value"])
 
+
+def fast_p_curve(records, ps: Sequence[float], k: int = 1, total: int | None = None) -> pd.DataFrame:
+    """fast_p@k of each model at every speedup threshold in `ps` (reference time / candidate time): a row per
+    (model, p), `fast` a share of problems in [0, 1] (of `total` problems when given, else of those with records).
+
+    Example:
+        >>> recs = [{"problem": "a", "category": "c", "model": "m", "status": "correct_faster", "speedup": 1.5},
+        ...         {"problem": "b", "category": "c", "model": "m", "status": "correct_slower", "speedup": 0.5}]
+        >>> fast_p_curve(recs, [0.0, 1.0, 2.0]).values.tolist()
+        [['m', 0.0, 1.0], ['m', 1.0, 0.5], ['m', 2.0, 0.0]]
+    """
+    frame = records if isinstance(records, pd.DataFrame) else outcomes(records)
+    rows = [{"model": model, "p": p, "fast": fast_p(mine, p, k, total)}
+            for model, mine in frame.groupby("model", sort=True) for p in ps]
+    return pd.DataFrame(rows, columns=["model", "p", "fast"])
+
+
+def by_category(records, k: int = 1, p: float = 1.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """pass@k and fast_p@k of each model per category, as two grids for a heatmap, (scores, problems): a row
+    per category (`ALL` first, then by name), a column per model and metric, labelled '<model>\\npass@<k>' and
+    '<model>\\nfast_<p>@<k>'; scores are shares of the problems that `problems` counts (those the model has
+    records for in the category), NaN where it has none.
+
+    Example:
+        >>> recs = [{"problem": "a", "category": "x", "model": "m", "status": "correct_faster", "speedup": 2.0},
+        ...         {"problem": "b", "category": "y", "model": "m", "status": "wrong_result", "speedup": None}]
+        >>> scores, problems = by_category(recs)
+        >>> scores.index.tolist(), scores.columns.tolist()
+        (['all', 'x', 'y'], ['m\\npass@1', 'm\\nfast_1@1'])
+        >>> scores.values.tolist()
+        [[0.5, 0.5], [1.0, 1.0], [0.0, 0.0]]
+        >>> problems["m\\npass@1"].tolist()
+        [2.0, 1.0, 1.0]
+    """
+    frame = records if isinstance(records, pd.DataFrame) else outcomes(records)
+    scores = table(frame, ks=[k], ps=[p])
+    names = {"pass": f"pass@{k}", "fast": f"fast_{p:g}@{k}"}
+    scores = scores[scores["metric"].isin(list(names))]
+    scores = scores.assign(column=scores["model"] + "\n" + scores["metric"].map(names))
+    order = [ALL] + sorted(c for c in scores["category"].unique() if c != ALL)
+    columns = [f"{m}\n{name}" for m in sorted(frame["model"].unique()) for name in names.values()]
+    grids = (scores.pivot_table(index="category", columns="column", values=v).reindex(index=order, columns=columns)
+             for v in ("value", "problems"))
+    return tuple(grids)

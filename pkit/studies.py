@@ -200,7 +200,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
                  "python -m pkit.harness.baseline pkit sweep.jsonl and python -m pkit.harness.baseline solutions "
                  "sweep.jsonl"),
     Study("llm_benchmark", "pass@k, fast_p, failure causes and mechanisms of (LLM-written) candidates",
-          "pkit.analysis", "07_llm_benchmark_analysis", gpus=0),
+          "pkit.experiments.llm_benchmark", "07_llm_benchmark_analysis", gpus=0),
     Study("lesson", "six exercises in multi-GPU CUDA, each checked on two ranks (two GPUs, or one GPU shared)",
           "pkit.lesson", "08_lesson_multi_gpu_communication", (Part("overlap_timeline", **_PEER, optional=True),), gpus=1,
           reads=("hierarchy_ladder", "quickstart", "collectives_latency", "collectives_pkit_nccl")),

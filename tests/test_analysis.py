@@ -6,6 +6,7 @@ import pytest
 
 from pkit import analysis
 from pkit.analysis import diagnose_records, failure_cause, mechanisms, published
+from pkit.harness.records import STATUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -205,3 +206,34 @@ def test_old_and_new_timing_records_are_read_alike():
     assert failure_cause(old) is None and failure_cause(new) is None
     rows = diagnose_records([old, new])
     assert len(rows) == 2
+
+
+@pytest.fixture(scope="module")
+def example_diagnoses() -> pd.DataFrame:
+    """The diagnoses of the recorded example evaluation (pkit's solutions and the hand-written samples)."""
+    from pkit.harness.records import read_jsonl
+
+    return diagnose_records(read_jsonl(ROOT / "results" / "cpu-gloo" / "llm_eval_example.jsonl"))
+
+
+def test_cause_counts_count_every_failed_candidate_once_by_model(example_diagnoses):
+    counts = analysis.cause_counts(example_diagnoses)
+    failed = example_diagnoses[example_diagnoses["cause"].notna()]
+    assert len(failed) and int(counts.drop(columns="confidence").to_numpy().sum()) == len(failed)
+    assert list(counts.index) == [c for c in analysis.CAUSES if c in set(failed["cause"])]
+    for cause, row in counts.iterrows():
+        mine = failed[failed["cause"] == cause]
+        assert row.drop("confidence").to_dict() == {m: int((mine["model"] == m).sum()) for m in row.index[:-1]}
+        levels = row["confidence"].split("/")
+        assert set(levels) == set(mine["cause_confidence"]) and levels == sorted(levels, key=analysis.CONFIDENCE.index)
+
+
+def test_mechanism_outcomes_count_each_candidate_under_each_mechanism_it_uses(example_diagnoses):
+    table = analysis.mechanism_outcomes(example_diagnoses)
+    uses = example_diagnoses["mechanisms"].str.split("+")
+    assert int(table.to_numpy().sum()) == int(uses.map(len).sum())
+    assert list(table.columns) == list(STATUSES)
+    assert list(table.index) == [m for m in [*analysis.MECHANISMS, "none", "unknown"] if m in set(uses.explode())]
+    for mechanism, row in table.iterrows():
+        mine = example_diagnoses[uses.map(lambda names: mechanism in names)]
+        assert row[row > 0].to_dict() == mine["status"].value_counts().to_dict()

@@ -145,3 +145,34 @@ def test_level_records_are_correct_and_not_faster():
     both = ONE_SAMPLE + [rec("e", "correct_level", 1.01, category="moe")]  # old records beside a new one
     assert pass_rate(both) == pytest.approx(4 / 5) and fast_p(both, p=1.0) == pytest.approx(2 / 5)
     assert metrics.outcomes(both)["correct"].tolist() == [True, True, False, True, True]
+
+
+def test_fast_p_curve_is_fast_p_per_model_and_falls_as_p_rises():
+    two = ONE_SAMPLE + [rec("a", "correct_faster", 3.0, model="n"), rec("b", "wrong_result", model="n")]
+    ps = [0.0, 0.9, 1.0, 1.5, 2.5]
+    curve = metrics.fast_p_curve(two, ps, total=6)
+    assert curve["model"].tolist() == ["m"] * 5 + ["n"] * 5 and curve["p"].tolist() == ps * 2
+    for row in curve.itertuples():
+        mine = [r for r in two if r["model"] == row.model]
+        assert row.fast == fast_p(mine, row.p, 1, 6)
+    assert curve.groupby("model")["fast"].apply(lambda f: f.is_monotonic_decreasing).all()
+    assert curve.set_index(["model", "p"]).loc[("n", 2.5), "fast"] == pytest.approx(1 / 6)
+
+
+def test_by_category_holds_the_tables_pass_and_fast_with_problems_counted():
+    two = ONE_SAMPLE + [rec("a", "correct_faster", 3.0, model="n")]
+    scores, problems = metrics.by_category(two)
+    assert scores.index.tolist() == ["all", "collectives", "moe"]
+    assert scores.columns.tolist() == ["m\npass@1", "m\nfast_1@1", "n\npass@1", "n\nfast_1@1"]
+    t = table(two).set_index(["model", "category", "metric"])
+    for category in scores.index:
+        for model in ("m", "n"):
+            for metric, column in (("pass", f"{model}\npass@1"), ("fast", f"{model}\nfast_1@1")):
+                if (model, category, metric) in t.index:
+                    assert scores.loc[category, column] == t.loc[(model, category, metric), "value"]
+                    assert problems.loc[category, column] == t.loc[(model, category, metric), "problems"]
+                else:  # no records of the model there: no value, not 0
+                    assert math.isnan(scores.loc[category, column]) and math.isnan(problems.loc[category, column])
+    assert math.isnan(scores.loc["moe", "n\npass@1"]) and scores.loc["moe", "m\npass@1"] == 1.0
+    faster = metrics.by_category(two, p=2.5)[0]
+    assert faster.loc["all", "n\nfast_2.5@1"] == 1.0 and faster.loc["all", "m\nfast_2.5@1"] == 0.0
