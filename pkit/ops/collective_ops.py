@@ -46,7 +46,7 @@ class CollectiveOp:
     torch_in_place: bool = False  # ... or on one tensor that is both
     nccl: str | None = None  # the NCCL call of the one-process baseline (pkit.ops.baselines.NCCL_CALLS)
     mechanisms: tuple[str, ...] = MECHANISMS[1:]  # Collectives' mechanisms that run it; "sm" is auto's fallback
-    algorithms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # family -> the algorithms it runs
+    algorithms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # mechanism or family -> algorithms
     ll_auto_max_bytes: int = -1  # "auto" picks "ll" up to this many bytes per peer (-1: never)
     ce_auto_min_bytes: float = math.inf  # "auto" picks "ce" from this many bytes per peer (one process only)
 
