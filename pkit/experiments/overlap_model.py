@@ -42,11 +42,15 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-PATTERNS = ("ag_gemm", "gemm_rs", "gemm_ar")
-SCHEDULES = ("serial", "ce_chunks", "ce_flags", "sm_pull", "tma_pull")
+from ..ops.overlap import CHUNK_ROWS
+from ..ops.overlap_patterns import PATTERNS as OVERLAP
+from ..ops.overlap_patterns import gemm_of, schedules
+
+PATTERNS = tuple(OVERLAP)
+SCHEDULES = OVERLAP["ag_gemm"].names
+"""The schedules modelled, AG+GEMM's (pkit.ops.overlap_patterns), for every pattern: what GEMM+RS and GEMM+AR
+would take moving their bytes the same ways."""
 ITEMSIZE = 2  # bf16
-CHUNK_ROWS = 1024  # pkit.ops.overlap.CHUNK_ROWS: rows per copy chunk and ready flag
-NCCL_OPS = {"ag_gemm": "all_gather", "gemm_rs": "reduce_scatter", "gemm_ar": "all_reduce"}
 
 
 @dataclass(frozen=True)
@@ -198,15 +202,19 @@ class Link:
     gpu: str = "H200"
     notes: dict = field(default_factory=dict)
 
+    def rate(self, transfer: str, sms: int = 16) -> float:
+        """One-way GB/s per GPU of a schedule's `transfer` (pkit.ops.overlap_patterns): the copy engine, SM pulls on
+        `sms` SMs or TMA pulls."""
+        rates = {"ce": lambda: self.ce_GBps, "sm_pull": lambda: self.sm_pull(sms), "tma_pull": lambda: self.tma_GBps}
+        if transfer not in rates:
+            raise ValueError(f"transfer: expected one of {list(rates)} (the model has no rate for others), "
+                             f"got {transfer!r}")
+        return float(rates[transfer]())
+
 
 def intensity(m: int, n: int, k: int) -> float:
     """A bf16 GEMM's flops per byte of its operands and output (2·M·N·K over 2·(M·K + N·K + M·N))."""
     return m * n * k / (m * k + n * k + m * n)
-
-
-def gemm_of(schedule: str) -> str:
-    """The GEMM a schedule runs: cuBLAS for serial and ce_chunks, pkit's GEMM for the fused ones."""
-    return "cublas" if schedule in ("serial", "ce_chunks") else "pkit_gemm"
 
 
 def calibration_errors(gemms: dict, interference: dict, partition: pd.DataFrame) -> pd.DataFrame:
@@ -327,19 +335,19 @@ def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gem
         raise ValueError(f"pattern, schedule: expected one of {PATTERNS} and {SCHEDULES}, got {pattern!r}, "
                          f"{schedule!r}")
     gpus = link.gpus
+    takes_sms = schedules()[schedule].communication == "comm_sms"  # its pulls run on SMs taken from the GEMM
     gm, gn, gk = _gemm_shape(pattern, m, k, n, gpus)
     t_gemm = gemm.time_s(gm, gn, gk)
     recv, total = _link_bytes(pattern, m, k, n, gpus)
     chunks = max(1, m // (gpus * chunk_rows)) if pattern == "ag_gemm" else max(1, m // chunk_rows)
     if schedule == "serial":
-        t_link, slow, fill = link.nccl_s(NCCL_OPS[pattern], total, gpus), 1.0, 0.0
+        t_link, slow, fill = link.nccl_s(OVERLAP[pattern].nccl_op, total, gpus), 1.0, 0.0
         time = t_gemm + t_link
     else:
-        rate = {"ce_chunks": link.ce_GBps, "ce_flags": link.ce_GBps, "sm_pull": link.sm_pull(comm_sms),
-                "tma_pull": link.tma_GBps}[schedule]
+        rate = link.rate(schedules()[schedule].transfer, comm_sms)
         rate = min(rate, interference.copy_budget(gm, gn, gk) / 2)  # HBM serves what arrives and what leaves
         t_link = recv / (rate * 1e9)
-        on_sms = gemm.sms - comm_sms if schedule == "sm_pull" else gemm.sms  # SM pulls take SMs from the GEMM
+        on_sms = gemm.sms - comm_sms if takes_sms else gemm.sms
         slow = interference.time_ratio(2 * rate) * gemm.time_s(gm, gn, gk, on_sms) / t_gemm
         compute = t_gemm * slow
         if pattern == "ag_gemm":  # own rows first, then each peer chunk as it lands: the last chunk's GEMM trails
@@ -351,7 +359,7 @@ def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gem
               "interference": "measured on one GPU, fitted", "link": link.source,
               "link_measured": link.measured}
     return {"pattern": pattern, "schedule": schedule, "gpus": gpus, "m": m, "k": k, "n": n,
-            "comm_sms": comm_sms if schedule == "sm_pull" else 0, "gemm_us": t_gemm * 1e6, "link_us": t_link * 1e6,
+            "comm_sms": comm_sms if takes_sms else 0, "gemm_us": t_gemm * 1e6, "link_us": t_link * 1e6,
             "slowdown": slow, "fill_us": fill * 1e6, "time_us": time * 1e6, "system": link.name,
             "measured_link": link.measured, "inputs": inputs}
 
@@ -362,13 +370,13 @@ def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = (
     k = K_local × GPUs), with the overlap bound of each shape (pkit.roofline, H200 datasheet) and the fraction of it
     each schedule reaches. `gemms`/`interference`: by implementation (`calibrate`), each schedule's as `gemm_of`
     says."""
-    from ..roofline import PATTERNS as COSTS, Ceilings, floor
+    from ..roofline import Ceilings, floor
 
     rows = []
     for pattern in patterns:
         for x in inner:
             kk, nn = (k, x) if pattern == "ag_gemm" else (x * link.gpus, 8192)
-            bound = floor(COSTS[pattern](m, kk, nn, link.gpus), Ceilings.datasheet(), "bfloat16").time_s * 1e6
+            bound = floor(OVERLAP[pattern].cost(m, kk, nn, link.gpus), Ceilings.datasheet(), "bfloat16").time_s * 1e6
             for schedule in SCHEDULES:
                 impl = gemm_of(schedule)
                 row = predict(pattern, schedule, m, kk, nn, link, gemms[impl], interference[impl])
@@ -535,7 +543,7 @@ def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: 
     from pathlib import Path
 
     from ..results import REPO_ROOT
-    from ..roofline import PATTERNS as COSTS, Ceilings, floor
+    from ..roofline import Ceilings, floor
 
     root = Path(problems_root or REPO_ROOT / "problems")
     rows = []
@@ -550,7 +558,7 @@ def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: 
             m, k, n = shape
             scale = (lambda g: g) if link.gpu == "H200" else (lambda g: scaled_gemm(g, link.gpu))
             fits = {i: scale(g) for i, g in gemms.items()}
-            bound = floor(COSTS[pattern](m, k, n, link.gpus), Ceilings.datasheet(link.gpu), "bfloat16").time_s * 1e6
+            bound = floor(OVERLAP[pattern].cost(m, k, n, link.gpus), Ceilings.datasheet(link.gpu), "bfloat16").time_s * 1e6
             times = {}
             for schedule in SCHEDULES:
                 impl = gemm_of(schedule)
