@@ -448,7 +448,7 @@ def _summary(out: Path, ran: int) -> int:
     """Print what --out holds now (and how many candidates this run evaluated); exit code 0."""
     lines, _ = read_lines(out)
     counts = ", ".join(f"{k} {v}" for k, v in status_counts(r for _, r in lines).items() if v)
-    print(f"{len(lines)} records → {out} ({ran} run now): {counts}")
+    print(f"{len(lines)} records → {out} ({ran} run now): {counts or 'none'}")
     return 0
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from .contain import interruptible
@@ -106,9 +107,11 @@ def run_shard(label: str, items: list, options: EvalOptions, parameters: dict, q
         pairs.append((loaded[name], candidate))
     stamp = dict(provenance(parameters), shard=label)
     count = 0
-    for record in evaluations(pairs, options, provenance=stamp, log=lambda line: queue.put(("log", label, line))):
-        queue.put(("record", label, record))
-        count += 1
+    with closing(evaluations(pairs, options, provenance=stamp,
+                             log=lambda line: queue.put(("log", label, line)))) as stream:
+        for record in stream:
+            queue.put(("record", label, record))
+            count += 1
     return count
 
 
@@ -123,8 +126,8 @@ def run(shards: list[tuple[str, list]], options: EvalOptions, parameters: dict, 
     from tqdm import tqdm
 
     queue = Queue()
-    task = ray.remote(run_shard).options(**task_resources(options.world_size, options.device))
-    running = {task.options(name=f"pkit eval shard {label}").remote(
+    task, needs = ray.remote(run_shard), task_resources(options.world_size, options.device)
+    running = {task.options(name=f"pkit eval shard {label}", **needs).remote(
         label, [(portable(p.source), c) for p, c in pairs], options, parameters, queue): label
         for label, pairs in shards if pairs}
     total = sum(len(pairs) for _, pairs in shards)

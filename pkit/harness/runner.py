@@ -625,8 +625,9 @@ def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, o
     pairs = [(p, c) for p, c in pairs if not unsupported(p, options)]
     records: list[dict] = []
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(out_path, "a" if append else "w", encoding="utf-8") as out:
-        for record in evaluations(pairs, options, provenance=provenance, log=log):
+    with open(out_path, "a" if append else "w", encoding="utf-8") as out, \
+            closing(evaluations(pairs, options, provenance=provenance, log=log)) as stream:
+        for record in stream:
             write_line(out, record)
             records.append(record)
             log(progress_line(len(records), len(pairs), record))
