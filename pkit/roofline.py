@@ -241,8 +241,3 @@ def gemm_ar_cost(m: int, k: int, n: int, n_gpus: int, itemsize: int = 2) -> dict
     """
     cost = gemm_rs_cost(m, k, n, n_gpus, itemsize)
     return dict(cost, link_bytes=2 * cost["link_bytes"], sync_steps=2)
-
-
-PATTERNS = {"ag_gemm": ag_gemm_cost, "gemm_rs": gemm_rs_cost, "gemm_ar": gemm_ar_cost}
-"""The tensor-parallel overlap patterns (all-gather + GEMM, GEMM + reduce-scatter, GEMM + all-reduce), name → per-GPU
-cost function."""
