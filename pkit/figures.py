@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .ops.collective_ops import COLLECTIVES as _COLLECTIVES
 from .ops.overlap_patterns import PATTERNS as _OVERLAP_PATTERNS
 from .ops.overlap_patterns import schedules as _overlap_schedules
 from .results import REPO_ROOT, hardware_words
@@ -105,8 +106,7 @@ LABELS = {
     "wrong_result": "wrong result", "correct_slower": "correct, slower",
     "correct_level": "correct, level (a tie)", "correct_faster": "correct, faster",
     "bfloat16": "bf16", "float32": "fp32",
-    "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
-    "all_to_all": "all-to-all",
+    **{op: op.replace("_", "-") for op in _COLLECTIVES},
     "hbm": "HBM", "sync": "latency/sync",
 }
 LINE_STYLES = ("-", ":", "--", "-.")
