@@ -17,6 +17,7 @@ from pkit.ops.collectives import COLLECTIVES, Collectives, collective
 from pkit.ops.transfers import MECHANISMS as COPY_MECHANISMS
 from pkit.ops.transfers import peer_copy
 from pkit.team import default_team
+from pkit.tolerance import tolerance
 
 SHARE = 1 << 13  # float32 per rank's share (32 KiB): collectives of up to 8 ranks stay within every mechanism's limits
 
@@ -41,7 +42,8 @@ def run_collective(team, coll, op: str, kwargs: dict) -> bool:
     team.synchronize()
     coll.run(op, out, inp, **kwargs)
     team.synchronize()
-    return all(np.allclose(cp.asnumpy(out[r]), entry.reference(host, r), rtol=1e-5, atol=1e-5)
+    atol, rtol = tolerance("float32")
+    return all(np.allclose(cp.asnumpy(out[r]), entry.reference(host, r), rtol=rtol, atol=atol)
                for r in range(team.size))
 
 

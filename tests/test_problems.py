@@ -22,11 +22,11 @@ from pkit.experiments.projection import TRAFFIC
 from pkit.harness import checks
 from pkit.harness.problems import CATEGORIES, default_root, discover, load_module
 from pkit.problem_kit import parse_dtype
+from pkit.tolerance import tolerance
 
 PROBLEMS_DIR = default_root()
 PROBLEMS = {p.name: p for p in discover(PROBLEMS_DIR)}
 WORLD_SIZES = (2, 4)  # each problem runs at those of these it declares in META["world_sizes"]
-TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # oracle checks, by each output's dtype; others exact
 META_KEYS = {"name", "category", "models", "dtypes", "dtype_reason", "world_sizes", "traffic", "description"}
 FLOAT32_OUTPUTS = {  # outputs that are float32 whatever the problem's dtype, because the field computes them so
     "09_vocab_parallel_cross_entropy": {0: "the per-token loss (Megatron upcasts the logits)"},
@@ -166,8 +166,8 @@ ORACLES = {
 def compare(got, want, what):
     """What differs between two output tuples (an empty list when they agree).
 
-    Floating outputs may differ by TOLERANCE[their dtype] relative to the largest magnitude in `want`; others
-    are exact.
+    Floating outputs may differ by their dtype's relative tolerance (`pkit.tolerance`) relative to the largest
+    magnitude in `want`; others are exact.
     """
     if len(got) != len(want):
         return [f"{what}: {len(got)} outputs, expected {len(want)}"]
@@ -180,8 +180,9 @@ def compare(got, want, what):
                 errors.append(f"{what}[{i}]: not finite")
             elif a.numel():
                 err = ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
-                if err > TOLERANCE.get(b.dtype, 0.0):
-                    errors.append(f"{what}[{i}]: relative error {err:.2e} > {TOLERANCE.get(b.dtype, 0.0)}")
+                rtol = tolerance(b.dtype)[1]
+                if err > rtol:
+                    errors.append(f"{what}[{i}]: relative error {err:.2e} > {rtol}")
         elif not torch.equal(a, b):
             errors.append(f"{what}[{i}]: values differ")
     return errors

@@ -27,6 +27,7 @@ from ..ops.collective_ops import COLLECTIVES, bandwidths, choose, collective, pe
 from ..ops.collectives import Collectives
 from ..team import team_devices
 from ..timing import bench as time_calls
+from ..tolerance import tolerance
 from .torch_collectives import OPS as TORCH_OPS, SYMM_MIN_BYTES
 from .torchrun import gpu_processes, torchrun
 
@@ -72,7 +73,8 @@ def _buffers(team, op: str, nbytes: int, dtype: str):
 
 
 def _matches(a, b, dtype: str) -> bool:
-    """Whether two results agree (to bf16/fp32 rounding of differently ordered sums)."""
+    """Whether two results agree (to bf16/fp32 rounding of differently ordered sums): within `dtype`'s relative
+    tolerance (`pkit.tolerance`) of the larger of 1 and the largest magnitude of `b`."""
     import cupy as cp
 
     def f32(x):
@@ -80,7 +82,7 @@ def _matches(a, b, dtype: str) -> bool:
 
     fa, fb = f32(a), f32(b)
     scale = max(1.0, float(cp.abs(fb).max()))
-    return bool(cp.all(cp.isfinite(fa))) and float(cp.abs(fa - fb).max()) <= (2e-2 if dtype == "bfloat16" else 1e-4) * scale
+    return bool(cp.all(cp.isfinite(fa))) and float(cp.abs(fa - fb).max()) <= tolerance(dtype)[1] * scale
 
 
 def _dtypes(dtype: str | Sequence[str]) -> list[str]:

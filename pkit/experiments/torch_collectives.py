@@ -13,6 +13,7 @@ import os
 from functools import partial
 
 from ..ops.collective_ops import COLLECTIVES, CollectiveOp
+from ..tolerance import tolerance
 
 OPS = tuple(name for name, op in COLLECTIVES.items() if op.torch)  # the registered ops torch.distributed runs
 SYMM_MIN_BYTES = 4096  # torch symmetric memory's smallest all-reduce
@@ -106,7 +107,7 @@ def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
 
 def _matches_nccl(entry: CollectiveOp, got, inp) -> bool:
     """Whether pkit.dist's output `got` of `entry` on `inp` matches NCCL's on every rank: moves exactly, sums within
-    the dtype's rounding (NCCL may add in another order)."""
+    the dtype's tolerance (`pkit.tolerance`; NCCL may add in another order)."""
     import torch
     import torch.distributed as dist
 
@@ -114,8 +115,9 @@ def _matches_nccl(entry: CollectiveOp, got, inp) -> bool:
     if entry.torch_in_place:
         inp = want.copy_(inp)
     _torch_call(entry, want, inp)
-    tol = {"atol": 2e-2, "rtol": 2e-2} if got.dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
-    ok = torch.tensor([float(torch.allclose(got, want, **tol) if entry.reduces else torch.equal(got, want))],
+    atol, rtol = tolerance(got.dtype)
+    ok = torch.tensor([float(torch.allclose(got, want, rtol=rtol, atol=atol) if entry.reduces
+                             else torch.equal(got, want))],
                       device=got.device)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     return bool(ok.item())

@@ -1,0 +1,72 @@
+"""How close a computed output must come to its reference, by dtype: |got − want| ≤ atol + rtol · |want|.
+
+One table (`TOLERANCES`, by dtype name, so torch, NumPy and CuPy dtypes and plain names all look it up) serves
+every check that compares floating outputs: the harness's, the collectives' self-checks and the tests. Integer
+and bool outputs compare exactly. A low-precision output that sums W ranks' terms, rounded at each addition,
+gets W − 1 times the table's tolerance (`rank_sum_factor`).
+
+Example:
+    >>> tolerance("bfloat16"), tolerance("torch.float32"), tolerance("int64")
+    ((0.02, 0.02), (0.0001, 0.0001), (0.0, 0.0))
+    >>> tolerance("bfloat16", summands=5), tolerance("float32", summands=5), tolerance("bf16", atol=0.5)
+    ((0.08, 0.08), (0.0001, 0.0001), (0.5, 0.02))
+"""
+from __future__ import annotations
+
+TOLERANCES = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (2e-2, 2e-2),
+    "float8_e4m3fn": (1.25e-1, 1.25e-1),
+    "float8_e5m2": (2.5e-1, 2.5e-1),
+    "complex128": (1e-7, 1e-7),
+    "complex64": (1e-4, 1e-4),
+}
+"""(atol, rtol) per floating dtype name of the reference output; other dtypes compare exactly."""
+
+LOW_PRECISION = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+"""Dtypes whose sums round visibly at each addition: their table tolerance grows with the terms summed."""
+
+_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
+            "fp64": "float64", "double": "float64"}
+
+
+def dtype_name(dtype) -> str:
+    """The table's name of `dtype`: a torch, NumPy or CuPy dtype, or a name such as 'bf16' or 'torch.float32'.
+
+    >>> import numpy as np
+    >>> dtype_name(np.dtype("float32")), dtype_name("torch.bfloat16"), dtype_name("fp16")
+    ('float32', 'bfloat16', 'float16')
+    """
+    name = str(dtype).removeprefix("torch.").lower()
+    return _ALIASES.get(name, name)
+
+
+def rank_sum_factor(dtype, summands: int = 1) -> float:
+    """How much wider than the table the tolerance of a `dtype` output that is a sum of `summands` terms,
+    rounded to `dtype` after each addition (a sum over the W ranks: summands = W), must be.
+
+    The rounding model: an order of summation (NCCL's ring or tree, sequential, fp32 accumulation) rounds
+    W-1 partial sums, each by up to half an ulp of that partial sum; two correct orders thus differ by up to
+    2(W-1) such half-ulps, where the table allows for the one rounding of each side's final result. Partial
+    sums of W independent terms are of the output's own magnitude (both grow like sqrt(W)), where the table
+    is set, so the count of roundings is the factor: W-1 (1 up to W = 2, where every order gives the same
+    bits). Simulated on the CPU as tests/test_tolerance_ranks.py does: bf16 sums of N(0, 1) buckets (problems
+    01, 03) in five orders (rank order, reversed, tree, ring, fp32 accumulation) at W = 4, 8, 16 over 4-16 M
+    elements differ by up to 0.52, 0.54, 0.47 of the widened tolerance (fp16: 0.14). float32/64, complex and
+    integer outputs keep the table (factor 1).
+
+    >>> rank_sum_factor("bfloat16", 8), rank_sum_factor("bfloat16", 2), rank_sum_factor("float32", 8)
+    (7.0, 1.0, 1.0)
+    """
+    return float(max(1, summands - 1)) if dtype_name(dtype) in LOW_PRECISION else 1.0
+
+
+def tolerance(dtype, atol: float | None = None, rtol: float | None = None,
+              summands: int = 1) -> tuple[float, float]:
+    """(atol, rtol) for outputs of `dtype` that sum `summands` terms (`rank_sum_factor`); explicit
+    `atol`/`rtol` override the table and are used as given."""
+    default = TOLERANCES.get(dtype_name(dtype), (0.0, 0.0))
+    grow = rank_sum_factor(dtype, summands)
+    return (default[0] * grow if atol is None else atol, default[1] * grow if rtol is None else rtol)
