@@ -95,8 +95,7 @@ def _gemm_pair(m: int, n: int, k: int, device: int, reps: int, warmup: int) -> l
     rows = []
     for name, (verified, err) in checks.items():
         timing = BenchResult(np.concatenate(samples[name]))
-        rows.append({"implementation": name, "m": m, "n": n, "k": k, "time_median_us": timing.median_us,
-                     "time_min_us": timing.min_ms * 1e3, "time_max_us": timing.max_ms * 1e3, "cv": timing.cv,
+        rows.append({"implementation": name, "m": m, "n": n, "k": k, **timing.times_us(),
                      "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12, "verified": verified,
                      "max_abs_err": err})
     return rows
@@ -125,9 +124,7 @@ def _row(team, op, pattern: str, schedule: str, options: dict, shape: dict, verd
     timing = bench(lambda: op.run(schedule, **options), devices=team.devices, warmup=warmup, reps=reps)
     flops = PATTERNS[pattern].flops(shape["m"], shape["k"], shape["n"], team.size)
     return {"pattern": pattern, "schedule": schedule, **{o: options.get(o, 0) for o in OPTIONS}, "gpus": team.size,
-            **shape, "time_median_us": timing.median_ms * 1e3, "time_min_us": float(np.min(timing.samples_ms)) * 1e3,
-            "time_max_us": float(np.max(timing.samples_ms)) * 1e3, "cv": timing.cv,
-            "tflops_per_gpu": flops / (timing.median_ms * 1e-3) / 1e12, "verified": verdict[0],
+            **shape, **timing.times_us(), "tflops_per_gpu": flops / (timing.median_ms * 1e-3) / 1e12, "verified": verdict[0],
             "max_abs_err": verdict[1]}
 
 
