@@ -433,7 +433,7 @@ def plot_speedup(frame: pd.DataFrame, provenance: dict, baseline: str = "nccl"):
     _size_axes(fig, sp["bytes"])
     figures.suptitle(fig, f"Speedup over {figures.label(baseline)}, same op, dtype and size", provenance)
     figures.caption(fig, f"Speedup: {figures.label(baseline)}'s time over the implementation's, both the "
-                         f"{_timed(provenance)}, in the same session; above the dashed line (1×) faster. A row per op, "
+                         f"{_timed(provenance)}, in the same run; above the dashed line (1×) faster. A row per op, "
                          f"a column per dtype. {SIZE_NOTE}")
     return fig
 
