@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Check and measure on this machine's GPUs in one batch: `pkit info`, the GPU tests (the `multigpu` ones need
 # two GPUs with peer access), then each named notebook in measure mode, which rewrites results/<machine>/ and the
-# machine's figures (figures/ for the machine of the committed figures, else figures/<machine>/). Logs and a tarball of results/, figures/ and the executed notebooks go to $OUT (default out/).
+# machine's figures (figures/ for the machine of the committed figures, else figures/<machine>/). Logs and a
+# tarball of results/, figures/ and the executed notebooks go to the folder OUT names (default out/).
 #
 # Usage, from the repository root: scripts/gpu_run.sh [NOTEBOOK ...]    e.g. scripts/gpu_run.sh 00 04_collectives
 # python3 needs pkit's dependencies (`make install`, then activate .venv; or an environment that ships them);
