@@ -22,6 +22,7 @@ from .ops.collective_ops import COLLECTIVES as _COLLECTIVES
 from .ops.overlap_patterns import PATTERNS as _OVERLAP_PATTERNS
 from .ops.overlap_patterns import schedules as _overlap_schedules
 from .results import REPO_ROOT, hardware_words
+from .vocabulary import DIRECTIONS, FAMILIES, mechanism
 
 STYLE = {
     "figure.figsize": (7.0, 4.2),
@@ -93,8 +94,8 @@ LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_s
 # (pkit.analysis), eval statuses, dtypes, collective ops and roofline bounds (pkit.roofline.Floor.bound). Anything
 # else is shown as it is spelled.
 LABELS = {
-    "ce": "copy engine", "sm": "SM (register-level)", "ll": "LL packets", "tma": "TMA", "auto": "auto (pkit picks)",
-    "sm_push": "SM push", "sm_pull": "SM pull", "tma_push": "TMA push", "tma_pull": "TMA pull",
+    **{f.name: f.label for f in FAMILIES.values()}, "auto": "auto (pkit picks)",
+    **{mechanism(f, d): f"{f.upper()} {d}" for f in ("sm", "tma") for d in DIRECTIONS},
     "nccl": "NCCL", "pkit_sm": "pkit SM", "pkit_sm_one_shot": "pkit SM one-shot", "pkit_sm_two_shot": "pkit SM two-shot",
     "pkit_ll": "pkit LL packets", "pkit_ce": "pkit copy engine", "torch_nccl": "torch.distributed (NCCL)",
     "torch_symm_one_shot": "torch symm. memory one-shot", "torch_symm_two_shot": "torch symm. memory two-shot",

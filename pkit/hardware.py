@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from .vocabulary import ROUTE_KINDS
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -123,7 +125,6 @@ PCIE_GBPS_BIDIR = {"A100": 64.0, "H100": 128.0, "H200": 128.0}
 H200 SXM datasheets (PCIe Gen5: 128 GB/s)."""
 
 
-ROUTE_KINDS = ("peer", "local", "h2d", "d2h")  # pkit.ops.transfers.Route.kind
 
 
 def route_ceiling(gpu: str, kind: str) -> tuple[float, str]:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..launch import THREADS
 from ..ops.transfers import check_gpus, gpu_count
+from ..vocabulary import families
 from .hierarchy_memory import pattern, pinned
 
 POISON = np.uint32(0xA5A5A5A5)
@@ -70,7 +71,7 @@ def _testcase(kind: str, engine: str) -> MatrixCase:
     return MatrixCase(name, engine, kind, arrow, text.format(engine=_ENGINE_WORDS[engine]))
 
 
-TESTCASES = {t.name: t for t in (_testcase(kind, engine) for engine in ("ce", "sm") for kind in _KINDS)}
+TESTCASES = {t.name: t for t in (_testcase(kind, engine) for engine in families(*_ENGINE_WORDS) for kind in _KINDS)}
 
 
 def plan_copies(kind: str, a: int, b: int | None = None) -> tuple[Copy, ...]:

@@ -20,8 +20,10 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..vocabulary import families
+
 REDUCIBLE = {"float32": "float", "bfloat16": "__nv_bfloat16"}  # dtype -> the C++ type the kernels sum in
-MECHANISMS = ("auto", "sm", "ll", "ce")  # `mechanism` of Collectives (pkit/ops/collectives.py)
+MECHANISMS = ("auto", *families("sm", "ll", "ce"))  # `mechanism` of Collectives (pkit.vocabulary's families)
 LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the staging buffer)
 KERNEL_FILES = {"sm": "collectives.cu", "ll": "ll_collectives.cu", "staged": "staged_collectives.cu"}
 """Kernel family -> its file under pkit/kernels/: register-level kernels (Collectives' "sm"), LL packets ("ll"),

@@ -30,21 +30,23 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import vocabulary
 from ..launch import THREADS
 from ..team import order_streams
+from ..vocabulary import ROUTE_KINDS, families, family
 
-# The names pkit uses for these mechanisms everywhere (experiments, recorded results, figures), per kind of
-# route: `ce` is cudaMemcpyPeerAsync between GPUs and cudaMemcpyAsync (cudaMemcpyDefault) otherwise; `sm*` pkit's
-# copy16 kernel; `tma*` its TMA kernel (tma_copy.cu). Collectives use the same words (`sm`, `ce`;
-# pkit.ops.collectives.MECHANISMS).
+# The mechanisms of each kind of route, in pkit's words (pkit.vocabulary): `ce` is cudaMemcpyPeerAsync between
+# GPUs and cudaMemcpyAsync (cudaMemcpyDefault) otherwise; `sm*` pkit's copy16 kernel; `tma*` its TMA kernel
+# (tma_copy.cu).
 ROUTE_MECHANISMS = {
-    "peer": ("ce", "sm_push", "sm_pull", "tma_push", "tma_pull"),
-    "local": ("ce", "sm", "tma"),
+    "peer": ("ce", *(vocabulary.mechanism(f, d) for f in ("sm", "tma") for d in vocabulary.DIRECTIONS)),
+    "local": families("ce", "sm", "tma"),
     # TMA bulk copies (cp.async.bulk) to and from mapped host memory: tests/test_mechanisms.py checks them on the
     # GPU in a child process; were they to fault on a machine, dropping "tma" here leaves them out of every study.
-    "h2d": ("ce", "sm", "tma"),
-    "d2h": ("ce", "sm", "tma"),
+    "h2d": families("ce", "sm", "tma"),
+    "d2h": families("ce", "sm", "tma"),
 }
+assert tuple(ROUTE_MECHANISMS) == ROUTE_KINDS
 MECHANISMS = ROUTE_MECHANISMS["peer"]  # the peer mechanisms (recorded 2-GPU results use these)
 ALL_MECHANISMS = tuple(dict.fromkeys(m for names in ROUTE_MECHANISMS.values() for m in names))
 HOST = "CPU"  # how route labels name the host
@@ -107,11 +109,6 @@ class Route:
 
     def __str__(self) -> str:
         return self.label
-
-
-def family(mechanism: str) -> str:
-    """'ce', 'sm' or 'tma': the engine a mechanism uses, whichever GPU runs it."""
-    return mechanism.split("_")[0]
 
 
 def worker(mechanism: str, src: int | None, dst: int | None) -> int:
