@@ -13,6 +13,7 @@ import os
 from functools import partial
 
 from ..ops.collective_ops import COLLECTIVES, CollectiveOp
+from ..timing import BenchResult
 from ..tolerance import tolerance
 
 OPS = tuple(name for name, op in COLLECTIVES.items() if op.torch)  # the registered ops torch.distributed runs
@@ -154,9 +155,7 @@ def main(argv=None) -> None:
             dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # each repetition's slowest rank
             rows.append({"implementation": impl, "op": op, "dtype": args.dtype, "bytes": nbytes,
                          "calls_per_sample": args.calls_per_sample, "timing": "graph" if args.graph else "launches",
-                         "time_median_us": float(samples.median()) * 1e3, "time_min_us": float(samples.min()) * 1e3,
-                         "time_max_us": float(samples.max()) * 1e3,
-                         "cv": float(samples.std(unbiased=False) / samples.mean()), "verified": verified})
+                         **BenchResult(samples.cpu().numpy()).times_us(), "verified": verified})
     if rank == 0:
         pd.DataFrame(rows).to_csv(args.out, index=False)
     dist.destroy_process_group()

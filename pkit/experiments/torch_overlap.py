@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..timing import BenchResult
 from .overlap import TORCH_SCHEDULES as SCHEDULES  # noqa: F401 - the names main's rows carry
 from .overlap import bf16_match
 from .torch_collectives import init_one_gpu_per_rank, time_samples
@@ -109,12 +110,9 @@ def main(argv=None) -> None:
             dist.all_reduce(verdict[1:], op=dist.ReduceOp.MAX)
             samples = torch.tensor(time_samples(call, args.reps, args.warmup), device="cuda")
             dist.all_reduce(samples, op=dist.ReduceOp.MAX)  # each repetition's slowest rank
-            median_us = float(samples.median()) * 1e3
+            timing = BenchResult(samples.cpu().numpy())
             rows.append({"pattern": args.pattern, "schedule": schedule, "comm_sms": 0, "gpus": world, **shape,
-                         "time_median_us": median_us, "time_min_us": float(samples.min()) * 1e3,
-                         "time_max_us": float(samples.max()) * 1e3,
-                         "cv": float(samples.std(unbiased=False) / samples.mean()),
-                         "tflops_per_gpu": flops / (median_us * 1e-6) / 1e12,
+                         **timing.times_us(), "tflops_per_gpu": flops / (timing.median_ms * 1e-3) / 1e12,
                          "verified": bool(verdict[0] > 0), "max_abs_err": float(verdict[1])})
         del cases, want
     if rank == 0:
