@@ -58,7 +58,7 @@ class Machine:
         'cpu' (no GPU). A slug that names no GPU count is read as no GPU.
 
         Example:
-            >>> Machine.from_slug("h200x2-nv18"), Machine.from_slug("cpu-gloo").gpus
+            >>> Machine.from_slug("h200x2-nv18"), Machine.from_slug("cpu").gpus
             (Machine(slug='h200x2-nv18', gpus=2, peer_access=True), 0)
         """
         count = re.search(r"x(\d+)(?:-|$)", slug)

@@ -1,4 +1,4 @@
-"""Regenerate results/cpu-gloo/llm_eval_example.jsonl (+ .json provenance), notebook 07's default input.
+"""Regenerate results/cpu/llm_eval_example.jsonl (+ .json provenance), notebook 07's default input.
 
 Runs `pkit eval` on the CPU (gloo, tiny size, world size 2) over the solutions shipped in problems/ and
 the hand-written example samples in samples/ (written for pkit's test suite, not LLM output), and joins
@@ -20,7 +20,7 @@ COMMON = ["--device", "cpu", "--size", "tiny", "--world-size", "2", "--trials", 
 
 
 def main() -> None:
-    out = ROOT / "results" / "cpu-gloo" / "llm_eval_example.jsonl"
+    out = ROOT / "results" / "cpu" / "llm_eval_example.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     commands, lines = [], []
     with tempfile.TemporaryDirectory() as tmp:

@@ -213,7 +213,7 @@ def example_diagnoses() -> pd.DataFrame:
     """The diagnoses of the recorded example evaluation (pkit's solutions and the hand-written samples)."""
     from pkit.harness.records import read_jsonl
 
-    return diagnose_records(read_jsonl(ROOT / "results" / "cpu-gloo" / "llm_eval_example.jsonl"))
+    return diagnose_records(read_jsonl(ROOT / "results" / "cpu" / "llm_eval_example.jsonl"))
 
 
 def test_cause_counts_count_every_failed_candidate_once_by_model(example_diagnoses):

@@ -13,7 +13,7 @@ from pkit import analysis, metrics  # noqa: E402
 from pkit.experiments import llm_benchmark as L  # noqa: E402
 from pkit.harness.records import read_jsonl  # noqa: E402
 
-RECORDS = read_jsonl(Path(__file__).resolve().parents[1] / "results" / "cpu-gloo" / "llm_eval_example.jsonl")
+RECORDS = read_jsonl(Path(__file__).resolve().parents[1] / "results" / "cpu" / "llm_eval_example.jsonl")
 NOTES = {"where": "test machine", "note": "test models"}
 
 

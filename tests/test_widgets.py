@@ -14,7 +14,7 @@ from pkit.hardware import GPUS
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = "h200x2-nv18"
-EXAMPLE = ROOT / "results" / "cpu-gloo" / "llm_eval_example.jsonl"
+EXAMPLE = ROOT / "results" / "cpu" / "llm_eval_example.jsonl"
 
 
 # --- roofline ------------------------------------------------------------------------------------------------
