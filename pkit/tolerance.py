@@ -70,3 +70,15 @@ def tolerance(dtype, atol: float | None = None, rtol: float | None = None,
     default = TOLERANCES.get(dtype_name(dtype), (0.0, 0.0))
     grow = rank_sum_factor(dtype, summands)
     return (default[0] * grow if atol is None else atol, default[1] * grow if rtol is None else rtol)
+
+
+def bf16_gemm(terms: int, roundings: int = 1) -> dict:
+    """{'rtol', 'atol'} for a bf16 GEMM output against its float32 product, `terms` products summed per element
+    (K): each bf16 rounding of the output (2⁻⁸ relative, with margin 2⁻⁷) plus float32 accumulation-order
+    differences growing like √K; `roundings`: how many times the output is rounded to bf16 on the way (2 when
+    bf16 partial products are summed in bf16). Keyword arguments of torch.testing.assert_close.
+
+    >>> bf16_gemm(terms=4096)
+    {'rtol': 0.0078125, 'atol': 0.064}
+    """
+    return {"rtol": roundings * 2 ** -7, "atol": roundings * 1e-3 * terms ** 0.5}

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..tolerance import bf16_gemm
+
 if TYPE_CHECKING:
     from ..ops.overlap import AllGatherGemm, PartialGemm
 
@@ -78,7 +80,8 @@ def bf16_match(got, want, terms: int, roundings: int = 1, scale=None) -> tuple[b
 
     got = got.float()
     err = (got - want).abs()
-    bound = roundings * (2 ** -7 * (want.abs() if scale is None else scale) + 1e-3 * terms ** 0.5)
+    tol = bf16_gemm(terms, roundings)
+    bound = tol["rtol"] * (want.abs() if scale is None else scale) + tol["atol"]
     return bool(torch.isfinite(got).all()) and bool((err <= bound).all()), float(err.max())
 
 
