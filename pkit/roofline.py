@@ -217,27 +217,38 @@ def ag_gemm_cost(m: int, k: int, n_local: int, n_gpus: int, itemsize: int = 2) -
 
 
 def gemm_rs_cost(m: int, k: int, n: int, n_gpus: int, itemsize: int = 2) -> dict:
-    """Per-GPU cost of GEMM + reduce-scatter: A (m × k) and B (k × n) are K-sharded, k/n_gpus per GPU; each GPU
-    computes an m × n partial product and the partials are reduce-scattered along m (m/n_gpus rows each).
-    Convention: partial sums travel in the input dtype (`itemsize`, 2: bf16), as PyTorch's tensor-parallel
-    layers reduce them; pass itemsize=4 for fp32 partials. Link: the (n_gpus − 1)/n_gpus of the partial it
-    sends; HBM: one pass over its A and B shards and the partial; one sync step.
+    """Per-GPU cost of GEMM + reduce-scatter: A (m × k) and B (k × n) are K-sharded, k/n_gpus per GPU (n_gpus must
+    divide m and k); each GPU computes an m × n partial product and the partials are reduce-scattered along m,
+    m/n_gpus rows each. Convention: partial sums travel in the input dtype (`itemsize`, 2: bf16), as PyTorch's
+    tensor-parallel layers reduce them; pass itemsize=4 for fp32 partials. FLOPs: the GEMM's 2·m·(k/n_gpus)·n and
+    the (n_gpus − 1)/n_gpus·m·n additions of the reduction. Link: the (n_gpus − 1)/n_gpus of the partial it sends.
+    One sync step.
+
+    HBM, the least any schedule must move: its A and B shards read once and its m/n_gpus × n output written once.
+    The partial itself is not counted: a fused kernel can send each tile to its owner as it leaves the SMs and
+    add the tiles that arrive into its own output, so no m × n partial need land in HBM.
 
     >>> gemm_rs_cost(m=4, k=6, n=2, n_gpus=2)
-    {'flops': 48.0, 'hbm_bytes': 52.0, 'link_bytes': 8.0, 'sync_steps': 1}
+    {'flops': 52.0, 'hbm_bytes': 44.0, 'link_bytes': 8.0, 'sync_steps': 1}
     """
     _check_shape(n_gpus, itemsize, m=m, k=k, n=n)
-    return {"flops": 2 * m * k * n / n_gpus, "hbm_bytes": itemsize * ((m + n) * k / n_gpus + m * n),
-            "link_bytes": (n_gpus - 1) / n_gpus * m * n * itemsize, "sync_steps": 1}
+    for name, value in (("m", m), ("k", k)):
+        if value % n_gpus:
+            raise ValueError(f"{name}: expected a multiple of n_gpus ({n_gpus}), got {value!r}")
+    rows, k_local = m // n_gpus, k // n_gpus
+    foreign = (n_gpus - 1) * rows * n  # partial sums sent away, as many added from peers
+    return {"flops": float(2 * m * k_local * n + foreign), "hbm_bytes": float(itemsize * ((m + n) * k_local + rows * n)),
+            "link_bytes": float(foreign * itemsize), "sync_steps": 1}
 
 
 def gemm_ar_cost(m: int, k: int, n: int, n_gpus: int, itemsize: int = 2) -> dict:
-    """Per-GPU cost of GEMM + all-reduce: as `gemm_rs_cost`, but every GPU ends with the whole m × n sum. Link:
-    2(n_gpus − 1)/n_gpus of the partial (reduce-scatter, then all-gather: the bandwidth-optimal all-reduce),
-    hence two sync steps.
+    """Per-GPU cost of GEMM + all-reduce: as `gemm_rs_cost`, but every GPU ends with the whole m × n sum, which it
+    writes to its HBM. Link: 2(n_gpus − 1)/n_gpus of the partial (reduce-scatter, then all-gather: the
+    bandwidth-optimal all-reduce), hence two sync steps.
 
     >>> gemm_ar_cost(m=4, k=6, n=2, n_gpus=2)
-    {'flops': 48.0, 'hbm_bytes': 52.0, 'link_bytes': 16.0, 'sync_steps': 2}
+    {'flops': 52.0, 'hbm_bytes': 52.0, 'link_bytes': 16.0, 'sync_steps': 2}
     """
     cost = gemm_rs_cost(m, k, n, n_gpus, itemsize)
-    return dict(cost, link_bytes=2 * cost["link_bytes"], sync_steps=2)
+    return dict(cost, hbm_bytes=cost["hbm_bytes"] + float(itemsize * (n_gpus - 1) * (m // n_gpus) * n),
+                link_bytes=2 * cost["link_bytes"], sync_steps=2)

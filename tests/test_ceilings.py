@@ -104,12 +104,16 @@ def test_pattern_costs_match_hand_formulas(n_gpus):
     ag = roofline.ag_gemm_cost(m, k, n, n_gpus)
     assert ag == {"flops": 2 * m * k * n, "hbm_bytes": e * (m * k / n_gpus + k * n + m * n),  # own slice of A
                   "link_bytes": pytest.approx((n_gpus - 1) * m * k * e / n_gpus), "sync_steps": 1}
+    sent = (n_gpus - 1) * m * n / n_gpus  # partial sums sent to their owners, as many added from peers
     rs = roofline.gemm_rs_cost(m, k, n, n_gpus)
-    assert rs == {"flops": pytest.approx(2 * m * (k / n_gpus) * n),
-                  "hbm_bytes": pytest.approx(e * (m * k / n_gpus + k / n_gpus * n + m * n)),
-                  "link_bytes": pytest.approx((n_gpus - 1) * m * n * e / n_gpus), "sync_steps": 1}
+    assert rs == {"flops": pytest.approx(2 * m * (k / n_gpus) * n + sent),
+                  "hbm_bytes": pytest.approx(e * (m * k / n_gpus + k / n_gpus * n + m * n / n_gpus)),  # own output
+                  "link_bytes": pytest.approx(sent * e), "sync_steps": 1}
     ar = roofline.gemm_ar_cost(m, k, n, n_gpus)
-    assert ar == {**rs, "link_bytes": pytest.approx(2 * (n_gpus - 1) * m * n * e / n_gpus), "sync_steps": 2}
+    assert ar == {**rs, "hbm_bytes": pytest.approx(e * (m * k / n_gpus + k / n_gpus * n + m * n)),  # the whole sum
+                  "link_bytes": pytest.approx(2 * sent * e), "sync_steps": 2}
+    with pytest.raises(ValueError, match=r"m: expected a multiple of n_gpus \(5\), got 12"):
+        roofline.gemm_rs_cost(m, k, n, 5)
     assert roofline.gemm_rs_cost(m, k, n, n_gpus, itemsize=4)["link_bytes"] == pytest.approx(2 * rs["link_bytes"])
 
 

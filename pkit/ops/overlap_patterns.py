@@ -109,8 +109,10 @@ class Pattern:
         return self.op(team, **shape, **self.op_options)
 
     def flops(self, m: int, k: int, n: int, gpus: int) -> float:
-        """FLOPs per GPU of one call at the shape of a recorded row (m, k, n as `cost` takes them)."""
-        return self.cost(int(m), int(k), int(n), int(gpus))["flops"]
+        """The GEMM's FLOPs per GPU of one call at the shape of a recorded row (m, k, n as `cost` takes them):
+        2·m·k·n, K split over the GPUs where the weights are K-sharded (the reduction's additions, which `cost`
+        also counts, are not GEMM work)."""
+        return 2.0 * m * (k // gpus if self.sharded == "k" else k) * n
 
     def inner(self, frame):
         """The swept size of each row of a sweep's frame (columns n, k, gpus): N_local or K_local."""

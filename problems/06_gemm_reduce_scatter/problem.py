@@ -8,6 +8,7 @@ product is the sum over ranks of x @ weight.T; rank r returns its token slice of
 import torch.distributed as dist
 
 from pkit.problem_kit import cost as _cost, generator, parse_dtype, row_parallel_linear_inputs
+from pkit.roofline import gemm_rs_cost
 
 META = {
     "name": "gemm_reduce_scatter",
@@ -41,12 +42,8 @@ def reference(x, weight):
 
 
 def cost(world_size, size, dtype="bfloat16"):
-    # GEMM: 2 * tokens * in/W * out FLOPs, plus (W-1)/W * tokens * out additions for the reduction.
-    # Link: each GPU sends its partial sums for the W-1 token slices it does not own. HBM: read x and
-    # weight shards, write the (tokens/W, out) output.
-    # Sync steps: 1, one reduce-scatter round (as pkit.roofline.gemm_rs_cost).
-    s, b = SIZES[size], parse_dtype(dtype).itemsize
-    t, k, n = s["tokens"], s["in_features"] // world_size, s["out_features"]
-    foreign = (world_size - 1) * t // world_size * n
-    return _cost(flops=2 * t * k * n + foreign, hbm_bytes=(t * k + n * k + t // world_size * n) * b,
-                 link_bytes=foreign * b, sync_steps=1)
+    # pkit.roofline.gemm_rs_cost counts it (the GEMM's FLOPs and the reduction's additions, the least HBM
+    # traffic, link bytes, sync steps): A is the tokens x in_features activations, B the weight, both K-sharded.
+    s = SIZES[size]
+    return _cost(**gemm_rs_cost(m=s["tokens"], k=s["in_features"], n=s["out_features"], n_gpus=world_size,
+                              itemsize=parse_dtype(dtype).itemsize))

@@ -7,6 +7,7 @@ the sum over ranks of x @ weight.T, shape (tokens, out_features), identical on e
 import torch.distributed as dist
 
 from pkit.problem_kit import cost as _cost, generator, parse_dtype, row_parallel_linear_inputs
+from pkit.roofline import gemm_ar_cost
 
 META = {
     "name": "gemm_all_reduce",
@@ -39,12 +40,8 @@ def reference(x, weight):
 
 
 def cost(world_size, size, dtype="bfloat16"):
-    # GEMM: 2 * tokens * in/W * out FLOPs plus (W-1)/W * tokens * out additions. Link: reduce-scatter +
-    # all-gather of the (tokens, out) partial, 2 (W-1)/W of it per GPU. HBM: read x and weight shards,
-    # write the output.
-    # Sync steps: 2, reduce-scatter then all-gather (as pkit.roofline.gemm_ar_cost).
-    s, b = SIZES[size], parse_dtype(dtype).itemsize
-    t, k, n = s["tokens"], s["in_features"] // world_size, s["out_features"]
-    foreign = (world_size - 1) * t * n // world_size
-    return _cost(flops=2 * t * k * n + foreign, hbm_bytes=(t * k + n * k + t * n) * b,
-                 link_bytes=2 * foreign * b, sync_steps=2)
+    # pkit.roofline.gemm_ar_cost counts it (the GEMM's FLOPs and the reduction's additions, the least HBM
+    # traffic, link bytes, sync steps): A is the tokens x in_features activations, B the weight, both K-sharded.
+    s = SIZES[size]
+    return _cost(**gemm_ar_cost(m=s["tokens"], k=s["in_features"], n=s["out_features"], n_gpus=world_size,
+                              itemsize=parse_dtype(dtype).itemsize))
