@@ -145,8 +145,8 @@ class System:
                         {d: r * 1e12 for d, r in g.dense_tflops.items()})
 
 
-_NVLINK_ALPHA = ("assumed: one signal over NVLink and a peer's poll seeing it, about 1 us (a peer-HBM load took "
-                 "0.97 us on the 2xH200 machine, DESIGN.md)")
+_NVLINK_ALPHA = ("assumed: one signal over NVLink and a peer's poll seeing it, about 1 us (the order of a peer-HBM "
+                 "load: the 'peer HBM (NVLink)' rung of results/h200x2-nv18/hierarchy_ladder)")
 _NVL72_ALPHA = _NVLINK_ALPHA + "; one NVLink Switch tray between any two GPUs, as in the 8-GPU nodes"
 _IB_ALPHA = "assumed: an RDMA write and its completion across an InfiniBand fat tree, a few us"
 
