@@ -252,9 +252,12 @@ def test_merge_of_what_is_not_a_shard_file_is_one_line(make, line, tmp_path, cap
     assert line in merge_err(tmp_path / "out.jsonl", *make(tmp_path), capsys=capsys)
 
 
-def test_merge_refuses_to_write_over_one_of_its_shards(serial, tmp_path, capsys):
+def test_merge_refuses_to_write_over_one_of_its_shards_or_a_folder(serial, tmp_path, capsys):
     shard = write_records(tmp_path / "a.jsonl", serial_records(serial)[:2])
     assert "OUT: expected a file other than the shards" in merge_err(shard, shard, capsys=capsys)
+    assert main(["eval", "merge", str(tmp_path), str(shard)]) == 2
+    assert capsys.readouterr().err == (f"pkit eval merge: error: OUT: expected a file to write, got {tmp_path}, a "
+                                       f"folder (e.g. OUT {tmp_path / 'run.jsonl'})\n")
 
 
 # --- resume ---------------------------------------------------------------------------------------------------------

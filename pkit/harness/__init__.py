@@ -17,6 +17,11 @@ Modules, one job each:
     timer      PKB-style timing inside a worker, clocks bound before a candidate loads
     records    JSONL record schema and status taxonomy
     runner     drive candidates, judge them (statuses, timing checks) into records
+    versions   what a record's verdict depends on beyond its key (harness, problem, candidate, settings)
+    shards     split the (problem, candidate) pairs into N shards alike on every machine
+    resume     skip what an --out holds, drop a line cut short, one writer at a time
+    merge      join shard files into one, refusing mixed versions and disagreeing duplicates
+    ray_pool   the shards as Ray tasks, their records written by the process that started them
     baseline   reference times at a real size → results/<machine>/baselines.csv (also from JSONL sweeps)
     cli        argparse wiring
 

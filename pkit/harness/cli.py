@@ -311,16 +311,16 @@ def check_sharding(args) -> Shard | None:
     return Shard.parse(args.shard)
 
 
-def check_out(path: Path) -> None:
-    """ValueError naming --out unless a file can be written at `path`: not a folder, no file where a folder of
-    its path should be, and the nearest existing folder writable."""
+def check_out(path: Path, name: str = "--out") -> None:
+    """ValueError naming the argument `name` unless a file can be written at `path`: not a folder, no file where
+    a folder of its path should be, and the nearest existing folder writable."""
     if path.is_dir():
-        raise ValueError(f"--out: expected a file to write, got {path}, a folder (e.g. --out {path / 'run.jsonl'})")
+        raise ValueError(f"{name}: expected a file to write, got {path}, a folder (e.g. {name} {path / 'run.jsonl'})")
     existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
     if not existing.is_dir():
-        raise ValueError(f"--out: expected a path under folders, got {path}: {existing} is a file")
+        raise ValueError(f"{name}: expected a path under folders, got {path}: {existing} is a file")
     if not os.access(existing, os.W_OK):
-        raise ValueError(f"--out: expected a path this user can write, got {path}: {existing} is not writable")
+        raise ValueError(f"{name}: expected a path this user can write, got {path}: {existing} is not writable")
 
 
 def runnable(problems: list[Problem], options: EvalOptions) -> list[Problem]:
@@ -457,7 +457,7 @@ def run_merge(args) -> int:
     try:
         if any(args.merged.resolve() == p.resolve() for p in args.inputs):
             raise ValueError(f"OUT: expected a file other than the shards, got {args.merged}, one of them")
-        check_out(args.merged)
+        check_out(args.merged, "OUT")
         merged = merge(args.inputs)
         write(merged.records, args.merged)
     except (ValueError, PkitError) as e:
