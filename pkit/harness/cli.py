@@ -415,9 +415,8 @@ def _run_here(args, plan: EvalPlan) -> int:
         recorded, todo = _resumed(args, plan, plan.device)
         recorded.drop_partial()
         stamp = dict(provenance(_parameters(args)), shard=plan.shard.label if plan.shard else None)
-        if todo:
-            evaluate(todo, plan.options, args.out, provenance=stamp, append=True)
-    return _summary(args.out, len(todo))
+        written = evaluate(todo, plan.options, args.out, provenance=stamp, append=True) if todo else []
+    return _summary(args.out, len(written))
 
 
 def _run_on_ray(args, plan: EvalPlan) -> int:
@@ -434,22 +433,30 @@ def _run_on_ray(args, plan: EvalPlan) -> int:
                      for k, part in enumerate(shards.split(plan.pairs, count))]
             _note("eval", f"{len(todo)} candidates in {count} shards as Ray tasks on {args.ray}, each asking for "
                           f"{ray_pool.task_resources(options.world_size, device)}")
-            _, failures = ray_pool.run(parts, options, _parameters(args), args.out, recorded.keys)
+            written, failures = ray_pool.run(parts, options, _parameters(args), args.out, recorded.keys)
     finally:
         if started:
             ray_pool.require_ray().shutdown()
     for line in failures:
         _note("eval", f"{line}; its records so far are in {args.out} (run the same command again to resume)")
-    code = _summary(args.out, len(todo))
+    code = _summary(args.out, len(written))
     return 1 if failures else code
 
 
 def _summary(out: Path, ran: int) -> int:
-    """Print what --out holds now (and how many candidates this run evaluated); exit code 0."""
+    """Print what --out holds now (and how many records this run wrote); exit code 0."""
     lines, _ = read_lines(out)
-    counts = ", ".join(f"{k} {v}" for k, v in status_counts(r for _, r in lines).items() if v)
-    print(f"{len(lines)} records → {out} ({ran} run now): {counts or 'none'}")
+    print(f"{len(lines)} records → {out} ({ran} run now): {counted([r for _, r in lines])}")
     return 0
+
+
+def counted(records: list[dict]) -> str:
+    """How many records have each status, for a console line.
+
+    >>> counted([{"status": "timeout"}, {"status": "timeout"}, {"status": "correct_level"}]), counted([])
+    ('timeout 2, correct_level 1', 'none')
+    """
+    return ", ".join(f"{k} {v}" for k, v in status_counts(records).items() if v) or "none"
 
 
 def run_merge(args) -> int:
@@ -464,8 +471,7 @@ def run_merge(args) -> int:
         return _error("eval merge", e)
     for source in merged.sources:
         print(source.describe())
-    counts = ", ".join(f"{k} {v}" for k, v in status_counts(merged.records).items() if v)
-    print(f"{len(merged.records)} records → {args.merged}: {counts}")
+    print(f"{len(merged.records)} records → {args.merged}: {counted(merged.records)}")
     return 0
 
 
