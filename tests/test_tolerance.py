@@ -33,9 +33,18 @@ def test_low_precision_sums_widen_by_the_roundings_of_the_partial_sums(summands)
 
 
 @pytest.mark.parametrize("name", list(TOLERANCES))
-def test_the_harness_compares_with_the_same_numbers(name):
-    for summands in (1, 2, 8):
-        assert checks.tolerance(TORCH[name], summands=summands) == tolerance(name, summands=summands)
+@pytest.mark.parametrize("summands", [1, 2, 8])
+def test_the_harness_passes_half_the_table_and_fails_twice_it(name, summands):
+    """Every element off by half the tolerance passes the element-wise check and the timed fingerprint; twice it
+    fails both (ones as the reference: the error is atol + rtol, exactly representable in every dtype)."""
+    atol, rtol = tolerance(name, summands=summands)
+    ones = torch.ones(16, dtype=torch.float64)
+    want = ones.to(TORCH[name])
+    fingerprint = checks.FingerprintCheck(checks.fingerprint_check(want, summands=summands))
+    for factor, ok in ((0.5, True), (2.0, False)):
+        got = (ones + factor * (atol + rtol)).to(TORCH[name])
+        assert checks.compare(want, got, summands=summands).ok is ok, factor
+        assert (fingerprint.mismatch(checks.fingerprint(got)) is None) is ok, factor
 
 
 def test_names_are_canonical():

@@ -3,8 +3,8 @@
 Runs in the evaluating process on what the workers saved (pkit.harness.snapshot), never inside a
 candidate's process. Outputs are a tensor or nested tuples/lists/dicts of tensors and plain values. Tensors
 must be plain `torch.Tensor`s (a subclass fails with `tensor_subclass`) and match the reference in
-structure, device, dtype and shape, and element-wise within dtype-based tolerances
-(`|got - expected| <= atol + rtol * |expected|`, NaN equal to NaN; fp8 compared in float32, complex as
+structure, device, dtype and shape, and element-wise within the dtype's tolerances (`pkit.tolerance`:
+`|got - expected| <= atol + rtol * |expected|`, NaN equal to NaN; fp8 compared in float32, complex as
 (real, imag) pairs, sparse tensors densified); integer and bool tensors must match exactly. Inputs the
 reference updates in place (its contract) must match the reference's updated inputs (`inplace_result`);
 every other input, tensor or not, must come back unchanged (`mutated_input`). Flags name what else went
@@ -25,48 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..tolerance import tolerance
 from .snapshot import Snapshot, decode, encode
-
-TOLERANCES = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-4),
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (2e-2, 2e-2),
-    torch.float8_e4m3fn: (1.25e-1, 1.25e-1),
-    torch.float8_e5m2: (2.5e-1, 2.5e-1),
-    torch.complex128: (1e-7, 1e-7),
-    torch.complex64: (1e-4, 1e-4),
-}
-"""(atol, rtol) per floating dtype of the reference output; other dtypes compare exactly."""
-
-LOW_PRECISION = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
-"""Dtypes whose sums round visibly at each addition: their table tolerance grows with the terms summed."""
-
-
-def rank_sum_factor(dtype: torch.dtype, summands: int = 1) -> float:
-    """How much wider than the table the tolerance of a `dtype` output that is a sum of `summands` terms,
-    rounded to `dtype` after each addition (a sum over the W ranks: summands = W), must be.
-
-    The rounding model: an order of summation (NCCL's ring or tree, sequential, fp32 accumulation) rounds
-    W-1 partial sums, each by up to half an ulp of that partial sum; two correct orders thus differ by up to
-    2(W-1) such half-ulps, where the table allows for the one rounding of each side's final result. Partial
-    sums of W independent terms are of the output's own magnitude (both grow like sqrt(W)), where the table
-    is set, so the count of roundings is the factor: W-1 (1 up to W = 2, where every order gives the same
-    bits). Simulated on the CPU as tests/test_tolerance_ranks.py does: bf16 sums of N(0, 1) buckets (problems
-    01, 03) in five orders (rank order, reversed, tree, ring, fp32 accumulation) at W = 4, 8, 16 over 4-16 M
-    elements differ by up to 0.52, 0.54, 0.47 of the widened tolerance (fp16: 0.14). float32/64, complex and
-    integer outputs keep the table (factor 1).
-    """
-    return float(max(1, summands - 1)) if dtype in LOW_PRECISION else 1.0
-
-
-def tolerance(dtype: torch.dtype, atol: float | None = None, rtol: float | None = None,
-              summands: int = 1) -> tuple[float, float]:
-    """(atol, rtol) for outputs of `dtype` that sum `summands` terms (`rank_sum_factor`); explicit
-    `atol`/`rtol` override the table and are used as given."""
-    default = TOLERANCES.get(dtype, (0.0, 0.0))
-    grow = rank_sum_factor(dtype, summands)
-    return (default[0] * grow if atol is None else atol, default[1] * grow if rtol is None else rtol)
 
 
 def leaves(obj, path: str = "out") -> list[tuple[str, object]]:
@@ -164,7 +124,8 @@ def compare(ref_out, sol_out, *, pristine=None, ref_inputs=None, sol_inputs=None
     candidate's inputs after their calls; `inplace` the input paths ('input[0]') the reference updates in
     place. `ref_aliases`/`sol_aliases` list output paths that shared storage with an input (as the worker
     saw them; computed here for live values). `summands` > 1: the floating outputs (and in-place updates) are
-    sums of that many terms rounded in their dtype, such as sums over the ranks (`rank_sum_factor`).
+    sums of that many terms rounded in their dtype, such as sums over the ranks
+    (`pkit.tolerance.rank_sum_factor`).
     """
     if sol_aliases is None and sol_inputs is not None and not isinstance(sol_out, Snapshot):
         sol_aliases = aliased_paths(sol_out, sol_inputs)
@@ -294,8 +255,8 @@ def fingerprint_check(expected, atol: float | None = None, rtol: float | None = 
         if isinstance(leaf, torch.Tensor):
             a_tol, r_tol = tolerance(leaf.dtype, atol, rtol, summands)
             rows = chunk_rows(leaf).abs()
-            width = rows.shape[1]
-            counts = [min(max(leaf.numel() - c * width, 0), width) for c in range(FINGERPRINT_CHUNKS)]
+            width, elements = rows.shape[1], leaf.numel() * (2 if leaf.is_complex() else 1)  # as `comparable`
+            counts = [min(max(elements - c * width, 0), width) for c in range(FINGERPRINT_CHUNKS)]
             sums = rows.nansum(1).tolist()
             bounds.append([(a_tol * n + r_tol * s) * (1 + 1e-9) + 1e-12 for n, s in zip(counts, sums)])
         else:

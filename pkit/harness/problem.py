@@ -29,7 +29,7 @@ class Problem:
     `tolerance` is an (atol, rtol) pair replacing the dtype-based table, or None; `inplace_inputs` lists
     the indices of inputs the reference updates in place (its contract; more are found by running it);
     `rank_sums` says its floating outputs are sums over the ranks rounded in their dtype, whose tolerance
-    grows with the world size (`pkit.harness.checks.rank_sum_factor`).
+    grows with the world size (`pkit.tolerance.rank_sum_factor`).
     """
 
     name: str
