@@ -1,8 +1,10 @@
 """Shared test setup: GPU markers skip cleanly on machines without the GPUs they need; teams of every GPU of the
-machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`)."""
+machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); one JupyterLab
+for the run (`lab`); how many pytest-xdist workers `-n auto` (make test) starts."""
 import os
 
 import pytest
+from processes import make_lab
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
@@ -22,6 +24,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"needs 2 GPUs with peer access; this machine has {count}"))
         elif "gpu" in item.keywords and count < 1:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU; this machine has none"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per CPU core this process may use; none (every test in this process, one at a time)
+    on a machine with GPUs, whose tests share its GPUs and time them."""
+    return 0 if _gpu_count() else len(os.sched_getaffinity(0))
 
 
 def _placement(devices, id: str):
@@ -82,3 +91,12 @@ def cache_dir(tmp_path, monkeypatch):
     """A fresh, empty cubin cache for the test."""
     monkeypatch.setenv("PKIT_CACHE_DIR", str(tmp_path / "cubin"))
     return tmp_path / "cubin"
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """`make lab` serving a copy of notebooks/ (tests/processes.py), started once for the run by its first user and
+    ended, checking that nothing of it is left, when the run ends. Its users are in the `jupyterlab` xdist group, so
+    under `-n` they share this one server too."""
+    with make_lab(tmp_path_factory.mktemp("lab")) as server:
+        yield server

@@ -1,6 +1,6 @@
 """The lesson and the explorers in a real browser: JupyterLab on 127.0.0.1 at a free port with a token and no
 browser of its own, with pkit's extension that colours `%%cuda` cells as C++ (pkit/lesson/labextension), serving a
-copy of one notebook, opened in headless Chromium (Debian's `chromium` and `chromium-driver`, driven by Selenium),
+copy of notebooks/, one notebook opened in headless Chromium (Debian's `chromium` and `chromium-driver`, driven by Selenium),
 every cell run through JupyterLab's Run menu, no cell writing an error or stderr. Then, per notebook:
 
 - `notebooks/08_lesson_multi_gpu_communication.ipynb`: each of the six checks prints its verdict (without GPUs
@@ -9,27 +9,22 @@ every cell run through JupyterLab's Run menu, no cell writing an error or stderr
 - `notebooks/09_explorers.ipynb`: the roofline explorer's message-size slider moved by keyboard, its output read
   before and after; screenshot `build/browser/explorers.png`.
 
-The server and the driver each run in a process group of their own, ended by their ids, and each test checks
-that nothing of either is left. Skips, saying why, where Chromium, chromedriver or Selenium are missing
-(`.ci/run` installs the first two with apt-get; `make install` installs Selenium, the dev extra). Every wait has
-a deadline; each test takes well under a minute here.
+The server is the run's one `make lab` (tests/conftest.py's `lab`: a copy of notebooks/, so nothing can write to
+notebooks/; each test opens its notebook in a workspace of its own); the driver and its Chromium, one for this
+module, run in a process group of their own, ended by its id, checking that nothing of it is left (the server is
+checked so when the run ends). Skips, saying why, where Chromium, chromedriver or Selenium are missing (`.ci/run`
+installs the first two with apt-get; `make install` installs Selenium, the dev extra). Every wait has a deadline;
+each test takes well under a minute here.
 """
 import contextlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
-import urllib.request
 import warnings
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
-from processes import end_group, free_port
-
-from pkit.lesson.magic import LABEXTENSIONS
+from processes import Lab, end_group
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "08_lesson_multi_gpu_communication.ipynb"
@@ -40,115 +35,51 @@ CHROMEDRIVER = ("chromedriver",)
 STDERR_CSS = "[data-mime-type='application/vnd.jupyter.stderr']"  # how JupyterLab renders errors and stderr
 MARKS = ("·", "✓", "✗")  # how a lesson check's verdict starts: not run (no GPU), right, wrong
 
-pytestmark = pytest.mark.browser
 
 
 def _which(names) -> str | None:
     return next((p for p in map(shutil.which, names) if p), None)
 
 
-def _tools() -> tuple[str, str]:
-    """(chromium, chromedriver) paths, or skip naming what is missing and how to get it."""
-    chromium, driver = _which(CHROMIUM), _which(CHROMEDRIVER)
-    missing = [name for name, path in (("chromium", chromium), ("chromedriver", driver)) if not path]
+def _missing() -> str | None:
+    """What this machine lacks to drive Chromium, and how to get it; None where nothing is missing."""
+    missing = [name for name, names in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not _which(names)]
     if missing:
-        pytest.skip(f"{' and '.join(missing)} not on PATH: install Debian's packages "
-                    "(apt-get install -y chromium chromium-driver; .ci/run does)")
+        return (f"{' and '.join(missing)} not on PATH: install Debian's packages "
+                "(apt-get install -y chromium chromium-driver; .ci/run does)")
     try:
         import selenium  # noqa: F401
     except ImportError:
-        pytest.skip("selenium is not installed: pip install -e '.[dev]' (make install does)")
-    return chromium, driver
+        return "selenium is not installed: pip install -e '.[dev]' (make install does)"
+    return None
 
 
-def _settings(folder: Path) -> None:
-    """JupyterLab user settings for the test: no autosave (the copy is thrown away anyway), no news or update
-    checks (no network; no toasts over the notebook), every cell in the DOM (no windowing)."""
-    for plugin, values in {"@jupyterlab/docmanager-extension/plugin": {"autosave": False},
-                           "@jupyterlab/apputils-extension/notification": {"fetchNews": "false",
-                                                                            "checkForUpdates": False},
-                           "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"}}.items():
-        path = folder / f"{plugin}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
+MISSING = _missing()
+# skipif, not a skip in a fixture: a machine without them skips before the run's JupyterLab would start for nothing
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("jupyterlab"),
+              pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
 
 
-@pytest.fixture
-def tools():
-    """(chromium, chromedriver): asked first, so a machine without them skips before any server starts."""
-    return _tools()
-
-
-class Lab(NamedTuple):
-    """A JupyterLab server on one notebook: the notebook's page (token included), the notebook, the server's log."""
-    page: str
-    notebook: Path
-    log: Path
-
-
-def serving(notebook: Path):
-    """Mark a test to get, as its `lab` fixture, JupyterLab serving `notebook`."""
-    return pytest.mark.parametrize("lab", [notebook], indirect=True, ids=[notebook.stem])
-
-
-@pytest.fixture
-def lab(request, tmp_path, tools):
-    """JupyterLab serving a copy of the notebook given by `serving` (so nothing can write to notebooks/): yields a
-    `Lab`."""
-    notebook = request.param
-    work = tmp_path / "lab"
-    work.mkdir()
-    shutil.copy(notebook, work / notebook.name)
-    _settings(tmp_path / "settings")
-    port, token = free_port(), "pkit-test-" + os.urandom(8).hex()
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    env.update(JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-               "--port-retries=0", f"--ServerApp.root_dir={work}", f"--LabApp.extra_labextensions_path={LABEXTENSIONS}"]
-    command += ["--allow-root"] if os.getuid() == 0 else []
-    log = tmp_path / "lab.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never through a proxy
-    try:
-        deadline, up = time.monotonic() + 90, False
-        while time.monotonic() < deadline and proc.poll() is None and not up:
-            try:
-                with opener.open(f"{url}/api", timeout=5) as response:
-                    up = response.status == 200
-            except OSError:
-                time.sleep(0.3)
-        assert up, f"JupyterLab gave no answer on port {port} (exit {proc.poll()}):\n{log.read_text()[-3000:]}"
-        yield Lab(f"{url}/lab/tree/{notebook.name}?token={token}", notebook, log)
-    finally:
-        left = end_group(proc.pid, proc)[1]  # a new session: the server leads its own process group
-        assert not left, f"JupyterLab processes left behind: {left}"
-
-
-@pytest.fixture
-def browser(tmp_path, tools):
-    """Headless Chromium through chromedriver, both in a process group of their own."""
-    chromium, chromedriver = tools
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Headless Chromium through chromedriver, both in a process group of their own, for this module's tests."""
+    chromium, chromedriver = _which(CHROMIUM), _which(CHROMEDRIVER)
     from selenium import webdriver
     from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.chrome.service import Service
 
+    folder = tmp_path_factory.mktemp("chromium")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server",
                 "--window-size=1400,1600", "--no-first-run", "--disable-extensions", "--disable-background-networking",
-                f"--user-data-dir={tmp_path / 'chromium'}"):
+                f"--user-data-dir={folder / 'profile'}"):
         options.add_argument(arg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         options.ignore_local_proxy_environment_variables()  # the driver is on 127.0.0.1 too
     # A path to the driver: Selenium does not run Selenium Manager, which would try to download a browser.
-    service = Service(executable_path=chromedriver, log_output=str(tmp_path / "chromedriver.log"),
+    service = Service(executable_path=chromedriver, log_output=str(folder / "chromedriver.log"),
                       popen_kw={"start_new_session": True})
     driver = webdriver.Chrome(service=service, options=options)
     pgid = service.process.pid
@@ -193,11 +124,12 @@ def _all_ran(driver):
     return len(prompts) > 0 and all(p[1:-2].isdigit() for p in prompts)
 
 
-def _run_all(driver, lab: Lab, timeout: float = 90) -> list[str]:
-    """Open the notebook, wait for its kernel, run every cell through Run menu → Run All Cells and wait (up to
-    `timeout` s) until every code cell has run; fail on any error or stderr output. Returns each output's text."""
-    cells = sum(c["cell_type"] == "code" for c in json.loads(lab.notebook.read_text())["cells"])
-    driver.get(lab.page)
+def _run_all(driver, lab: Lab, notebook: Path, timeout: float = 90) -> list[str]:
+    """Open the served copy of `notebook`, wait for its kernel, run every cell through Run menu → Run All Cells and
+    wait (up to `timeout` s) until every code cell has run; fail on any error or stderr output. Returns each
+    output's text."""
+    cells = sum(c["cell_type"] == "code" for c in json.loads(notebook.read_text())["cells"])
+    driver.get(lab.page(notebook))
     _wait(driver, lambda d: len(_code_prompts(d)) == cells, 90, f"the notebook's {cells} code cells to appear")
     _wait(driver, lambda d: d.find_elements("css selector", ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
           60, "the kernel to start (execution indicator idle)")
@@ -247,11 +179,10 @@ def _roofline(driver):
 
 
 @pytest.mark.timeout(180)
-@serving(LESSON)
-def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(lab, browser):
+def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(browser, lab):
     driver = browser
     start = time.monotonic()
-    outputs = _run_all(driver, lab)
+    outputs = _run_all(driver, lab, LESSON)
     verdicts = [t for t in outputs if t[:1] in MARKS and t[1:2] == " "]
     assert len(verdicts) == 6, f"expected the six checks' verdicts, got {verdicts}"
     assert any(t.startswith("recorded on h200x2-nv18") for t in outputs), "no recorded table's provenance line"
@@ -267,13 +198,12 @@ def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(lab, browser
 
 
 @pytest.mark.timeout(180)
-@serving(EXPLORERS)
-def test_explorers_notebook_runs_in_jupyterlab_and_its_widgets_respond(lab, browser):
+def test_explorers_notebook_runs_in_jupyterlab_and_its_widgets_respond(browser, lab):
     from selenium.webdriver.common.keys import Keys
 
     driver = browser
     start = time.monotonic()
-    outputs = "\n".join(_run_all(driver, lab))
+    outputs = "\n".join(_run_all(driver, lab, EXPLORERS))
     # The three explorers render as widgets (not their text fallback "VBox(children=...)")
     assert "VBox(children" not in outputs
     _wait(driver, lambda d: len(d.find_elements("css selector", ".jp-OutputArea-output .widget-vbox")) >= 3, 30,

@@ -3,7 +3,6 @@ import json
 import struct
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -167,21 +166,6 @@ def test_pkit_list_prints_each_registry(registry, first_column, entry, capsys):
     assert main(["list", registry]) == 0
     printed = capsys.readouterr().out
     assert printed.split()[0].removesuffix(":") == first_column and entry in printed  # a table, or one block per entry
-
-
-def test_environment_yml_matches_pyproject():
-    import re
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = set(project["dependencies"])
-    for extra in ("cuda", "torch", "dev"):
-        wanted |= set(project["optional-dependencies"][extra])
-    env = (ROOT / "environment.yml").read_text()
-    pip_section = env.split("- pip:", 1)[1]
-    listed = {m.strip() for m in re.findall(r"^\s+- (.+)$", pip_section, re.M)} - {"-e ."}
-    assert listed == wanted
-    python = re.search(r"- python(>=[\d.]+)", env).group(1)
-    assert python == project["requires-python"]
 
 
 def test_nvlink_counting_direct_and_switched():
