@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pkit.harness import checks, launch, problems, records, runner, solutions
+from pkit.harness import candidate, checks, failures, integrity, launch, problems, records, runner, solutions
 from pkit.harness.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -228,11 +228,11 @@ def _rank(rank, order, error=None, peer=False, t=0.0, code=1):
 
 def test_root_cause_prefers_own_errors_then_crashes_over_echoes():
     echo, crash = _rank(0, 0, "runtime_error", peer=True, t=1.0), _rank(1, 1, code=-6)
-    assert runner._root_cause([echo, crash]) is crash
+    assert failures.root_cause([echo, crash]) is crash
     own = _rank(1, 1, "runtime_error", t=2.0)
-    assert runner._root_cause([echo, own]) is own
-    assert runner._root_cause([_rank(0, 0, "runtime_error", t=1.0), _rank(1, 1, "compile_error", t=3.0)]).rank == 1
-    assert runner._root_cause([_rank(0, None, code=-9), _rank(1, None, code=-9)]) is None
+    assert failures.root_cause([echo, own]) is own
+    assert failures.root_cause([_rank(0, 0, "runtime_error", t=1.0), _rank(1, 1, "compile_error", t=3.0)]).rank == 1
+    assert failures.root_cause([_rank(0, None, code=-9), _rank(1, None, code=-9)]) is None
 
 
 # --- end to end: fresh worker processes, gloo, world size 2 ---------------------------------------------------
@@ -470,8 +470,9 @@ def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(
     parts = []
     for name in ("02_gather_scale", "01_sum"):
         part = tmp_path / f"{name}.jsonl"
-        assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--reference-as-candidate", "--problems", name, "--size", "tiny", "--device", "cpu",
-                       "--trials", 1, "--perf", "--warmup", 1, "--iters", 4, "--out", part) == 0
+        assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--reference-as-candidate", "--problems", name,
+                       "--size", "tiny", "--device", "cpu", "--trials", 1, "--perf", "--warmup", 1, "--iters", 4,
+                       "--out", part) == 0
         parts.append(part)
     assert record_main(["pkit", *map(str, parts), "--machine", "m"]) == 0
     table = pd.read_csv(tmp_path / "results" / "m" / "baselines.csv")
@@ -548,6 +549,64 @@ def test_timing_mismatch_believes_honest_noise_and_catches_remembered_answers_an
     early = runner.timing_mismatch(ref, _timing([0.01] * 100, sets=6, build_s=3.7 * 1.5 + 1.0))
     assert early and "building" in early
     assert runner.reuse_ratio(_timing(honest(1.0), sets=100)) is None
+
+
+def _rounds(*reference_ms: float) -> list:
+    """Interleaved rounds whose reference calls take `reference_ms[k]` in round k, beside a candidate at 1 ms."""
+    return [(_timing([ms] * 10, sets=10), _timing([1.0] * 10, sets=10)) for ms in reference_ms]
+
+
+def test_a_reference_slowed_beside_the_candidate_is_named_and_its_noise_is_not():
+    alone = _timing([1.0] * 10, sets=10)
+    why = integrity.reference_slowed(_rounds(1.5, 1.3, 1.4), alone)
+    assert "1.3 ms a call in its fastest round" in why and "1.3x its 1 ms alone" in why and "left running" in why
+    assert integrity.reference_slowed(_rounds(1.5, 1.05, 1.4), alone) is None  # one round as fast as alone
+    assert integrity.reference_slowed(_rounds(0.8), alone) is None  # faster beside the candidate
+    limit = integrity.ALONE_RATIO * 1.0 + integrity.ALONE_SLACK_MS
+    assert integrity.reference_slowed(_rounds(limit), alone) is None  # the boundary is allowed
+    assert integrity.reference_slowed(_rounds(limit + 1e-3), alone) is not None
+    latency = _timing([0.03] * 10, sets=10)  # a tiny size: 30 µs calls, 10% of which is jitter
+    assert integrity.reference_slowed([(_timing([0.045] * 10, sets=10), latency)], latency) is None
+
+
+class _Reference:
+    """A started reference whose window timed alone is `alone`; None: timing it again fails the test."""
+
+    def __init__(self, alone):
+        self.alone = alone
+
+    def retime(self, iters: int):
+        assert self.alone is not None and iters == runner.QUICK_TIMING["iters"]
+        return self.alone
+
+
+class _Run:
+    """A candidate's run that passed its trials and timed outputs, with interleaved `rounds`."""
+
+    def __init__(self, rounds: list, alone=None):
+        self.rounds, self.reference, self.options, self.retime_s = rounds, _Reference(alone), runner.EvalOptions(), None
+
+    def check_timed(self) -> list:
+        return []
+
+
+def test_on_the_gpu_a_reference_slower_than_alone_is_a_timing_mismatch():
+    fields = candidate.judged_fields(_Run(_rounds(2.0, 2.1, 2.2), _timing([1.0] * 10, sets=10)),
+                                     {"flags": set(), "phase_s": {}}, "cuda")
+    assert fields["status"] == "correct_slower" and fields["flags"] == {"timing_mismatch"}, fields
+    assert fields["speedup"] is None and fields["ref_time_ms"] == pytest.approx(2.1)
+    assert fields["error"].startswith("timing_mismatch: the reference took 2 ms"), fields["error"]
+    assert fields["error"].endswith("not called faster")
+    assert "parent: reference timed alone" in fields["phase_s"]
+    believed = candidate.judged_fields(_Run(_rounds(2.0, 2.1, 2.2), _timing([2.05] * 10, sets=10)),
+                                       {"flags": set(), "phase_s": {}}, "cuda")
+    assert believed["status"] == "correct_faster" and believed["flags"] == set() and believed["error"] is None
+
+
+def test_on_the_cpu_the_reference_is_not_timed_alone():
+    fields = candidate.judged_fields(_Run(_rounds(2.0, 2.1, 2.2)), {"flags": set(), "phase_s": {}}, "cpu")
+    assert fields["status"] == "correct_faster" and fields["speedup"] == pytest.approx(2.1), fields
+    assert "parent: reference timed alone" not in fields["phase_s"]
 
 
 # --- GPU: baselines -------------------------------------------------------------------------------------------

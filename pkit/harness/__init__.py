@@ -16,7 +16,14 @@ Modules, one job each:
     checks     correctness of one rank's output, fingerprints of timed outputs (in the parent)
     timer      PKB-style timing inside a worker, clocks bound before a candidate loads
     records    JSONL record schema and status taxonomy
-    runner     drive candidates, judge them (statuses, timing checks) into records
+    options    EvalOptions and what they mean for a problem: device, dtype, worker spec, timing counts, tolerances
+    candidate  one candidate against a started reference: trials, interleaved timing rounds, its verdict
+    integrity  timing checks: reported times against what the parent saw, the rounds' verdict, the reference
+               slowed beside the candidate, the roofline wall
+    speedup    a correct candidate's timing fields: medians, speedup, its bootstrap interval, the status
+    failures   status and reason of a run that stopped early: which rank's failure explains it
+    outcome    a candidate's record: its trials' fields, what ran, roofline, provenance
+    runner     the evaluation loop: a reference per problem, each candidate in fresh workers, records as known
     versions   what a record's verdict depends on beyond its key (harness, problem, candidate, settings)
     shards     split the (problem, candidate) pairs into N shards alike on every machine
     resume     skip what an --out holds, drop a line cut short, one writer at a time

@@ -62,7 +62,7 @@ def task_resources(world_size: int, device: str) -> dict:
 
 
 def cluster_device(requested: str, world_size: int) -> str:
-    """'cuda' or 'cpu' for the connected cluster, as `runner.pick_device` decides for one machine: 'auto' is
+    """'cuda' or 'cpu' for the connected cluster, as `options.pick_device` decides for one machine: 'auto' is
     cuda when the cluster has `world_size` GPUs; ValueError naming --device for 'cuda' on a cluster without."""
     gpus = require_ray().cluster_resources().get("GPU", 0)
     if requested == "cuda" and gpus < world_size:

@@ -26,7 +26,7 @@ CORRECT = ("correct_slower", "correct_level", "correct_faster")
 
 TIE_BAND = 0.05
 """Speedups within [1/(1 + TIE_BAND), 1 + TIE_BAND] count as a tie. 5%: below it a speedup does not reproduce
-from one session to the next on the same machine (the references recorded as their own candidates on 2xH200 read
+from one run to the next on the same machine (the references recorded as their own candidates on 2xH200 read
 0.63x to 1.63x with one window each, taken minutes apart; clocks, placement and the input sets drawn still move
 a run by a few percent when both roles are timed side by side), and a kernel 5% faster is not what a benchmark
 wants to credit as a win. The interval alone is not enough: many rounds make it narrow around a
@@ -62,6 +62,15 @@ def excerpt(text: str | None, limit: int = EXCERPT_CHARS, head: int = 0) -> str 
         return text
     head = min(head, limit // 2)
     return (text[:head] + "…" if head else "…") + text[-(limit - head - 1):]
+
+
+def add_reason(error: str | None, reason: str) -> str:
+    """`reason` after the reasons `error` gives already ('; '), or alone.
+
+    >>> add_reason(None, "b"), add_reason("a", "b")
+    ('b', 'a; b')
+    """
+    return f"{error}; {reason}" if error else reason
 
 
 def first_line(text: str | None, limit: int = 160) -> str:

@@ -238,7 +238,7 @@ class Reference:
                  ) -> tuple[list[list[dict]], dict[int, list[Snapshot]]]:
         """For the timed calls of a candidate (call i on the input set of seeds[i % len(seeds)], changed with
         fresh[i]): [call][rank] `fingerprint_check` summaries of the reference's outputs (`tolerance`: atol,
-        rtol, summands as `runner.tolerances`), and {call: [rank] whole outputs} for the call indices in `full`.
+        rtol, summands as `options.tolerances`), and {call: [rank] whole outputs} for the call indices in `full`.
         Restarts dead reference workers."""
         for attempt in (1, 2):
             try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .records import read_lines, record_key
-from .runner import spec_for
+from .options import spec_for
 from .versions import conflict, stamp
 
 

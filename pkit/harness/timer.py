@@ -5,7 +5,7 @@ before it imports a candidate, so a candidate that later replaces `time.perf_cou
 `torch.cuda.synchronize` does not change what this timer reads. (A candidate in the same process can still
 reach this module, or the torch internals that `torch.cuda.synchronize` calls, such as `torch._C._cuda_synchronize`;
 the evaluating process therefore checks the reported times against the wall time it saw from outside, see
-`pkit.harness.runner.timing_mismatch`.)
+`pkit.harness.integrity.timing_mismatch`.)
 
 Before each measured call all ranks meet at a barrier and the device is synchronised; a sample is the wall
 time from there to a device-wide synchronisation after the call, so work left on side streams counts.

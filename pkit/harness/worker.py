@@ -79,7 +79,7 @@ def is_peer_failure(exc: BaseException) -> bool:
 def timed_set_count(set_bytes: int, build_s: float, device: torch.device, iters: int) -> int:
     """How many distinct input sets the timed calls rotate over: one per call while they fit the byte and
     build-time budgets; never fewer than MIN_SETS while they fit the byte budget (first uses are compared
-    with reuses, see runner.timing_mismatch), nor than two, nor than the L2 needs; never more than `iters`."""
+    with reuses, see integrity.timing_mismatch), nor than two, nor than the L2 needs; never more than `iters`."""
     in_bytes = FRESH_BYTES[device.type] // max(set_bytes, 1)
     fits = min(in_bytes, int(FRESH_SECONDS / max(build_s, 1e-6)))
     return max(1, min(iters, max(2, min(MIN_SETS, in_bytes), l2_rotations(set_bytes, device), fits)))

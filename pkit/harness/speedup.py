@@ -1,0 +1,66 @@
+"""The timing fields of a correct candidate from interleaved (reference, candidate) rounds: pooled medians and
+spread, the speedup, its bootstrap confidence interval and the status that interval gives.
+
+Example:
+    >>> from pkit.harness.reference import Timing
+    >>> ref, sol = Timing([[2.0, 2.1, 1.9]], [0.01], [1]), Timing([[1.0, 1.05, 0.95]], [0.01], [1])
+    >>> fields = timing_fields([(ref, sol)] * 3)
+    >>> fields["status"], fields["speedup"], fields["timing_rounds"]
+    ('correct_faster', 2.0, 3)
+"""
+from __future__ import annotations
+
+import math
+
+from .integrity import Rounds
+from .records import speed_status
+
+BOOTSTRAP = 2000
+"""Resamples of the speedup's confidence interval (`speedup_interval`)."""
+CONFIDENCE = 0.95
+"""Coverage of the speedup's confidence interval."""
+
+
+def timing_fields(rounds: Rounds) -> dict:
+    """Timing fields of a correct candidate from interleaved (reference, candidate) rounds: medians and spread of
+    the pooled per-call times (slowest rank), `speedup` = reference median / candidate median, its confidence
+    interval (`speedup_interval`) and the status that interval gives (`records.speed_status`)."""
+    from ..timing import summarize
+
+    refs, sols = [r.slowest_ms for r, _ in rounds], [s.slowest_ms for _, s in rounds]
+    r, s = summarize([v for x in refs for v in x]), summarize([v for x in sols for v in x])
+    speedup = r.median_ms / s.median_ms if s.median_ms > 0 else math.inf
+    low, high = speedup_interval(refs, sols)
+    return {"status": speed_status(low, high), "ref_time_ms": r.median_ms, "sol_time_ms": s.median_ms,
+            "ref_time_cv": r.cv, "sol_time_cv": s.cv, "ref_time_min_ms": r.min_ms, "sol_time_min_ms": s.min_ms,
+            "ref_time_iqr_ms": r.iqr_ms, "sol_time_iqr_ms": s.iqr_ms, "speedup": speedup, "speedup_low": low,
+            "speedup_high": high, "timing_rounds": len(rounds), "rotations": len(rounds[0][1].seeds)}
+
+
+def speedup_interval(refs: list[list[float]], sols: list[list[float]], resamples: int = BOOTSTRAP,
+                     confidence: float = CONFIDENCE, seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of the speedup (median reference time / median candidate time, ms per call) by a
+    two-level bootstrap over interleaved rounds (`refs[k]`, `sols[k]`: round k's per-call times): each resample
+    draws the rounds with replacement (drift between rounds widens the interval), then within each drawn round the
+    reference's and the candidate's calls with replacement (noise between calls), and takes the ratio of the pooled
+    medians. Deterministic (`seed`).
+
+    >>> low, high = speedup_interval([[2.0, 2.1, 1.9]] * 3, [[1.0, 1.05, 0.95]] * 3)
+    >>> 1.7 < low < 2.0 < high < 2.3
+    True
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    refs_a, sols_a = [np.asarray(x, dtype=float) for x in refs], [np.asarray(x, dtype=float) for x in sols]
+    n = len(refs_a)
+    ratios = np.empty(resamples)
+    for b in range(resamples):
+        picked = rng.integers(0, n, n)
+        ref = np.concatenate([rng.choice(refs_a[k], refs_a[k].size) for k in picked])
+        sol = np.concatenate([rng.choice(sols_a[k], sols_a[k].size) for k in picked])
+        mid = np.median(sol)
+        ratios[b] = np.median(ref) / mid if mid > 0 else math.inf
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return float(low), float(high)
