@@ -112,9 +112,9 @@ def judge(rounds: Rounds) -> tuple[Rounds, str | None]:
 def reference_slowed(rounds: Rounds, alone: Timing) -> str | None:
     """Why the reference's times in `rounds` cannot be believed, or None: its fastest round's median exceeds
     ALONE_RATIO times its median in `alone`, a window timed after the candidate's processes were gone, plus
-    ALONE_SLACK_MS. Work the
-    candidate's processes leave running on the GPU while the reference is timed (between the candidate's calls,
-    where no check of the candidate sees it) slows the reference and makes the candidate read faster."""
+    ALONE_SLACK_MS. Work the candidate's processes leave running on the GPU while the reference is timed (between
+    the candidate's calls, where no check of the candidate sees it) slows the reference and makes the candidate
+    read faster."""
     fastest = min(statistics.median(ref.slowest_ms) for ref, _ in rounds)
     solo = statistics.median(alone.slowest_ms)
     if fastest <= ALONE_RATIO * solo + ALONE_SLACK_MS:
