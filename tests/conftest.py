@@ -1,10 +1,9 @@
 """Shared test setup: GPU markers skip cleanly on machines without the GPUs they need; teams of every GPU of the
-machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); one JupyterLab
-for the run (`lab`); how many pytest-xdist workers `-n auto` (make test) starts."""
+machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); how many
+pytest-xdist workers `-n auto` (make test) starts."""
 import os
 
 import pytest
-from processes import make_lab
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
@@ -92,11 +91,3 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("PKIT_CACHE_DIR", str(tmp_path / "cubin"))
     return tmp_path / "cubin"
 
-
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory):
-    """`make lab` serving a copy of notebooks/ (tests/processes.py), started once for the run by its first user and
-    ended, checking that nothing of it is left, when the run ends. Its users are in the `jupyterlab` xdist group, so
-    under `-n` they share this one server too."""
-    with make_lab(tmp_path_factory.mktemp("lab")) as server:
-        yield server

@@ -1,5 +1,5 @@
 """Process helpers for tests that start servers (JupyterLab): a free local port, the live members of a process
-group, ending a group so that nothing is left behind, and `make lab` serving a copy of notebooks/ for the run."""
+group, ending a group so that nothing is left behind, and `make lab` serving a copy of notebooks/."""
 import contextlib
 import json
 import os

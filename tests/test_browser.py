@@ -1,7 +1,12 @@
-"""The lesson and the explorers in a real browser: JupyterLab on 127.0.0.1 at a free port with a token and no
+"""JupyterLab as `make lab` serves it, and the lesson and the explorers in a real browser.
+
+`make lab` (one server for this module: tests/processes.py) runs on 127.0.0.1 at a free port with a token and no
 browser of its own, with pkit's extension that colours `%%cuda` cells as C++ (pkit/lesson/labextension), serving a
-copy of notebooks/, one notebook opened in headless Chromium (Debian's `chromium` and `chromium-driver`, driven by Selenium),
-every cell run through JupyterLab's Run menu, no cell writing an error or stderr. Then, per notebook:
+copy of notebooks/ (so nothing can write to notebooks/). As a client: it answers, serves the lab page, its servers
+carry --allow-root exactly as root, and when this module ends its process group stops on SIGTERM, leaving nothing.
+In headless Chromium (Debian's `chromium` and `chromium-driver`, driven by Selenium; one for this module), each test
+opens its notebook in a workspace of its own and runs every cell through JupyterLab's Run menu, no cell writing an
+error or stderr. Then, per notebook:
 
 - `notebooks/08_lesson_multi_gpu_communication.ipynb`: each of the six checks prints its verdict (without GPUs
   `· compiled ...; not run`, on GPUs ✓ or ✗) and the recorded tables show; the six `%%cuda` exercise cells are
@@ -9,22 +14,21 @@ every cell run through JupyterLab's Run menu, no cell writing an error or stderr
 - `notebooks/09_explorers.ipynb`: the roofline explorer's message-size slider moved by keyboard, its output read
   before and after; screenshot `build/browser/explorers.png`.
 
-The server is the run's one `make lab` (tests/conftest.py's `lab`: a copy of notebooks/, so nothing can write to
-notebooks/; each test opens its notebook in a workspace of its own); the driver and its Chromium, one for this
-module, run in a process group of their own, ended by its id, checking that nothing of it is left (the server is
-checked so when the run ends). Skips, saying why, where Chromium, chromedriver or Selenium are missing (`.ci/run`
-installs the first two with apt-get; `make install` installs Selenium, the dev extra). Every wait has a deadline;
-each test takes well under a minute here.
+The driver and its Chromium run in a process group of their own, ended by its id, checking that nothing of it is
+left. The browser tests skip, saying why, where Chromium, chromedriver or Selenium are missing (`.ci/run` installs
+the first two with apt-get; `make install` installs Selenium, the dev extra). Every wait has a deadline; each test
+takes well under a minute here.
 """
 import contextlib
 import json
+import os
 import shutil
 import time
 import warnings
 from pathlib import Path
 
 import pytest
-from processes import Lab, end_group
+from processes import Lab, end_group, get, group_members, make_lab
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "08_lesson_multi_gpu_communication.ipynb"
@@ -55,9 +59,26 @@ def _missing() -> str | None:
 
 
 MISSING = _missing()
-# skipif, not a skip in a fixture: a machine without them skips before the run's JupyterLab would start for nothing
-pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("jupyterlab"),
-              pytest.mark.skipif(MISSING is not None, reason=str(MISSING))]
+needs_chromium = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """`make lab` serving a copy of notebooks/ for this module's tests; ended (nothing of it may be left) after them."""
+    with make_lab(tmp_path_factory.mktemp("lab")) as server:
+        yield server
+
+
+def test_make_lab_serves_jupyterlab_and_stops_by_its_pid(lab):
+    """`make lab` under this uid (root in CI: --allow-root) answers, serves the lab page, and its servers carry
+    --allow-root exactly as root; that its process group stops on SIGTERM is checked when the module ends."""
+    status, api = get(f"{lab.url}/api")
+    assert status == 200 and "version" in json.loads(api)
+    status, page = get(f"{lab.url}/lab?token={lab.token}")
+    assert status == 200 and "JupyterLab" in page
+    servers = [cmd for _, cmd in group_members(lab.pgid) if "jupyter" in cmd]
+    assert servers, group_members(lab.pgid)
+    assert all(("--allow-root" in cmd) == (os.getuid() == 0) for cmd in servers), servers
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +199,8 @@ def _roofline(driver):
             text, chart)
 
 
+@pytest.mark.browser
+@needs_chromium
 @pytest.mark.timeout(180)
 def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(browser, lab):
     driver = browser
@@ -197,6 +220,8 @@ def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(browser, lab
           f"screenshot {shot}")
 
 
+@pytest.mark.browser
+@needs_chromium
 @pytest.mark.timeout(180)
 def test_explorers_notebook_runs_in_jupyterlab_and_its_widgets_respond(browser, lab):
     from selenium.webdriver.common.keys import Keys

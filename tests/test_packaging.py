@@ -1,6 +1,6 @@
 """The user's surface: environment.yml asks for what pyproject.toml declares, the lab packages are installed by
-`make install`, `make lab` starts JupyterLab as root and as a user, and the README says how to get `pkit` on
-the PATH."""
+`make install`, `make lab` passes --allow-root exactly as root (tests/test_browser.py starts it), and the README
+says how to get `pkit` on the PATH."""
 import json
 import os
 import re
@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from processes import get, group_members, make_env
+from processes import make_env
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,20 +68,6 @@ def test_make_lab_passes_allow_root_only_as_root(tmp_path):
         (fake / "id").chmod(0o755)
         command = _dry_run_lab(make_env(PATH=f"{fake}:{os.environ['PATH']}"))
         assert ("--allow-root" in command) == (uid == "0"), command
-
-
-@pytest.mark.xdist_group("jupyterlab")
-def test_make_lab_serves_jupyterlab_and_stops_by_its_pid(lab):
-    """`make lab` under this uid (root in CI: --allow-root) on 127.0.0.1, a free port, no browser (the run's one
-    JupyterLab, tests/conftest.py): it answers, serves the lab page, and its servers carry --allow-root exactly as
-    root; when the run ends its process group is ended and nothing of it may be left."""
-    status, api = get(f"{lab.url}/api")
-    assert status == 200 and "version" in json.loads(api)
-    status, page = get(f"{lab.url}/lab?token={lab.token}")
-    assert status == 200 and "JupyterLab" in page
-    servers = [cmd for _, cmd in group_members(lab.pgid) if "jupyter" in cmd]
-    assert servers, group_members(lab.pgid)
-    assert all(("--allow-root" in cmd) == (os.getuid() == 0) for cmd in servers), servers
 
 
 def test_readme_says_how_to_get_pkit_on_the_path():
