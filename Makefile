@@ -1,7 +1,8 @@
 # pkit's tasks, run from the repository root:
 #   make install     a venv in .venv (VENV=...) with pkit editable, CuPy, torch, JupyterLab, ipywidgets, seaborn
 #                    and the test tools; `source .venv/bin/activate` then puts `pkit` on the PATH
-#   make test        the whole suite; tests marked gpu/multigpu skip where the GPUs they need are missing
+#   make test        the whole suite; tests marked gpu/multigpu skip where the GPUs they need are missing; on a
+#                    machine without GPUs one pytest-xdist worker per CPU core (tests/conftest.py)
 #   make test-gpu    only the GPU tests: `gpu` needs one CUDA GPU, `multigpu` two with peer access
 #   make figures     every notebook through papermill; MODE=auto measures each study this machine has the GPUs
 #                    for (rewriting results/<machine>/) and replays the rest (`pkit list studies` says which);
@@ -35,7 +36,7 @@ figures: install
 	$(NO_MULTICAST) $(BIN)/pkit figures --mode $(MODE)
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 test-gpu:
 	$(NO_MULTICAST) PYTHONPATH=$(CURDIR):$(PYTHONPATH) $(RUN_PY) -m pytest -q -m "gpu or multigpu"
