@@ -59,7 +59,15 @@ def _missing() -> str | None:
 
 
 MISSING = _missing()
-needs_chromium = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+
+
+def in_chromium(test):
+    """Mark a test that drives JupyterLab in headless Chromium: `browser`, at most 180 s, skipped (saying why) where
+    MISSING names what this machine lacks."""
+    for mark in (pytest.mark.browser, pytest.mark.timeout(180),
+                 pytest.mark.skipif(MISSING is not None, reason=str(MISSING))):
+        test = mark(test)
+    return test
 
 
 @pytest.fixture(scope="module")
@@ -199,9 +207,7 @@ def _roofline(driver):
             text, chart)
 
 
-@pytest.mark.browser
-@needs_chromium
-@pytest.mark.timeout(180)
+@in_chromium
 def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(browser, lab):
     driver = browser
     start = time.monotonic()
@@ -220,9 +226,7 @@ def test_lesson_notebook_runs_in_jupyterlab_and_every_check_answers(browser, lab
           f"screenshot {shot}")
 
 
-@pytest.mark.browser
-@needs_chromium
-@pytest.mark.timeout(180)
+@in_chromium
 def test_explorers_notebook_runs_in_jupyterlab_and_its_widgets_respond(browser, lab):
     from selenium.webdriver.common.keys import Keys
 
