@@ -1,6 +1,6 @@
 """Shared test setup: GPU markers skip cleanly on machines without the GPUs they need; teams of every GPU of the
 machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); how many
-pytest-xdist workers `-n auto` (make test) starts."""
+pytest-xdist workers `-n auto` starts (make test TEST_ARGS="-n auto --dist loadfile")."""
 import os
 
 import pytest
