@@ -42,6 +42,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..hardware import GPUS
 from ..ops.overlap import CHUNK_ROWS
 from ..ops.overlap_patterns import PATTERNS as OVERLAP
 from ..ops.overlap_patterns import gemm_of, schedules
@@ -51,6 +52,7 @@ SCHEDULES = OVERLAP["ag_gemm"].names
 """The schedules modelled, AG+GEMM's (pkit.ops.overlap_patterns), for every pattern: what GEMM+RS and GEMM+AR
 would take moving their bytes the same ways."""
 ITEMSIZE = 2  # bf16
+MEASURED_SMS = GPUS["H200"].sms  # the SMs of the GPU the one-GPU GEMM studies ran on
 
 
 @dataclass(frozen=True)
@@ -66,11 +68,11 @@ class GemmFit:
     seconds_per_k: float
     epilogue_s: float
     fixed_s: float
-    sms: int = 132
+    sms: int = MEASURED_SMS
     points: tuple = ()
 
     @classmethod
-    def from_points(cls, implementation: str, points: Sequence[tuple], sms: int = 132) -> "GemmFit":
+    def from_points(cls, implementation: str, points: Sequence[tuple], sms: int = MEASURED_SMS) -> "GemmFit":
         """Least squares on the relative error of each time (each shape weighs alike); needs 4+ points for its 3
         parameters. The epilogue's length in K (epilogue_s / seconds_per_k) is searched on a log grid from 1 to
         10⁵; for each, the other two are linear."""
@@ -90,7 +92,7 @@ class GemmFit:
         return cls(implementation, float(per_k), float(per_k * length), float(fixed), sms, tuple(pts))
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, implementation: str, sms: int = 132) -> "GemmFit":
+    def from_frame(cls, frame: pd.DataFrame, implementation: str, sms: int = MEASURED_SMS) -> "GemmFit":
         """From a recorded gemm study (overlap.gemm_rates: implementation, m, n, k, time_median_us)."""
         rows = frame[frame["implementation"] == implementation]
         if rows.empty:

@@ -33,7 +33,7 @@ import numpy as np
 from .. import vocabulary
 from ..launch import THREADS
 from ..team import order_streams
-from ..vocabulary import ROUTE_KINDS, families, family
+from ..vocabulary import families, family
 
 # The mechanisms of each kind of route, in pkit's words (pkit.vocabulary): `ce` is cudaMemcpyPeerAsync between
 # GPUs and cudaMemcpyAsync (cudaMemcpyDefault) otherwise; `sm*` pkit's copy16 kernel; `tma*` its TMA kernel
@@ -46,7 +46,6 @@ ROUTE_MECHANISMS = {
     "h2d": families("ce", "sm", "tma"),
     "d2h": families("ce", "sm", "tma"),
 }
-assert tuple(ROUTE_MECHANISMS) == ROUTE_KINDS
 MECHANISMS = ROUTE_MECHANISMS["peer"]  # the peer mechanisms (recorded 2-GPU results use these)
 ALL_MECHANISMS = tuple(dict.fromkeys(m for names in ROUTE_MECHANISMS.values() for m in names))
 HOST = "CPU"  # how route labels name the host
