@@ -434,10 +434,9 @@ def test_thousand_back_to_back_all_reduces(team):
     coll, count = C.Collectives(team), _count(1 << 14, team.size)  # two-shot's shares split evenly
     inp, x = _inputs(team, "float32", count)
     outs = [team.empty((count,), "float32") for _ in range(2)]
-    plans = [(a, m) for m, algorithms in C.collective("all_reduce").algorithms.items() for a in algorithms]
+    forms = C.collective("all_reduce").forms()
     for i in range(1000):
-        algorithm, mechanism = plans[i % len(plans)]
-        coll.all_reduce(outs[i % 2], inp, algorithm=algorithm, mechanism=mechanism)
+        coll.all_reduce(outs[i % 2], inp, **forms[i % len(forms)])
     team.synchronize()
     for r in range(team.size):
         _assert_close(_read(outs[1], r), np.sum(x, axis=0), "float32", f"rank {r}")

@@ -559,8 +559,9 @@ def _rounds(*reference_ms: float) -> list:
 def test_a_reference_slowed_beside_the_candidate_is_named_and_its_noise_is_not():
     alone = _timing([1.0] * 10, sets=10)
     why = integrity.reference_slowed(_rounds(1.5, 1.3, 1.4), alone)
-    assert "1.3 ms a call in its fastest round" in why and "1.3x its 1 ms alone" in why and "left running" in why
-    assert integrity.reference_slowed(_rounds(1.5, 1.05, 1.4), alone) is None  # one round as fast as alone
+    assert "median call took 1.4 ms" in why and "1.4x its 1 ms alone" in why and "left running" in why
+    assert integrity.reference_slowed(_rounds(1.5, 1.05, 1.4), alone) is not None  # one round as fast as alone
+    assert integrity.reference_slowed(_rounds(1.5, 1.05, 1.0), alone) is None  # the median call is as fast
     assert integrity.reference_slowed(_rounds(0.8), alone) is None  # faster beside the candidate
     limit = integrity.ALONE_RATIO * 1.0 + integrity.ALONE_SLACK_MS
     assert integrity.reference_slowed(_rounds(limit), alone) is None  # the boundary is allowed

@@ -23,7 +23,7 @@ Candidate → what the harness gives (on the GPU unless said), and what decides 
 - reuses_buffer.py (benign): one output buffer overwritten every call → correct: what is checked is copied at once.
 - slows_reference.py: keeps the GPU busy from a thread of its idle process, so the reference, timed between the
   candidate's windows on the same GPU, runs slower → correct_slower, timing_mismatch: once the candidate's processes
-  are gone the reference is timed alone, and its fastest round beside them was over 1.1x that
+  are gone the reference is timed alone, and its median call beside them was over 1.1x that
   (pkit.harness.integrity.reference_slowed).
 """
 from __future__ import annotations
