@@ -37,7 +37,7 @@ BAD_INPUTS = [  # (argv, the start of the one line after "pkit <command>: error:
     (["eval", "--problems-root", "empty_root", *OUT], "--problems-root: expected a folder of <NN>_<name>/problem.py"),
     (["eval", "--problems-root", "no_such_folder", *OUT], "--problems-root: expected a folder of "
                                                           "<NN>_<name>/problem.py, got no_such_folder (no such folder)"),
-    (["eval", "--size", "huge", *FIXTURES, *OUT], "--size: expected a size of every selected problem (tiny, large)"),
+    (["eval", "--size", "huge", *FIXTURES, *OUT], "--size: expected a size of every selected problem (tiny, medium, large)"),
     (["eval", "--size", "large", *FIXTURES, *OUT], "--size: expected tiny on a machine without GPUs"),
     (["eval", "--baselines", "--size", "large", "--problems", "1"], "--baselines: expected a machine with GPUs"),
     (["eval", "--solutions", "empty/", "--reference-as-candidate", *OUT], "--solutions: expected a folder of "

@@ -346,7 +346,8 @@ def test_problems_cli_lists_cost_and_roofline(capsys):
     assert run_cli("problems", "--problems-root", FIXTURE_PROBLEMS, "--format", "json") == 0
     rows = json.loads(capsys.readouterr().out)
     assert {(r["problem"], r["size"]) for r in rows} == {
-        ("01_sum", "tiny"), ("01_sum", "large"), ("02_gather_scale", "tiny"), ("02_gather_scale", "large")}
+        ("01_sum", "tiny"), ("01_sum", "medium"), ("01_sum", "large"), ("02_gather_scale", "tiny"),
+        ("02_gather_scale", "large")}
     big = next(r for r in rows if r["problem"] == "01_sum" and r["size"] == "large")
     assert big["category"] == "collectives" and big["link_bytes"] == 4 * (1 << 24)
     assert big["bound"] == "link" and big["roofline_time_ms"] > 0
@@ -596,7 +597,7 @@ def test_on_the_gpu_a_reference_slower_than_alone_is_a_timing_mismatch():
                                      {"flags": set(), "phase_s": {}}, "cuda")
     assert fields["status"] == "correct_slower" and fields["flags"] == {"timing_mismatch"}, fields
     assert fields["speedup"] is None and fields["ref_time_ms"] == pytest.approx(2.1)
-    assert fields["error"].startswith("timing_mismatch: the reference took 2 ms"), fields["error"]
+    assert fields["error"].startswith("timing_mismatch: the reference's median call took 2.1 ms"), fields["error"]
     assert fields["error"].endswith("not called faster")
     assert "parent: reference timed alone" in fields["phase_s"]
     believed = candidate.judged_fields(_Run(_rounds(2.0, 2.1, 2.2), _timing([2.05] * 10, sets=10)),

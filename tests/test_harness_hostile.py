@@ -39,13 +39,14 @@ Classes (candidate → what the harness must give):
     wrong_result, flag mutated_input; 02_clip_inplace/no_inplace.py and scales_wrong.py → wrong_result, flag
     inplace_result; the references and good.py → correct.
 15. No harness process (worker, zygote, ...) below this test process survives a run, nor its temp folders.
-16. hostile_reuse at the `large` size, where 64 MiB input sets are reused: remember_by_address.py answers a
-    reused set from memory → wrong_result, flag timed_output (each call's inputs were changed just before it;
-    seen when one of the 3 kept calls is a reuse; else correct_slower with timing_mismatch, as before);
-    intercept_change.py also intercepts the change in its process (the documented remaining gap) and reduces
-    only the changed elements (right answers) → correct_slower with timing_mismatch (calls on reused sets sped up),
-    or, when that mismatch has both timed again, not correct (its answers, remembered by address, are stale for
-    the second window's sets, or its ranks' partial reductions fall out of step and the collective aborts).
+16. hostile_reuse at the `medium` size under a 16 MiB fresh budget (--fresh-mib), where its 4 MiB input sets are
+    reused: remember_by_address.py answers a reused set from memory → wrong_result, flag timed_output (each call's
+    inputs were changed just before it; seen when one of the 3 kept calls is a reuse; else correct_slower with
+    timing_mismatch, as before); intercept_change.py also intercepts the change in its process (the documented
+    remaining gap) and reduces only the changed elements (right answers) → correct_slower with timing_mismatch
+    (calls on reused sets sped up), or, when that mismatch has both timed again, not correct (its answers,
+    remembered by address, are stale for the second window's sets, or its ranks' partial reductions fall out of step
+    and the collective aborts).
 
 The in-process runs use a private TMPDIR, so candidates that search temp folders touch only their own run's.
 """
@@ -418,8 +419,9 @@ def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tm
 # --- 16. answers remembered across reused input sets -----------------------------------------------------------
 
 def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path):
-    recs = evaluate(tmp_path / "reuse.jsonl", FIXTURES / "hostile_reuse", "--size", "large", "--force",
-                    "--trials", "1", "--perf", "--warmup", "2", "--iters", "24", "--timeout", "240")
+    recs = evaluate(tmp_path / "reuse.jsonl", FIXTURES / "hostile_reuse", "--problems", "01_sum", "--size", "medium",
+                    "--fresh-mib", "16", "--force", "--trials", "1", "--perf", "--warmup", "2", "--iters", "24",
+                    "--timeout", "240")
     stale = recs["01_sum/remember_by_address.py"]
     assert stale["status"] == "wrong_result" and "timed_output" in stale["flags"] or (
         stale["status"] == "correct_slower" and "timing_mismatch" in stale["flags"]), (stale["status"], stale["error"])

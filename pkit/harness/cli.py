@@ -67,6 +67,9 @@ def register(subparsers) -> None:
     ev.add_argument("--iters", type=int, default=100, help="measured calls with --perf (default 100)")
     ev.add_argument("--timeout", type=float, default=300.0, help="seconds per candidate before all ranks are "
                                                                  "killed (default 300)")
+    ev.add_argument("--fresh-mib", type=float, default=None,
+                    help="MiB of distinct timed input sets a rank holds at once; past it the timed calls come back "
+                         "to sets already used (default 4096 on GPUs, 512 on CPUs)")
     ev.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: by dtype)")
     ev.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
     ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -269,7 +272,7 @@ def plan_eval(args) -> EvalPlan:
     options = EvalOptions(world_size=args.world_size, size=args.size, dtype=args.dtype, trials=args.trials,
                           seed=args.seed, perf=args.perf, warmup=args.warmup, iters=args.iters,
                           timeout_s=args.timeout, atol=args.atol, rtol=args.rtol, device=args.device,
-                          ceilings=args.ceilings)
+                          ceilings=args.ceilings, fresh_mib=args.fresh_mib)
     options.validate(option_name)
     if args.baselines and args.pkb_root is not None:
         raise ValueError("--baselines: records pkit problems only; drop --pkb-root")

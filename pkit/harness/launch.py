@@ -7,8 +7,9 @@ NVSHMEM_DISABLE_NVLS=1 (pkit never uses NVLink multicast) and its own
 TORCH_EXTENSIONS_DIR (ranks building the same extension at once would corrupt a shared cache).
 
 `gather(op)` waits until every rank has sent a message `op`, answering others on the way through a
-callback. When a rank reports an error or dies, the others get `grace_s` to report theirs (they are
-usually stuck in a collective) and `RunFailed` is raised; past the deadline, `RunTimeout`. `close()` kills
+callback. When a rank reports an error or dies, the others get up to `grace_s` to report theirs (they are
+usually stuck in a collective) and `RunFailed` is raised once all have or the grace is over; past the deadline,
+`RunTimeout`. `close()` kills
 the workers, everything they started and every orphan this process adopted (pkit.harness.contain), except
 the processes of other sets still open.
 """
@@ -156,7 +157,7 @@ class WorkerSet:
                 where = ", ".join(f"rank {r.rank} in {r.phase}" for r in self.ranks)
                 self.log(f"  … {self.role} still running after {now - started:.0f} s ({where}); "
                          f"killed in {max(0.0, deadline - now):.0f} s")
-            if failed_at is not None and now > failed_at + self.grace_s:
+            if failed_at is not None and (now > failed_at + self.grace_s or self.all_failed()):
                 raise RunFailed(self.failure_summary())
             if now > deadline:
                 raise RunTimeout(f"no {op!r} before the deadline")
@@ -177,6 +178,10 @@ class WorkerSet:
     def failed(self) -> bool:
         """True once some rank reported an error or exited."""
         return any(r.error is not None or r.returncode is not None for r in self.ranks)
+
+    def all_failed(self) -> bool:
+        """True once every rank reported an error or exited: no other rank's reason is left to wait for."""
+        return all(r.error is not None or r.returncode is not None for r in self.ranks)
 
     def failure_summary(self) -> str:
         return "; ".join(f"rank {r.rank}: {r.error['type'] if r.error else f'exit {r.returncode}'}"

@@ -21,7 +21,9 @@ QUICK_TIMING = {"warmup": 2, "iters": 10}
 class EvalOptions:
     """How to evaluate. Times in seconds; `size`/`device` 'auto' pick tiny+cpu without enough GPUs,
     large+cuda with them; `dtype` None takes each problem's first dtype; `atol`/`rtol` None use the
-    dtype table of pkit.tolerance (or the problem's own tolerance)."""
+    dtype table of pkit.tolerance (or the problem's own tolerance); `fresh_mib` caps the distinct timed input
+    sets a rank holds at once, in MiB (None: `worker.FRESH_BYTES`, 4 GiB on GPUs, 512 MiB on CPUs); past it the
+    timed calls come back to sets already used."""
 
     world_size: int = 2
     size: str = "auto"
@@ -36,6 +38,7 @@ class EvalOptions:
     rtol: float | None = None
     device: str = "auto"
     ceilings: str = "H200"
+    fresh_mib: float | None = None
 
     def validate(self, spell: Callable[[str], str] = str) -> None:
         """Raise ValueError naming the first option out of range; `spell` turns a field name into the name the
@@ -56,6 +59,7 @@ class EvalOptions:
                  ("atol", self.atol is None or self.atol >= 0, "a number >= 0"),
                  ("rtol", self.rtol is None or self.rtol >= 0, "a number >= 0"),
                  ("device", self.device in ("auto", "cpu", "cuda"), "one of auto, cpu, cuda"),
+                 ("fresh_mib", self.fresh_mib is None or self.fresh_mib > 0, "MiB > 0"),
                  ("ceilings", self.ceilings in GPUS, f"a GPU of pkit.hardware.GPUS ({', '.join(GPUS)})"))
         for name, ok, expected in rules:
             if not ok:
@@ -97,7 +101,8 @@ def spec_for(problem: Problem, options: EvalOptions, device: str) -> dict:
     size = problem.resolve_size(options.size, device)
     dtype = problem_dtype(problem, options.dtype)
     return {"source": problem.source, "world_size": options.world_size, "device": device, "size": size,
-            "dtype": dtype, "pg_timeout_s": options.timeout_s + 60}
+            "dtype": dtype, "pg_timeout_s": options.timeout_s + 60,
+            "fresh_bytes": None if options.fresh_mib is None else int(options.fresh_mib * (1 << 20))}
 
 
 def timing_counts(options: EvalOptions) -> dict:

@@ -131,12 +131,12 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
     built = [m["_at"] for m in workers.gather("built", deadline)]
     workers.send({"op": "go", "fresh": fresh[0]})
     done = workers.gather("timed", deadline, answer)
-    workers.gather("saved", deadline)
     samples = [m.get("samples_ms") for m in done]
-    for rank, s in enumerate(samples):
+    for rank, s in enumerate(samples):  # before `saved`: a forged early report fails now, not at the deadline
         if (not isinstance(s, list) or len(s) != iters or answered.get(rank) != iters
                 or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s)):
             raise RunFailed(f"rank {rank}: timing report does not match the {iters} calls it was asked for")
+    workers.gather("saved", deadline)
     return Timing(samples, [m["_at"] - b for m, b in zip(done, built)], seeds, kept, gaps, prints,
                   [b - opened for b in built], fresh)
 

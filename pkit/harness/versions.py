@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-SETTINGS = ("trials", "perf", "warmup", "iters", "timeout_s", "atol", "rtol", "ceilings")
+SETTINGS = ("trials", "perf", "warmup", "iters", "timeout_s", "atol", "rtol", "ceilings", "fresh_mib")
 """The `EvalOptions` fields a verdict depends on that a record's key (`records.KEY_FIELDS`) does not hold."""
 
 AGREE = (("harness_version", ()), ("settings", ()), ("problem_sha256", ("problem",)),

@@ -76,11 +76,13 @@ def is_peer_failure(exc: BaseException) -> bool:
     return any(marker in text for marker in PEER_FAILURE_MARKERS)
 
 
-def timed_set_count(set_bytes: int, build_s: float, device: torch.device, iters: int) -> int:
-    """How many distinct input sets the timed calls rotate over: one per call while they fit the byte and
-    build-time budgets; never fewer than MIN_SETS while they fit the byte budget (first uses are compared
-    with reuses, see integrity.timing_mismatch), nor than two, nor than the L2 needs; never more than `iters`."""
-    in_bytes = FRESH_BYTES[device.type] // max(set_bytes, 1)
+def timed_set_count(set_bytes: int, build_s: float, device: torch.device, iters: int,
+                    budget_bytes: int | None = None) -> int:
+    """How many distinct input sets the timed calls rotate over: one per call while they fit the byte budget
+    (`budget_bytes`, None: FRESH_BYTES of the device's kind) and FRESH_SECONDS; never fewer than MIN_SETS while
+    they fit the byte budget (first uses are compared with reuses, see integrity.timing_mismatch), nor than two,
+    nor than the L2 needs; never more than `iters`."""
+    in_bytes = (budget_bytes or FRESH_BYTES[device.type]) // max(set_bytes, 1)
     fits = min(in_bytes, int(FRESH_SECONDS / max(build_s, 1e-6)))
     return max(1, min(iters, max(2, min(MIN_SETS, in_bytes), l2_rotations(set_bytes, device), fits)))
 
@@ -215,7 +217,8 @@ class Worker:
         inputs = self.inputs(message["seed"])
         synchronize(self.device)
         build_s = clock() - start
-        sets = timed_set_count(input_bytes(inputs), build_s, self.device, message["iters"])
+        sets = timed_set_count(input_bytes(inputs), build_s, self.device, message["iters"],
+                               self.spec.get("fresh_bytes"))
         self.channel.send({"op": "plan", "sets": sets, "set_bytes": input_bytes(inputs), "build_s": build_s})
 
     def warmup(self, message: dict) -> None:
