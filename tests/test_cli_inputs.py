@@ -15,6 +15,8 @@ import pytest
 from pkit.harness import cli
 from pkit.harness.cli import main
 
+pytestmark = pytest.mark.usefixtures("shared_zygote")
+
 FIXTURE_PROBLEMS = Path(__file__).parent / "fixtures" / "problems"
 FIXTURE_SAMPLES = Path(__file__).parent / "fixtures" / "samples"
 OUT = ("--out", "runs/x.jsonl")

@@ -17,8 +17,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pkit.harness import candidate, checks, failures, integrity, launch, problems, records, runner, solutions
+from pkit.harness import candidate, checks, contain, failures, integrity, launch, problems, records, runner, solutions
 from pkit.harness.cli import main
+
+pytestmark = pytest.mark.usefixtures("shared_zygote")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_PROBLEMS = FIXTURES / "problems"
@@ -315,18 +317,24 @@ def test_a_hang_is_killed_with_every_process_it_started(tmp_path):
             os.kill(r.pid, 0)
 
 
-def test_one_candidate_file_is_evaluated(tmp_path):
+def test_one_candidate_file_is_evaluated(tmp_path, shared_zygote):
     out = tmp_path / "one.jsonl"
     sample = FIXTURES / "samples" / "good-model" / "01_sum" / "1.py"
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", sample, "--trials", 1, "--out", out) == 0
     (record,) = records.read_jsonl(out)
     assert record["problem"] == "01_sum" and record["status"].startswith("correct")
+    zygote = shared_zygote.proc.pid  # the session's evaluations fork from one zygote, left running between them
     loose = tmp_path / "mine.py"
     loose.write_text(sample.read_text())
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", loose, "--out", out) == 2
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", loose, "--problems", "01_sum",
                    "--trials", 1, "--out", tmp_path / "loose.jsonl") == 0
     assert records.read_jsonl(tmp_path / "loose.jsonl")[0]["solution"] == "mine.py"
+    assert shared_zygote.alive() and shared_zygote.proc.pid == zygote
+    deadline = time.monotonic() + 2  # its workers were killed with their runs (the zygote reaps them within 50 ms)
+    while [p for p, parent in contain.parent_links().items() if parent == zygote] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p, parent in contain.parent_links().items() if parent == zygote]
 
 
 def test_console_line_names_the_reason_of_a_failure():
@@ -480,7 +488,9 @@ def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(
     assert list(table["problem"]) == ["01_sum", "02_gather_scale"]
     assert table["status"].str.startswith("correct").all() and (table["ref_time_ms_median"] > 0).all()
     prov = json.loads((tmp_path / "results" / "m" / "baselines.json").read_text())
-    assert len(prov["parameters"]["runs"]) == 2 and prov["gpu_count"] == 0 and "recorded_by" in prov
+    runs = prov["parameters"]["runs"]  # two runs in one second at one commit share their stamp
+    assert 1 <= len(runs) <= 2 and all(r["pkit_commit"] and r["utc_time"] for r in runs), runs
+    assert prov["gpu_count"] == 0 and "recorded_by" in prov
     quick = tmp_path / "quick.jsonl"
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--reference-as-candidate", "--problems", "01_sum",
                    "--size", "tiny", "--device", "cpu", "--trials", 1, "--out", quick) == 0

@@ -40,6 +40,8 @@ from pkit.harness.records import CORRECT, TIE_BAND
 from pkit.timing import rotations_past_l2
 from test_harness import FIXTURES, by_solution, run_cli
 
+pytestmark = pytest.mark.usefixtures("shared_zygote")
+
 ONE_RANK = FIXTURES / "problems_one_rank"
 ROW_SUMS = "01_row_sums"
 CANDIDATES = FIXTURES / "gpu_candidates"

@@ -38,7 +38,7 @@ from .records import leading_lines, write_line
 from .reference import Reference, ReferenceFailed
 from .solutions import Candidate
 from .speedup import speedup_interval
-from .zygote import Zygote
+from .zygote import Zygote, for_evaluation
 
 __all__ = ["COMPILER_LINES", "QUICK_TIMING", "ROUNDS", "EvalOptions", "by_problem", "evaluate", "evaluate_one",
            "evaluations", "pick_device", "problem_dtype", "progress_line", "reference_candidate", "reuse_ratio",
@@ -139,8 +139,7 @@ def evaluations(pairs: list[tuple[Problem, Candidate]], options: EvalOptions, *,
     candidates in fresh workers. Every pair must run under `options` (`unsupported` says None)."""
     device = pick_device(options.device, options.world_size)
     become_subreaper()
-    zygote = Zygote()
-    with interruptible(), closing(zygote):
+    with interruptible(), for_evaluation() as zygote:
         for problem, candidates in by_problem(pairs):
             folder = Path(tempfile.mkdtemp(prefix="pkit-eval-"))
             reference = failure = None

@@ -9,6 +9,9 @@ children and reports each exit code to the evaluating process, which holds the `
 
 Everything a forked worker starts is still below the evaluating process (a child subreaper), so
 pkit.harness.contain finds and kills it as for a worker started with Popen.
+
+Each evaluation (`runner.evaluations`) starts a zygote of its own and stops it at the end; inside `shared()`,
+every evaluation of the process forks from one zygote instead (a test session running many small evaluations).
 """
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import closing, contextmanager, nullcontext
+from typing import Iterator
 
 from .contain import make_undumpable
 
@@ -137,6 +143,35 @@ class Zygote:
         self.proc, self.sock, self._buffer = None, None, b""
 
 
+_SHARED: list["Zygote"] = []
+"""The zygote of the innermost open `shared()` block."""
+
+
+@contextmanager
+def shared() -> Iterator["Zygote"]:
+    """Within the block, every evaluation this process runs forks its workers from one zygote (started at first
+    use, restarted if it died, stopped when the block ends) instead of starting one per evaluation.
+
+    >>> with shared() as zygote:
+    ...     with for_evaluation() as used:
+    ...         used is zygote
+    True
+    """
+    zygote = Zygote()
+    _SHARED.append(zygote)
+    try:
+        yield zygote
+    finally:
+        _SHARED.remove(zygote)
+        zygote.close()
+
+
+def for_evaluation():
+    """A context giving the zygote of one evaluation: the shared one inside `shared()` (left running), else a new one
+    stopped when the context ends."""
+    return nullcontext(_SHARED[-1]) if _SHARED else closing(Zygote())
+
+
 def _child(sock: socket.socket, request: dict, channel_fd: int, log_fd: int) -> None:
     """In the forked child: become a worker. Never returns."""
     try:
@@ -151,6 +186,7 @@ def _child(sock: socket.socket, request: dict, channel_fd: int, log_fd: int) -> 
         os.close(log_fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # TMPDIR is the request's, not the one the zygote started with
         import torch
 
         threads = os.environ.get("OMP_NUM_THREADS")
