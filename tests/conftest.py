@@ -29,6 +29,7 @@ def _gpu_count() -> int:
 
 
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)  # stable: heavy modules first, for xdist
     count = _gpu_count()
     for item in items:
         if "multigpu" in item.keywords and count < 2:

@@ -30,6 +30,8 @@ from pathlib import Path
 import pytest
 from processes import Lab, end_group, get, group_members, make_lab
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "notebooks" / "08_lesson_multi_gpu_communication.ipynb"
 EXPLORERS = ROOT / "notebooks" / "09_explorers.ipynb"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.heavy
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 

@@ -16,7 +16,7 @@ MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver",
            "pkit.harness.channel", "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records",
            "pkit.harness.snapshot", "pkit.harness.solutions", "pkit.harness.problems", "pkit.harness.reference",
            "pkit.harness.problem", "pkit.harness.fresh", "pkit.harness.shards", "pkit.harness.versions",
-           "pkit.harness.resume", "pkit.harness.merge", "pkit.harness.ray_pool", "pkit.harness.options",
+           "pkit.harness.resume", "pkit.harness.merge", "pkit.harness.ray_pool", "pkit.harness.options", "pkit.harness.zygote",
            "pkit.harness.integrity", "pkit.harness.speedup", "pkit.harness", "pkit.team", "pkit.ops.transfers", "pkit.widgets", "pkit.lesson",
            "pkit.lesson.verdict", "pkit.lesson.diagnose", "pkit.lesson.runners", "pkit.lesson.checks", "pkit.lesson.steps",
            "pkit.lesson.records", "pkit.lesson.plots", "pkit.lesson.magic"]

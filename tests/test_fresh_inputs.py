@@ -20,6 +20,8 @@ from problem_ranks import rank_reports
 from pkit.harness import checks, fresh
 from pkit.harness.problems import default_root, discover, load_module
 
+pytestmark = pytest.mark.heavy
+
 PROBLEMS = {p.name: p for p in discover()}
 WORLD_SIZES = (2, 4)
 FRESH_SEEDS = (11, 12, 13, 14)

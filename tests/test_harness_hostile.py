@@ -68,6 +68,8 @@ import pytest
 from pkit.harness.cli import main
 from pkit.harness.records import CORRECT, read_jsonl
 
+pytestmark = pytest.mark.heavy
+
 FIXTURES = Path(__file__).parent / "fixtures"
 PROBLEMS = FIXTURES / "problems"
 HARNESS = b"pkit.harness"  # in the command line of workers (python -m pkit.harness.worker) and forked helpers

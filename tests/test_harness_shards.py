@@ -29,7 +29,7 @@ from pkit.harness.cli import main
 from pkit.harness.records import CORRECT, KEY_FIELDS, read_lines, record_key
 from pkit.harness.solutions import Candidate
 
-pytestmark = pytest.mark.usefixtures("shared_zygote")
+pytestmark = [pytest.mark.heavy, pytest.mark.usefixtures("shared_zygote")]
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,6 +14,8 @@ nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbfor
 
 from pkit import notebooks, results, studies
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
@@ -49,25 +51,6 @@ def test_replay_regenerates_committed_figures_byte_for_byte(replay):
         committed = ROOT / "figures" / name
         assert committed.exists(), f"{name} is not committed in figures/"
         assert (figures_dir / name).read_bytes() == committed.read_bytes(), f"{name} differs from figures/{name}"
-
-
-MACHINE_FIGURES = sorted(p for p in (ROOT / "figures").iterdir() if p.is_dir())
-
-
-@pytest.mark.parametrize("folder", MACHINE_FIGURES, ids=[p.name for p in MACHINE_FIGURES])
-def test_another_machines_figures_replay_byte_for_byte_into_their_own_folder(folder, tmp_path):
-    """figures/<machine>/ holds what a measuring run on that machine drew; replaying its results (the notebooks of
-    the studies that measured there) rewrites the same bytes there and nothing in figures/ itself."""
-    measured = [s.notebook for s in studies.STUDIES.values()
-                if s.notebook and s.requires(studies.Machine.from_slug(folder.name)).can_measure]
-    out = subprocess.run([sys.executable, "-m", "pkit.cli", "figures", "--mode", "replay", "--machine", folder.name,
-                          "--only", *measured], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PKIT_FIGURES": str(tmp_path)})
-    assert out.returncode == 0, out.stderr[-3000:]
-    made = sorted(p.name for p in (tmp_path / folder.name).iterdir())
-    assert made == sorted(p.name for p in folder.iterdir()) and not [p for p in tmp_path.iterdir() if p.is_file()]
-    for name in made:
-        assert (tmp_path / folder.name / name).read_bytes() == (folder / name).read_bytes(), f"{folder.name}/{name}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

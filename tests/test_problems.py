@@ -24,6 +24,8 @@ from pkit.harness.problems import CATEGORIES, default_root, discover, load_modul
 from pkit.problem_kit import parse_dtype
 from pkit.tolerance import tolerance
 
+pytestmark = pytest.mark.heavy
+
 PROBLEMS_DIR = default_root()
 PROBLEMS = {p.name: p for p in discover(PROBLEMS_DIR)}
 WORLD_SIZES = (2, 4)  # each problem runs at those of these it declares in META["world_sizes"]

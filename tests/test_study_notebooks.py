@@ -17,6 +17,8 @@ import synthetic_results
 from pkit import notebooks, results
 from pkit.experiments import interference, overlap
 
+pytestmark = pytest.mark.heavy
+
 # What 05's model reads from machines other than the one replayed: the one-GPU calibration and 2×H200's links,
 # copied from the repository's real records (notebook 05's `calibration` and `links` parameters).
 CALIBRATION = {"h200x1": ("overlap_gemm", "interference_copies", "interference_partition"),
