@@ -1,8 +1,9 @@
 # pkit's tasks, run from the repository root:
 #   make install     a venv in .venv (VENV=...) with pkit editable, CuPy, torch, JupyterLab, ipywidgets, seaborn
 #                    and the test tools; `source .venv/bin/activate` then puts `pkit` on the PATH
-#   make test        the whole suite; tests marked gpu/multigpu skip where the GPUs they need are missing
-#                    (TEST_ARGS="-n auto --dist loadfile": one pytest-xdist worker per CPU core, tests/conftest.py)
+#   make test        the whole suite; tests marked gpu/multigpu skip where the GPUs they need are missing; on a
+#                    machine without GPUs one pytest-xdist worker per CPU core, each pinned to its own core
+#                    (tests/conftest.py); TEST_ARGS= (empty) runs it in one process
 #   make test-gpu    only the GPU tests: `gpu` needs one CUDA GPU, `multigpu` two with peer access
 #   make figures     every notebook through papermill; MODE=auto measures each study this machine has the GPUs
 #                    for (rewriting results/<machine>/) and replays the rest (`pkit list studies` says which);
@@ -16,10 +17,10 @@ BIN := $(VENV)/bin
 # into the venv first and it is kept.
 TORCH_SPEC ?= torch==2.13.0
 MODE ?= auto
-# make test runs the suite in one process: the harness's timing-integrity tests expect honest candidates to pass
-# its per-call checks, which a second busy worker on a 2-core machine can trip. TEST_ARGS="-n auto --dist
-# loadfile" spreads the files over pytest-xdist workers (one per core) where cores are to spare.
-TEST_ARGS ?=
+# Whole test files go to the workers (a file's module fixtures run once), the heavy ones first; a worker pinned
+# to its own core times an evaluation's reference and candidates with no other worker's load beside them. With
+# GPUs, `-n auto` starts no worker: the GPU tests share the GPUs and time them.
+TEST_ARGS ?= -n auto --dist loadfile
 # test-gpu runs without installing: with the venv's python when there is one, else $(PY) (an environment that
 # already has pkit's dependencies) with this checkout on PYTHONPATH.
 RUN_PY := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))

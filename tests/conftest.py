@@ -1,6 +1,7 @@
 """Shared test setup: GPU markers skip cleanly on machines without the GPUs they need; teams of every GPU of the
 machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); how many
-pytest-xdist workers `-n auto` starts (make test TEST_ARGS="-n auto --dist loadfile")."""
+pytest-xdist workers `-n auto` starts (make test passes `-n auto --dist loadfile`), each pinned to its own CPUs, heavy
+modules first; one zygote per module for the harness tests that share it (`shared_zygote`)."""
 import os
 
 import pytest
