@@ -29,6 +29,7 @@ def _gpu_count() -> int:
     return len(devices())
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("heavy") is None)  # stable: heavy modules first, for xdist
     count = _gpu_count()
