@@ -20,7 +20,7 @@ MODE ?= auto
 # Whole test files go to the workers (a file's module fixtures run once), the heavy ones first; a worker pinned
 # to its own core times an evaluation's reference and candidates with no other worker's load beside them. With
 # GPUs, `-n auto` starts no worker: the GPU tests share the GPUs and time them.
-TEST_ARGS ?= -n auto --dist loadfile
+TEST_ARGS ?= -n auto --dist loadfile --no-loadscope-reorder
 # test-gpu runs without installing: with the venv's python when there is one, else $(PY) (an environment that
 # already has pkit's dependencies) with this checkout on PYTHONPATH.
 RUN_PY := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
