@@ -28,8 +28,9 @@ REUSE_RATIO = 0.5
 """The candidate's calls on reused input sets, relative to their sets' first calls, may not be faster than this
 fraction of the same ratio of the reference's (see `timing_mismatch`)."""
 ALONE_RATIO = 1.1
-"""The reference's median call over the interleaved rounds (the one its speedup divides) may be at most this many times its median timed alone
-after the candidate's processes are gone, plus ALONE_SLACK_MS (see `reference_slowed`)."""
+"""The reference's median call over the interleaved rounds (the one its speedup divides) may be at most this many
+times its median timed alone after the candidate's processes are gone, plus ALONE_SLACK_MS (see
+`reference_slowed`)."""
 ALONE_SLACK_MS = 0.02
 """Milliseconds a call of the reference may take beyond ALONE_RATIO times its time alone: the jitter of a median
 of calls of a few tens of µs (a tiny size, where synchronising is most of a call), as in the per-call check."""

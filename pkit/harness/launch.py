@@ -9,9 +9,8 @@ TORCH_EXTENSIONS_DIR (ranks building the same extension at once would corrupt a 
 `gather(op)` waits until every rank has sent a message `op`, answering others on the way through a
 callback. When a rank reports an error or dies, the others get up to `grace_s` to report theirs (they are
 usually stuck in a collective) and `RunFailed` is raised once all have or the grace is over; past the deadline,
-`RunTimeout`. `close()` kills
-the workers, everything they started and every orphan this process adopted (pkit.harness.contain), except
-the processes of other sets still open.
+`RunTimeout`. `close()` kills the workers, everything they started and every orphan this process adopted
+(pkit.harness.contain), except the processes of other sets still open.
 """
 from __future__ import annotations
 
