@@ -323,7 +323,7 @@ def test_one_candidate_file_is_evaluated(tmp_path, shared_zygote):
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", sample, "--trials", 1, "--out", out) == 0
     (record,) = records.read_jsonl(out)
     assert record["problem"] == "01_sum" and record["status"].startswith("correct")
-    zygote = shared_zygote.proc.pid  # the session's evaluations fork from one zygote, left running between them
+    zygote = shared_zygote.proc.pid  # the module's evaluations fork from one zygote, left running between them
     loose = tmp_path / "mine.py"
     loose.write_text(sample.read_text())
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", loose, "--out", out) == 2
@@ -331,10 +331,11 @@ def test_one_candidate_file_is_evaluated(tmp_path, shared_zygote):
                    "--trials", 1, "--out", tmp_path / "loose.jsonl") == 0
     assert records.read_jsonl(tmp_path / "loose.jsonl")[0]["solution"] == "mine.py"
     assert shared_zygote.alive() and shared_zygote.proc.pid == zygote
-    deadline = time.monotonic() + 2  # its workers were killed with their runs (the zygote reaps them within 50 ms)
-    while [p for p, parent in contain.parent_links().items() if parent == zygote] and time.monotonic() < deadline:
+    workers = lambda: [p for p, parent in contain.parent_links().items() if parent == zygote]  # noqa: E731
+    deadline = time.monotonic() + 2  # they were killed with their runs (the zygote reaps them within 50 ms)
+    while workers() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [p for p, parent in contain.parent_links().items() if parent == zygote]
+    assert not workers()
 
 
 def test_console_line_names_the_reason_of_a_failure():

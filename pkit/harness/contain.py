@@ -84,13 +84,13 @@ def kill_tree(roots, keep=(), spare=(), rounds: int = 50) -> set[int]:
     """SIGKILL `roots`, their descendants and this process's adopted orphans, until a scan finds none; reap
     the adopted ones. Processes in `keep` and below them are left alone, as are those in `spare` (but not
     what is below them, unless it is below `keep`). Returns every pid killed."""
-    spare = set(spare)
+    roots, spare = set(roots), set(spare)
     me, keep = os.getpid(), set(keep) | (_bystanders - spare)  # a spared bystander (a shared zygote): not its children
     killed: set[int] = set()
     for _ in range(rounds):
         links = parent_links()
         protected = keep | descendants(keep, links) | spare
-        adopted = {p for p, pp in links.items() if pp == me} - protected - set(roots)  # roots: their owners reap them
+        adopted = {p for p, pp in links.items() if pp == me} - protected - roots  # roots: their owners reap them
         targets = ({r for r in roots if r in links} | descendants(roots, links) | adopted
                    | descendants(adopted, links)) - protected - {me}
         targets = {p for p in targets if not _is_zombie(p)}
@@ -104,7 +104,7 @@ def kill_tree(roots, keep=(), spare=(), rounds: int = 50) -> set[int]:
         killed |= targets
         _reap(adopted)
         time.sleep(0.01)
-    _reap({p for p, pp in parent_links().items() if pp == me} - keep - spare - set(roots))
+    _reap({p for p, pp in parent_links().items() if pp == me} - keep - spare - roots)
     return killed
 
 

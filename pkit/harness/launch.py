@@ -49,6 +49,11 @@ class RankState:
     phase_s: dict = field(default_factory=dict)  # seconds per phase stem (phase_stem), by the parent's clock
     phase_since: float = field(default_factory=time.monotonic)
 
+    @property
+    def failed(self) -> bool:
+        """True once this rank reported an error or exited."""
+        return self.error is not None or self.returncode is not None
+
     def enter(self, phase: str, now: float) -> None:
         """Close the current phase's span at `now` (parent's monotonic clock) and start `phase`."""
         self.close_phase(now)
@@ -176,15 +181,15 @@ class WorkerSet:
 
     def failed(self) -> bool:
         """True once some rank reported an error or exited."""
-        return any(r.error is not None or r.returncode is not None for r in self.ranks)
+        return any(r.failed for r in self.ranks)
 
     def all_failed(self) -> bool:
         """True once every rank reported an error or exited: no other rank's reason is left to wait for."""
-        return all(r.error is not None or r.returncode is not None for r in self.ranks)
+        return all(r.failed for r in self.ranks)
 
     def failure_summary(self) -> str:
         return "; ".join(f"rank {r.rank}: {r.error['type'] if r.error else f'exit {r.returncode}'}"
-                         for r in self.ranks if r.error is not None or r.returncode is not None)
+                         for r in self.ranks if r.failed)
 
     def _pump(self, timeout: float) -> None:
         for key, _ in self.selector.select(timeout):

@@ -82,7 +82,7 @@ def timed_set_count(set_bytes: int, build_s: float, device: torch.device, iters:
     (`budget_bytes`, None: FRESH_BYTES of the device's kind) and FRESH_SECONDS; never fewer than MIN_SETS while
     they fit the byte budget (first uses are compared with reuses, see integrity.timing_mismatch), nor than two,
     nor than the L2 needs; never more than `iters`."""
-    in_bytes = (budget_bytes or FRESH_BYTES[device.type]) // max(set_bytes, 1)
+    in_bytes = (FRESH_BYTES[device.type] if budget_bytes is None else budget_bytes) // max(set_bytes, 1)
     fits = min(in_bytes, int(FRESH_SECONDS / max(build_s, 1e-6)))
     return max(1, min(iters, max(2, min(MIN_SETS, in_bytes), l2_rotations(set_bytes, device), fits)))
 

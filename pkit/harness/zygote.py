@@ -11,7 +11,7 @@ Everything a forked worker starts is still below the evaluating process (a child
 pkit.harness.contain finds and kills it as for a worker started with Popen.
 
 Each evaluation (`runner.evaluations`) starts a zygote of its own and stops it at the end; inside `shared()`,
-every evaluation of the process forks from one zygote instead (a test session running many small evaluations).
+every evaluation of the process forks from one zygote instead (a test module running many small evaluations).
 """
 from __future__ import annotations
 
