@@ -110,9 +110,10 @@ def experiment_checks(rank: int, size: int) -> list[str]:
     return bad
 
 
-def main() -> None:
+def check(where: str) -> list[str]:
+    """This rank's report: a 'FAIL ...' line per failure, else one 'DIST OK ...' line. The rank and its process
+    group come from the environment torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    where = sys.argv[1] if len(sys.argv) > 1 else "cuda"
     if where == "cuda":
         gpus = torch.cuda.device_count()
         device = torch.device("cuda", rank % gpus)
@@ -148,11 +149,13 @@ def main() -> None:
         bad += graph_replays(device, rank, size)
     else:
         bad += experiment_checks(rank, size)
-    for message in bad:
-        print("FAIL", message, flush=True)
-    if not bad:
-        print(f"DIST OK {rank} {len(queued)} cases", flush=True)
     dist.destroy_process_group()
+    return [f"FAIL {message}" for message in bad] or [f"DIST OK {rank} {len(queued)} cases"]
+
+
+def main() -> None:
+    for line in check(sys.argv[1] if len(sys.argv) > 1 else "cuda"):
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

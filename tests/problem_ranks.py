@@ -1,10 +1,12 @@
-"""Checks of every discovered problem on every rank, in one gloo process group per world size: each rank runs
-`check(name, rank, world_size)` for every problem declaring that world size and writes what it returned (a dict;
-`{"errors": [traceback]}` where it raised) as JSON, so a test reads one report per rank instead of spawning per
-problem. The ranks fork from a forkserver that imported torch and pkit once (for every spawn of the test process).
+"""Ranks forked from a forkserver that imported torch and pkit once (for every spawn of the test process), each with
+the environment torchrun gives a rank (`forked_ranks`); and on them, checks of every discovered problem in one gloo
+process group per world size (`rank_reports`): each rank runs `check(name, rank, world_size)` for every problem
+declaring that world size and writes what it returned (a dict; `{"errors": [traceback]}` where it raised) as JSON,
+so a test reads one report per rank instead of spawning per problem.
 """
 import json
 import multiprocessing
+import os
 import traceback
 import warnings
 from datetime import timedelta
@@ -21,11 +23,28 @@ PRELOAD = ["torch", "torch.distributed", "pkit", "pkit.problem_kit"]
 """What the forkserver imports before it forks a rank."""
 
 
-def _worker(rank, world_size, port, out_dir, check, names):
+def _as_rank(rank, world_size, port, target, args):
+    """In a forked process: the environment torchrun gives rank `rank` of `world_size`, one thread, then
+    `target(*args)`."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      OMP_NUM_THREADS="1")
     warnings.filterwarnings("ignore", category=FutureWarning)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=30))
+    target(*args)
+
+
+def forked_ranks(world_size: int, target, *args) -> None:
+    """`target(*args)` in `world_size` processes forked from the forkserver, as torchrun would start them; raises
+    when one fails. `target` must be importable by name (a module-level function)."""
+    multiprocessing.set_forkserver_preload(PRELOAD)
+    mp.start_processes(_as_rank, args=(world_size, free_port(), target, args), nprocs=world_size,
+                       start_method="forkserver")
+
+
+def _check_problems(out_dir, check, names):
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     report = {}
     try:
         for name in names:
@@ -46,9 +65,7 @@ def rank_reports(tmp_path_factory, check, problems: dict, tag: str):
     def spawn(world_size):
         out_dir = tmp_path_factory.mktemp(f"{tag}{world_size}")
         names = [name for name, p in problems.items() if world_size in p.world_sizes]
-        multiprocessing.set_forkserver_preload(PRELOAD)
-        mp.start_processes(_worker, args=(world_size, free_port(), str(out_dir), check, names), nprocs=world_size,
-                           start_method="forkserver")
+        forked_ranks(world_size, _check_problems, str(out_dir), check, names)
         return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(world_size)]
 
     return spawn

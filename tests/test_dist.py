@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from problem_ranks import forked_ranks
 
 pytestmark = pytest.mark.heavy
 
@@ -24,11 +25,21 @@ def run_check(where: str, nproc: int = 2) -> str:
     return out.stdout
 
 
+def _report_cpu_check(out_dir: str) -> None:
+    """In a forked rank: mp_dist_check's lines for CPU tensors, into `out_dir`/rank<RANK>.txt."""
+    import mp_dist_check
+
+    Path(out_dir, f"rank{os.environ['RANK']}.txt").write_text("\n".join(mp_dist_check.check("cpu")))
+
+
 @pytest.mark.parametrize("nproc", [2, 3])
-def test_cpu_tensors_run_the_torch_distributed_fallback(nproc):
+def test_cpu_tensors_run_the_torch_distributed_fallback(nproc, tmp_path):
     """Three ranks: the reductions still add in rank order (torch.distributed's own sum would not); more ranks on
-    CPU take minutes and tens of GB, and run on the GPU machine below."""
-    run_check("cpu", nproc)
+    CPU take minutes and tens of GB, and run on the GPU machine below. The ranks fork from a process that imported
+    torch once, with the environment torchrun gives them (torchrun itself starts the GPU runs below)."""
+    forked_ranks(nproc, _report_cpu_check, str(tmp_path))
+    reports = [(tmp_path / f"rank{r}.txt").read_text() for r in range(nproc)]
+    assert all(report.startswith(f"DIST OK {r} ") for r, report in enumerate(reports)), reports
 
 
 @pytest.mark.gpu

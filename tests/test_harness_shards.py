@@ -342,21 +342,21 @@ def local_ray():
 
 
 def test_ray_runs_the_same_shards_resumes_and_gives_the_serial_verdicts(local_ray, args, serial, tmp_path, capsys):
-    """Four shards as Ray tasks (two CPUs: one task of two ranks at a time) into an --out holding three records
+    """Two shards as Ray tasks (two CPUs: one task of two ranks at a time) into an --out holding three records
     and a line cut short: each key once, the serial verdicts, each record from the shard --shard would give it."""
     kept = serial.read_text().splitlines(keepends=True)
     out = tmp_path / "ray.jsonl"
     out.write_text("".join(kept[:3]) + kept[3][:40])
-    assert main(["eval", *args, "--ray", "local", "--shards", "4", "--out", str(out)]) == 0
+    assert main(["eval", *args, "--ray", "local", "--shards", "2", "--out", str(out)]) == 0
     captured = capsys.readouterr()
-    assert "7 candidates in 4 shards as Ray tasks on local, each asking for {'num_cpus': 2, 'num_gpus': 0}" \
+    assert "7 candidates in 2 shards as Ray tasks on local, each asking for {'num_cpus': 2, 'num_gpus': 0}" \
         in captured.err and "(7 run now)" in captured.out, captured.err
     assert verdicts(out) == verdicts(serial)
     assert local_ray.is_initialized()  # a cluster pkit did not start is left running
     owner = {}
-    for k in range(4):
-        for _, candidate in shards.select(_pairs(args), shards.Shard(k, 4)):
-            owner[candidate.relpath] = f"{k}/4"
+    for k in range(2):
+        for _, candidate in shards.select(_pairs(args), shards.Shard(k, 2)):
+            owner[candidate.relpath] = f"{k}/2"
     ran = [r for _, r in read_lines(out)[0]][3:]
     assert len(ran) == 7 and all(r["provenance"]["shard"] == owner[r["solution"]] for r in ran)
 
