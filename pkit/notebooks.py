@@ -263,9 +263,11 @@ def describe_run(run: NotebookRun, width: int | None = None) -> str:
 
 
 def run_all(mode: str = "auto", only: Sequence[str] | None = None, machine: str | None = None,
-            stream=sys.stderr, verbose: bool = False, width: int = LINE_WIDTH) -> list[NotebookRun]:
-    """Run every selected notebook in order, printing one progress line per notebook (`describe_run`), each of
-    at most `width` characters unless `verbose` (then with every reason and note in full)."""
+            stream=None, verbose: bool = False, width: int = LINE_WIDTH) -> list[NotebookRun]:
+    """Run every selected notebook in order, printing one progress line per notebook (`describe_run`) to `stream`
+    (default: sys.stderr at the call), each of at most `width` characters unless `verbose` (then with every reason
+    and note in full)."""
+    stream = stream or sys.stderr
     paths = discover(only)
     runs = []
     for i, path in enumerate(paths, 1):

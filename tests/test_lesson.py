@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pkit
-from pkit import lesson, notebooks
+from pkit import lesson
 from pkit.lesson import checks, runners
 from pkit.lesson.magic import CudaCellError, cuda_cell
 
@@ -366,18 +366,6 @@ def test_notebook_is_stripped_with_one_parameters_cell():
     from pkit import studies
 
     assert studies.for_notebook(NOTEBOOK.stem).name == "lesson"  # what it needs is said in the studies registry
-
-
-@no_gpus
-def test_notebook_replays_without_gpus(tmp_path, monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    monkeypatch.setattr(notebooks, "BUILD_DIR", tmp_path)
-    run = notebooks.run_notebook(NOTEBOOK, "replay")
-    text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
-                     for c in nbformat.read(run.output, as_version=4).cells if c.cell_type == "code"
-                     for o in c.outputs)
-    assert text.count("; not run: this machine has") == len(lesson.STEPS)
-    assert "recorded on h200x2-nv18" in text and "nothing recorded as 'overlap_timeline'" in text
 
 
 # --- live: every GPU, or 2 to 8 ranks sharing one; the wrong answers on two ranks ---------------------------------

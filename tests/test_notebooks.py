@@ -12,7 +12,9 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbformat (make install brings it)")
 
-from pkit import notebooks, results, studies
+import pkit
+from pkit import lesson, notebooks, results, studies
+from pkit.cli import main
 
 pytestmark = pytest.mark.heavy
 
@@ -67,6 +69,17 @@ def test_each_notebook_replays_or_is_skipped_with_its_reason(path, replay):
     assert executed.exists() and executed.stat().st_mtime >= started - 1, f"{path.name} did not run"
 
 
+@pytest.mark.skipif(len(pkit.devices()) >= 1, reason="the lesson's checks run live where there is a GPU")
+def test_lesson_replayed_without_gpus_says_what_each_check_needs(replay):
+    """Notebook 08 replayed on a machine without GPUs: each exercise's check says it did not run and why, and the
+    overlap timeline is the one recorded on 2×H200."""
+    executed = nbformat.read(ROOT / "build" / "notebooks" / "08_lesson_multi_gpu_communication.ipynb", as_version=4)
+    text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                     for c in executed.cells if c.cell_type == "code" for o in c.outputs)
+    assert text.count("; not run: this machine has") == len(lesson.STEPS)
+    assert "recorded on h200x2-nv18" in text and "nothing recorded as 'overlap_timeline'" in text
+
+
 def test_replay_prints_one_short_line_per_notebook_and_no_kernel_warnings(replay):
     """One progress line per notebook, each of at most 120 characters, and nothing of the kernels' own logs."""
     out, _, _ = replay
@@ -78,16 +91,16 @@ def test_replay_prints_one_short_line_per_notebook_and_no_kernel_warnings(replay
     assert len(out.stdout.splitlines()) == 1 and len(out.stdout) <= notebooks.LINE_WIDTH + 1, out.stdout
 
 
-def test_verbose_prints_each_skip_reason_in_full(tmp_path):
+def test_verbose_prints_each_skip_reason_in_full(tmp_path, monkeypatch, capsys):
     """--verbose: the line of a skipped notebook carries its whole reason (how to record what it lacks)."""
     skipped = [p for p in NOTEBOOKS if notebooks.skip_reason(p, "replay", notebooks.DEFAULT_MACHINE)]
     if not skipped:
         pytest.skip("every notebook's results are recorded")
-    out = subprocess.run([sys.executable, "-m", "pkit.cli", "figures", "--mode", "replay", "--verbose", "--only",
-                          skipped[0].stem], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PKIT_FIGURES": str(tmp_path)})
+    monkeypatch.setenv("PKIT_FIGURES", str(tmp_path))
+    assert main(["figures", "--mode", "replay", "--verbose", "--only", skipped[0].stem]) == 0
     reason = notebooks.skip_reason(skipped[0], "replay", notebooks.DEFAULT_MACHINE)
-    assert out.returncode == 0 and out.stderr == f"[1/1] {skipped[0].stem} ... skipped: {reason}\n", out.stderr
+    err = capsys.readouterr().err
+    assert err == f"[1/1] {skipped[0].stem} ... skipped: {reason}\n", err
 
 
 def test_notebook_with_unrecorded_replays_is_skipped_with_what_is_missing(tmp_path, monkeypatch):
