@@ -19,10 +19,12 @@ Example:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .vocabulary import ROUTE_KINDS
+
+if TYPE_CHECKING:  # pandas is imported by the tables alone: problems import the datasheets on every rank
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,8 @@ def route_ceiling(gpu: str, kind: str) -> tuple[float, str]:
 
 def table() -> pd.DataFrame:
     """All datasheet figures, one row per GPU, indexed by name."""
+    import pandas as pd
+
     return pd.DataFrame([asdict(g) for g in GPUS.values()]).set_index("name")
 
 

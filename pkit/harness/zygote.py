@@ -1,8 +1,9 @@
 """Start workers by forking a process that has already imported torch, instead of starting Python anew.
 
 Importing torch takes seconds; a worker set of W ranks per candidate plus one per problem would pay it
-every time. The zygote (`python -m pkit.harness.zygote FD`) imports torch, torch.distributed and the worker
-module once, initialises neither CUDA nor any process group, and then forks one child per request. A child
+every time. The zygote (`python -m pkit.harness.zygote FD`) imports torch, torch.distributed, the worker module
+and what problem modules import (pkit.problem_kit, pkit.roofline) once, initialises neither CUDA nor any process
+group, and then forks one child per request. A child
 starts its own process session, takes the log file as stdout/stderr and the channel descriptor it was sent
 (SCM_RIGHTS), applies the rank's environment and runs `pkit.harness.worker.main`. The zygote reaps its
 children and reports each exit code to the evaluating process, which holds the `Zygote` object.
@@ -205,6 +206,7 @@ def serve(fd: int) -> None:
     import torch  # noqa: F401 - the point: pay the import once
     import torch.distributed  # noqa: F401
 
+    from .. import problem_kit, roofline  # noqa: F401 - what problem modules import
     from . import worker  # noqa: F401
 
     make_undumpable()
