@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .errors import PkitError
+
+if TYPE_CHECKING:  # pandas is imported by the table alone: the command line reads the registry at every start
+    import pandas as pd
 
 FIGURES_MACHINE = "h200x2-nv18"
 """The machine whose recorded results make the figures committed in `figures/` (and replay's default). Figures of
@@ -321,6 +323,8 @@ def list_studies(machine: Machine | None = None) -> pd.DataFrame:
         >>> table.loc["hierarchy", "here"], table.loc["collectives", "here"]
         ('measures all', 'replays: needs 2 GPUs with peer access, one per rank (NCCL)')
     """
+    import pandas as pd
+
     machine = machine or Machine.here()
     rows = []
     for s in STUDIES.values():

@@ -67,7 +67,7 @@ def newcomer(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(cli, "gpu_count", lambda: 0)
-    monkeypatch.setattr(cli, "evaluate", _never)
+    monkeypatch.setattr("pkit.harness.runner.evaluate", _never)
     monkeypatch.setattr("pkit.harness.baseline.evaluate", _never)
     return tmp_path
 

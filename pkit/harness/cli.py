@@ -34,8 +34,9 @@ from .problem import Problem, describe_sizes
 from .problems import cost_table, default_root, discover, narrow, not_problems, select
 from .records import read_lines, status_counts
 from .resume import Recorded, sole_writer
-from .runner import EvalOptions, by_problem, evaluate, pick_device, reference_candidate, unsupported
+from .options import EvalOptions, pick_device, unsupported
 from .shards import Shard
+from .solutions import by_problem, reference_candidate
 
 TABLE_WIDTH = 120
 """Characters per line the default `pkit problems` table fits (`--wide`: every column, whatever the width)."""
@@ -411,6 +412,7 @@ def _resumed(args, plan: EvalPlan, device: str) -> tuple[Recorded, list]:
 def _run_here(args, plan: EvalPlan) -> int:
     """Evaluate the plan's pairs (one shard's with --shard) in this process, resuming --out."""
     from ..results import provenance
+    from .runner import evaluate  # torch: imported by the commands that evaluate, not by `pkit --help`
 
     if plan.shard is not None:
         _note("eval", f"shard {plan.shard.label}: {len(plan.pairs)} of {plan.found} candidates")

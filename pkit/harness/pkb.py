@@ -23,10 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-import torch
-
 from ..errors import PkitError
-from ..problem_kit import parse_dtype
 from .problem import Problem, load_module
 
 DTYPES = ("bfloat16", "float32", "float16", "float64")
@@ -93,6 +90,10 @@ class PkbSource:
 
     def make_inputs(self, rank: int, world_size: int, size: str, dtype: str, seed: int, device: str = "cpu"):
         """PKB's inputs for this rank: `create_input_tensor(..., trial=seed, device=device)`."""
+        import torch
+
+        from ..problem_kit import parse_dtype
+
         return tuple(self._create(rank, world_size, self._problem_id, parse_shape(size), parse_dtype(dtype),
                                   trial=seed, device=torch.device(device)))
 

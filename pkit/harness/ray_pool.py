@@ -27,7 +27,7 @@ from pathlib import Path
 from .contain import interruptible
 from .problem import Problem
 from .records import first_line, record_key, write_line
-from .runner import EvalOptions, evaluations, progress_line
+from .options import EvalOptions
 
 POLL_S = 0.5
 """Seconds this process waits on the queue before it asks Ray which tasks have ended."""
@@ -97,6 +97,7 @@ def run_shard(label: str, items: list, options: EvalOptions, parameters: dict, q
     """A task's body: evaluate shard `label`'s (problem source, candidate) `items`, putting ('log', label, line)
     and ('record', label, record) on `queue`; returns how many records it put."""
     from ..results import provenance
+    from .runner import evaluations
 
     loaded: dict[str, Problem] = {}
     pairs = []
@@ -124,6 +125,8 @@ def run(shards: list[tuple[str, list]], options: EvalOptions, parameters: dict, 
     ray = require_ray()
     from ray.util.queue import Empty, Queue
     from tqdm import tqdm
+
+    from .runner import progress_line
 
     queue = Queue()
     task, needs = ray.remote(run_shard), task_resources(options.world_size, options.device)

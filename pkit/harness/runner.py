@@ -36,7 +36,7 @@ from .outcome import record_for, roofline_ms
 from .problems import Problem
 from .records import leading_lines, write_line
 from .reference import Reference, ReferenceFailed
-from .solutions import Candidate
+from .solutions import Candidate, by_problem, reference_candidate
 from .speedup import speedup_interval
 from .zygote import Zygote, for_evaluation
 
@@ -44,13 +44,6 @@ __all__ = ["COMPILER_LINES", "QUICK_TIMING", "ROUNDS", "EvalOptions", "by_proble
            "evaluations", "pick_device", "problem_dtype", "progress_line", "reference_candidate", "reuse_ratio",
            "roofline_ms", "roofline_wall", "slowest_phases", "spec_for", "speedup_interval", "start_reference",
            "timing_mismatch", "tolerances", "unsupported"]
-
-
-def reference_candidate(problem: Problem) -> Candidate:
-    """The problem's own reference, evaluated as if it were a candidate (a self-check of the harness)."""
-    path = problem.reference_path
-    return Candidate(path, f"{problem.name}/{path.name}:{problem.reference_function}", problem.name,
-                     function=problem.reference_function)
 
 
 def start_reference(problem: Problem, options: EvalOptions, device: str, folder: Path,
@@ -94,14 +87,6 @@ def slowest_phases(phase_s: dict, most: int = 3) -> str:
     """
     top = sorted(phase_s.items(), key=lambda kv: -kv[1])[:most]
     return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in top)
-
-
-def by_problem(pairs: list[tuple[Problem, Candidate]]) -> list[tuple[Problem, list[Candidate]]]:
-    """Pairs grouped by problem, problems in order of first appearance, candidates in their order."""
-    groups: dict[str, tuple[Problem, list[Candidate]]] = {}
-    for problem, candidate in pairs:
-        groups.setdefault(problem.name, (problem, []))[1].append(candidate)
-    return list(groups.values())
 
 
 def evaluate(pairs: Iterable[tuple[Problem, Candidate]], options: EvalOptions, out_path: str | Path, *,

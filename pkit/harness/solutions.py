@@ -1,4 +1,5 @@
-"""Find candidate files in a solutions folder and read model and sample index from their paths.
+"""Find candidate files in a solutions folder and read model and sample index from their paths; a problem's
+reference as a candidate (`reference_candidate`); (problem, candidate) pairs grouped by problem (`by_problem`).
 
 Layouts (paths relative to the folder passed as `--solutions`; `<problem>` is a problem's folder name,
 its META name, or a PKB reference stem):
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from .problem import Problem
 
 
 @dataclass(frozen=True)
@@ -106,3 +109,18 @@ def single_file(path: Path, aliases: dict[str, str], chosen: list[str]) -> Candi
         return Candidate(path, path.name, chosen[0])
     raise ValueError(f"--solutions: {path} names no known problem in its path; name the problem with "
                      f"--problems NAME (one problem) or put the file in a <problem>/ folder")
+
+
+def reference_candidate(problem: Problem) -> Candidate:
+    """The problem's own reference, evaluated as if it were a candidate (a self-check of the harness)."""
+    path = problem.reference_path
+    return Candidate(path, f"{problem.name}/{path.name}:{problem.reference_function}", problem.name,
+                     function=problem.reference_function)
+
+
+def by_problem(pairs: list[tuple[Problem, Candidate]]) -> list[tuple[Problem, list[Candidate]]]:
+    """Pairs grouped by problem, problems in order of first appearance, candidates in their order."""
+    groups: dict[str, tuple[Problem, list[Candidate]]] = {}
+    for problem, candidate in pairs:
+        groups.setdefault(problem.name, (problem, []))[1].append(candidate)
+    return list(groups.values())
