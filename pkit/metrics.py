@@ -84,12 +84,16 @@ def outcomes(records: Iterable[dict]) -> pd.DataFrame:
 def per_problem(records: Iterable[dict] | pd.DataFrame, p: float | None = None) -> pd.DataFrame:
     """Sample counts per (model, problem): n samples, c correct, and (with `p`) f correct with speedup > p."""
     frame = records if isinstance(records, pd.DataFrame) else outcomes(records)
-    # a `correct_level` record tied with the reference (its speedup's interval meets the tie band): credited with
-    # a speedup of exactly 1, so it is fast for p < 1 and never for p >= 1, whatever its point estimate
-    credited = frame["speedup"].where(frame["status"] != "correct_level", 1.0)
-    ok = frame["correct"] if p is None else frame["correct"] & (credited > p)
+    ok = frame["correct"] if p is None else credited_speedup(frame) > p
     grouped = frame.assign(ok=ok).groupby(["model", "problem", "category"], sort=True)
     return grouped.agg(n=("ok", "size"), c=("ok", "sum")).reset_index()
+
+
+def credited_speedup(frame: pd.DataFrame) -> pd.Series:
+    """The speedup each record is credited with: NaN unless correct; a `correct_level` record, tied with the
+    reference (its speedup's interval meets the tie band), is credited with exactly 1, so it is fast for p < 1
+    and never for p >= 1, whatever its point estimate."""
+    return frame["speedup"].where(frame["status"] != "correct_level", 1.0).where(frame["correct"])
 
 
 def _score(counts: pd.DataFrame, k: int, total: int | None = None, cap: bool = False) -> float:
@@ -181,8 +185,13 @@ def fast_p_curve(records, ps: Sequence[float], k: int = 1, total: int | None = N
         [['m', 0.0, 1.0], ['m', 1.0, 0.5], ['m', 2.0, 0.0]]
     """
     frame = records if isinstance(records, pd.DataFrame) else outcomes(records)
-    rows = [{"model": model, "p": p, "fast": fast_p(mine, p, k, total)}
-            for model, mine in frame.groupby("model", sort=True) for p in ps]
+    rows = []
+    for model, mine in frame.groupby("model", sort=True):
+        speedups = [group.to_numpy() for _, group in credited_speedup(mine).groupby(
+            [mine["problem"], mine["category"]], sort=True)]  # each problem's samples, grouped once for every p
+        for p in ps:
+            counts = pd.DataFrame({"n": [len(s) for s in speedups], "c": [int((s > p).sum()) for s in speedups]})
+            rows.append({"model": model, "p": p, "fast": _score(counts, k, total)})
     return pd.DataFrame(rows, columns=["model", "p", "fast"])
 
 

@@ -2,6 +2,7 @@
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -157,6 +158,18 @@ def test_fast_p_curve_is_fast_p_per_model_and_falls_as_p_rises():
         assert row.fast == fast_p(mine, row.p, 1, 6)
     assert curve.groupby("model")["fast"].apply(lambda f: f.is_monotonic_decreasing).all()
     assert curve.set_index(["model", "p"]).loc[("n", 2.5), "fast"] == pytest.approx(1 / 6)
+
+
+def test_fast_p_curve_is_fast_p_at_every_p_on_many_samples():
+    rng = np.random.default_rng()
+    statuses = ["correct_faster", "correct_level", "correct_slower", "wrong_result", "runtime_error"]
+    records = [rec(f"p{i % 7}", str(rng.choice(statuses)), float(rng.uniform(0, 3)) if rng.random() < 0.8 else None,
+                   model=str(rng.choice(["m", "n"]))) for i in range(280)]
+    ps = list(np.linspace(0, 3, 13))
+    for k in (1, 2):
+        curve = metrics.fast_p_curve(records, ps, k=k)
+        for row in curve.itertuples():
+            assert row.fast == fast_p([r for r in records if r["model"] == row.model], row.p, k), row
 
 
 def test_by_category_holds_the_tables_pass_and_fast_with_problems_counted():
