@@ -1,12 +1,12 @@
 """Start workers by forking a process that has already imported torch, instead of starting Python anew.
 
-Importing torch takes seconds; a worker set of W ranks per candidate plus one per problem would pay it
-every time. The zygote (`python -m pkit.harness.zygote FD`) imports torch, torch.distributed, the worker module
-and what problem modules import (pkit.problem_kit, pkit.roofline) once, initialises neither CUDA nor any process
-group, and then forks one child per request. A child
-starts its own process session, takes the log file as stdout/stderr and the channel descriptor it was sent
-(SCM_RIGHTS), applies the rank's environment and runs `pkit.harness.worker.main`. The zygote reaps its
-children and reports each exit code to the evaluating process, which holds the `Zygote` object.
+Importing torch takes seconds; a worker set of W ranks per candidate plus one per problem would pay it every time.
+The zygote (`python -m pkit.harness.zygote FD`) imports torch, torch.distributed, the worker module and what
+problem modules import (pkit.problem_kit, pkit.roofline) once, initialises neither CUDA nor any process group, and
+then forks one child per request. A child starts its own process session, takes the log file as stdout/stderr and
+the channel descriptor it was sent (SCM_RIGHTS), applies the rank's environment and runs
+`pkit.harness.worker.main`. The zygote reaps its children and reports each exit code to the evaluating process,
+which holds the `Zygote` object.
 
 Everything a forked worker starts is still below the evaluating process (a child subreaper), so
 pkit.harness.contain finds and kills it as for a worker started with Popen.
