@@ -1,4 +1,5 @@
-"""Run under torchrun: pkit.dist's collectives on torch tensors, every op, dtype and mechanism, checked on every rank.
+"""Run under torchrun (or `check` in ranks given torchrun's environment): pkit.dist's collectives on torch tensors,
+every op, dtype and mechanism, checked on every rank.
 
 One process per GPU with NCCL where there are enough GPUs; otherwise every rank shares GPU 0 with gloo for the host
 side (the GPU time-slices the processes' kernels: correct, but slow and meaningless to time). CPU tensors run the

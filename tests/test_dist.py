@@ -1,8 +1,8 @@
-"""pkit.dist (collectives on torch tensors, one process per rank) under torchrun: tests/mp_dist_check.py checks
-every op, dtype, mechanism and padding case on every rank, for 2 to 8 ranks. On CPU tensors it runs the
-torch.distributed fallback (gloo); with at least as many GPUs as ranks each rank has its own GPU (NCCL); with fewer,
-the ranks' processes share GPUs with gloo for the host side (NCCL refuses two ranks on one GPU; the GPU time-slices
-the processes' kernels: correctness only)."""
+"""pkit.dist (collectives on torch tensors, one process per rank): tests/mp_dist_check.py checks every op, dtype,
+mechanism and padding case on every rank, for 2 to 8 ranks, under torchrun on GPUs. On CPU tensors it runs the
+torch.distributed fallback (gloo), its ranks forked with the environment torchrun gives them; with at least as many
+GPUs as ranks each rank has its own GPU (NCCL); with fewer, the ranks' processes share GPUs with gloo for the host
+side (NCCL refuses two ranks on one GPU; the GPU time-slices the processes' kernels: correctness only)."""
 import os
 import subprocess
 import sys
