@@ -47,7 +47,7 @@ Classes (candidate → what the harness must give):
     timing_mismatch (calls on reused sets sped up), or, when that mismatch has both timed again, not correct (its
     answers, remembered by address, are stale for the second window's sets, or its ranks' partial reductions fall
     out of step and the collective aborts), or correct_level where its gain is lost in the latency of two small
-    all-reduces (both ranks on one core).
+    all-reduces (both ranks on one core) or shows on the reused sets only, not on their first uses.
 
 The in-process runs use a private TMPDIR, so candidates that search temp folders touch only their own run's.
 """
@@ -437,4 +437,4 @@ def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path
     # else not correct: the first window's mismatch had both timed again, and its answers, remembered by address, were
     # stale for the second window's sets (wrong_result), or its ranks' partial reductions fell out of step there and
     # the collective aborted (runtime_error); or level: its two small all-reduces per reuse gained nothing on a core
-    # shared by both ranks
+    # shared by both ranks, or its gain showed on reused sets only (speedup.gain_on_reused_sets)

@@ -19,7 +19,7 @@ from .records import add_reason, excerpt
 from .reference import Reference, ReferenceFailed, Timing, timed_phase
 from .snapshot import SnapshotError, load
 from .solutions import Candidate
-from .speedup import timing_fields
+from .speedup import gain_on_reused_sets, timing_fields
 from .timer import input_bytes
 
 ROUNDS = 3
@@ -174,7 +174,8 @@ def run_candidate(problem: Problem, candidate: Candidate, reference: Reference, 
 def judged_fields(run: CandidateRun, fields: dict, device: str) -> dict:
     """`fields` of a candidate whose workers passed every trial and are gone: `wrong_result` when a timed output
     differs from the reference's; else its times, not called faster when a timing check does not believe them
-    (`timing_mismatch`). On the GPU the reference is timed once more, alone (`integrity.reference_slowed`)."""
+    (`timing_mismatch`), called level when it is faster only on reused input sets (`speedup.gain_on_reused_sets`).
+    On the GPU the reference is timed once more, alone (`integrity.reference_slowed`)."""
     phases, checking = fields["phase_s"], time.monotonic()
     notes = run.check_timed()
     phases["parent: check timed outputs"] = round(time.monotonic() - checking, 3)
@@ -195,4 +196,7 @@ def judged_fields(run: CandidateRun, fields: dict, device: str) -> dict:
         fields["flags"].add("timing_mismatch")
         times.update(status="correct_slower", speedup=None, speedup_low=None, speedup_high=None)
         fields["error"] = f"timing_mismatch: {why}; not called faster"
+    elif times["status"] == "correct_faster" and (reused := gain_on_reused_sets(rounds)):
+        times["status"] = "correct_level"
+        fields["error"] = add_reason(fields.get("error"), reused)
     return dict(fields, error=fields.get("error"), **times)

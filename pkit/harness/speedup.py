@@ -37,6 +37,31 @@ def timing_fields(rounds: Rounds) -> dict:
             "speedup_high": high, "timing_rounds": len(rounds), "rotations": len(rounds[0][1].seeds)}
 
 
+def gain_on_reused_sets(rounds: Rounds) -> str | None:
+    """Why a candidate called faster over all its timed calls is not called faster, or None: when the calls come
+    back to input sets already used (fewer sets than calls), the speedup must show on the sets' first uses too,
+    which no answer kept from an earlier call can serve; when their interval (`speedup_interval` over each
+    round's first uses alone) does not give `correct_faster`, the gain lies on the reused sets.
+
+    >>> from pkit.harness.reference import Timing
+    >>> ref = Timing([[2.0, 2.1, 1.9, 2.0, 2.05, 1.95]], [0.01], [1, 2])
+    >>> remembers = Timing([[2.0, 1.95, 0.5, 0.55, 0.45, 0.5]], [0.01], [1, 2])
+    >>> gain_on_reused_sets([(ref, remembers)] * 3).split(":")[0]
+    'faster only on reused input sets'
+    >>> gain_on_reused_sets([(ref, Timing([[1.0, 0.95, 1.0, 1.05, 0.95, 1.0]], [0.01], [1, 2]))] * 3) is None
+    True
+    """
+    if all(len(r.seeds) >= len(r.slowest_ms) and len(s.seeds) >= len(s.slowest_ms) for r, s in rounds):
+        return None
+    refs = [r.slowest_ms[:len(r.seeds)] for r, _ in rounds]
+    sols = [s.slowest_ms[:len(s.seeds)] for _, s in rounds]
+    low, high = speedup_interval(refs, sols)
+    if speed_status(low, high) == "correct_faster":
+        return None
+    return (f"faster only on reused input sets: the first uses of its sets alone give a speedup interval of "
+            f"[{low:.3g}, {high:.3g}], so the gain is not credited")
+
+
 def speedup_interval(refs: list[list[float]], sols: list[list[float]], resamples: int = BOOTSTRAP,
                      confidence: float = CONFIDENCE, seed: int = 0) -> tuple[float, float]:
     """Percentile interval of the speedup (median reference time / median candidate time, ms per call) by a
