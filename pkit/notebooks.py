@@ -7,8 +7,9 @@ it cannot, it replays and says what measuring needs. A notebook that would read 
 its study's experiments is not recorded for the machine (and that machine could have recorded it) is skipped
 with one line naming what is missing and how to record it (`skip_reason`), instead of failing. Figures of a
 machine other than `pkit.studies.FIGURES_MACHINE` go to `figures/<machine>/`. Executed copies go to
-`build/notebooks/`, outside git, each beside the log of the kernel that ran it (`<name>.kernel.log`: the kernel's
-own warnings stay out of the progress lines; a failure names the log).
+`build/notebooks/`, outside git, beside the logs of the kernels that ran them (the kernels' own warnings stay
+out of the progress lines; a failure names the log): the notebooks that replay share one kernel
+(`pkit.notebook_kernel.ReplayKernel`, `replay.kernel.log`), one that measures has its own (`<name>.kernel.log`).
 
 Example:
     >>> from pkit.notebooks import run_all
@@ -22,13 +23,14 @@ import sys
 import textwrap
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from . import studies
 from .errors import PkitError
+from .notebook_kernel import ReplayKernel, kernel_manager
 from .results import REPO_ROOT
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -190,24 +192,13 @@ def _environment(**values: str):
                 os.environ[k] = v
 
 
-def kernel_manager(log):
-    """A jupyter_client kernel manager class whose kernels write their stderr (their own log: the 'Kernel is
-    running over TCP without encryption' warning, shutdown notices) to the open file `log`, not to this process's
-    terminal; what cells print and raise still reaches the executed notebook."""
-    from jupyter_client.manager import AsyncKernelManager
-
-    class LoggedKernelManager(AsyncKernelManager):
-        async def start_kernel(self, **kwargs):
-            return await super().start_kernel(**{"stderr": log, **kwargs})
-
-    return LoggedKernelManager
-
-
-def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: dict | None = None) -> NotebookRun:
+def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: dict | None = None,
+                 kernel: ReplayKernel | None = None) -> NotebookRun:
     """Execute one notebook, or skip it when `skip_reason` gives a reason (the run's `skipped`); raise
     NotebookFailed naming the cell that failed and the kernel's log. Its figures go to
-    `pkit.studies.figures_folder` for the machine whose results it shows; the executed copy and the kernel's log
-    (`<name>.kernel.log`) to `BUILD_DIR`."""
+    `pkit.studies.figures_folder` for the machine whose results it shows; the executed copy to `BUILD_DIR`. A
+    notebook that replays runs in `kernel` when one is given (its log is that kernel's); else, and always when
+    it measures, in a kernel of its own, whose log is `BUILD_DIR/<name>.kernel.log`."""
     import papermill as pm
 
     from .figures import figures_root
@@ -219,21 +210,34 @@ def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: 
     if reason:
         return NotebookRun(path.stem, resolved, 0.0, None, reason, machine, note)
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    output, log_path = BUILD_DIR / path.name, BUILD_DIR / f"{path.stem}.kernel.log"
-    pythonpath = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    output = BUILD_DIR / path.name
+    environment = {"PYTHONPATH": _pythonpath(), "PKIT_FIGURES": str(studies.figures_folder(figures_root(), machine))}
+    shared = kernel if resolved == "replay" else None
+    log_path = Path(shared.log.name) if shared else BUILD_DIR / f"{path.stem}.kernel.log"
     start = time.perf_counter()
-    with _environment(PYTHONPATH=pythonpath, PKIT_FIGURES=str(studies.figures_folder(figures_root(), machine))), \
-            open(log_path, "w") as log:
+    with ExitStack() as stack:
+        if shared:
+            shared.prepare({**os.environ, **environment})
+            stack.callback(shared.release)
+            kernel_args = {"km": shared.manager}
+        else:
+            stack.enter_context(_environment(**environment))
+            kernel_args = {"kernel_manager_class": kernel_manager(stack.enter_context(open(log_path, "w")))}
         try:
             pm.execute_notebook(str(path), str(output), parameters={"mode": resolved, "machine": machine,
                                                                     **(parameters or {})},
                                 kernel_name="python3", progress_bar=False, cwd=str(path.parent), log_output=False,
-                                kernel_manager_class=kernel_manager(log))
+                                **kernel_args)
         except pm.PapermillExecutionError as e:
             raise NotebookFailed(f"notebook {path.name} failed in cell {e.cell_index} (execution count "
                                  f"{e.exec_count}): {e.ename}: {e.evalue}\n  executed copy with the traceback: "
                                  f"{output}\n  the kernel's log: {log_path}") from None
     return NotebookRun(path.stem, resolved, time.perf_counter() - start, output, "", machine, note)
+
+
+def _pythonpath() -> str:
+    """PYTHONPATH for a notebook's kernel: this checkout first, so that the kernel imports the pkit it runs."""
+    return os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
 
 
 def describe_run(run: NotebookRun, width: int | None = None) -> str:
@@ -266,14 +270,34 @@ def run_all(mode: str = "auto", only: Sequence[str] | None = None, machine: str 
             stream=None, verbose: bool = False, width: int = LINE_WIDTH) -> list[NotebookRun]:
     """Run every selected notebook in order, printing one progress line per notebook (`describe_run`) to `stream`
     (default: sys.stderr at the call), each of at most `width` characters unless `verbose` (then with every reason
-    and note in full)."""
+    and note in full). The notebooks that replay share one kernel (`ReplayKernel`, its log
+    `BUILD_DIR/replay.kernel.log`), started when the first of them runs."""
     stream = stream or sys.stderr
     paths = discover(only)
     runs = []
-    for i, path in enumerate(paths, 1):
-        start = f"[{i}/{len(paths)}] {path.stem} ..."
-        print(start, end="", file=stream, flush=True)
-        run = run_notebook(path, mode, machine)
-        print(f" {describe_run(run, None if verbose else width - len(start) - 1)}", file=stream, flush=True)
-        runs.append(run)
+    with ExitStack() as stack:
+        kernel = None
+        for i, path in enumerate(paths, 1):
+            start = f"[{i}/{len(paths)}] {path.stem} ..."
+            print(start, end="", file=stream, flush=True)
+            if kernel is None and _replays(path, mode, machine):
+                kernel = stack.enter_context(_replay_kernel())
+            run = run_notebook(path, mode, machine, kernel=kernel)
+            print(f" {describe_run(run, None if verbose else width - len(start) - 1)}", file=stream, flush=True)
+            runs.append(run)
     return runs
+
+
+def _replays(path: Path, mode: str, machine: str | None) -> bool:
+    """Whether the notebook at `path` runs (is not skipped) in replay mode."""
+    resolved, _ = resolve_mode(mode, study_of(path))
+    return resolved == "replay" and not skip_reason(path, resolved, machine or DEFAULT_MACHINE)
+
+
+@contextmanager
+def _replay_kernel():
+    """A ReplayKernel started in NOTEBOOK_DIR with this checkout on its PYTHONPATH, its log in BUILD_DIR."""
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    with open(BUILD_DIR / "replay.kernel.log", "w") as log, _environment(PYTHONPATH=_pythonpath()), \
+            ReplayKernel(log, cwd=NOTEBOOK_DIR) as kernel:
+        yield kernel

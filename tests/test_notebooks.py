@@ -185,6 +185,34 @@ def test_failing_notebook_is_named_with_its_cell(tmp_path, monkeypatch):
         notebooks.run_all(mode="replay")
 
 
+def test_replayed_notebooks_share_one_kernel_and_each_starts_as_in_a_new_one(tmp_path, monkeypatch):
+    """run_all replays its notebooks in one kernel, brought back before each to what a new kernel holds: no
+    variables or figures, matplotlib's and pandas' settings, warning filters, working folder and environment as the
+    kernel started, cells counted from 1."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", folder)
+    monkeypatch.setattr(notebooks, "BUILD_DIR", tmp_path / "build")
+    monkeypatch.setenv("PKIT_FIGURES", str(tmp_path / "figures"))
+    imports = "import os, warnings, matplotlib, pandas as pd, matplotlib.pyplot as plt"
+    write_notebook(folder / "01_changes.ipynb", [
+        f"{imports}\nleftover = 1\nplt.figure()\nmatplotlib.rcParams['lines.linewidth'] = 9\n"
+        "pd.set_option('display.max_rows', 3)\nwarnings.simplefilter('error')\nos.environ['PKIT_LEFTOVER'] = '1'\n"
+        "os.chdir('/')\nprint(os.getpid())"])
+    write_notebook(folder / "02_finds_it_fresh.ipynb", [
+        f"{imports}\nassert 'leftover' not in dir() and plt.get_fignums() == []\n"
+        "assert matplotlib.rcParams['lines.linewidth'] != 9 and pd.get_option('display.max_rows') != 3\n"
+        "assert warnings.filters[0][0] != 'error' and 'PKIT_LEFTOVER' not in os.environ\n"
+        f"assert os.getcwd() == {str(folder)!r} and os.environ['PKIT_FIGURES'] == {str(tmp_path / 'figures')!r}\n"
+        "print(os.getpid())"])
+    runs = notebooks.run_all(mode="replay", stream=io.StringIO())
+    executed = [[c for c in nbformat.read(run.output, as_version=4).cells if c.cell_type == "code"] for run in runs]
+    assert [[c.execution_count for c in cells] for cells in executed] == [[1, 2, 3]] * 2  # papermill adds one
+    first, second = (cells[-1].outputs[0].text for cells in executed)
+    assert first == second, "the two notebooks ran in different kernels"
+    assert (tmp_path / "build" / "replay.kernel.log").exists()
+
+
 def test_runner_argument_errors():
     with pytest.raises(ValueError, match="only: no notebook matches"):
         notebooks.discover(["does_not_exist"])
