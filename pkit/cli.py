@@ -69,6 +69,9 @@ def list_registry(args: argparse.Namespace) -> int:
 
 def figures(args: argparse.Namespace) -> int:
     """Regenerate figures by executing notebooks."""
+    # papermill validates notebooks with nbformat, which imports jsonschema, which compiles the grammar of IRIs
+    # (rfc3987_syntax, 1.5-2 s) for a format check nothing here makes: this process goes without it.
+    sys.modules.setdefault("rfc3987_syntax", None)
     from .notebooks import NotebookFailed, run_all
 
     try:

@@ -3,12 +3,16 @@ machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`
 pytest-xdist workers `-n auto` starts (make test passes `-n auto --dist loadfile`), each pinned to its own CPUs, heavy
 modules first; one zygote per module for the harness tests that share it (`shared_zygote`)."""
 import os
+import sys
 
 import pytest
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+# nbformat imports jsonschema, which compiles the grammar of IRIs (rfc3987_syntax, 1.5-2 s a process) for a format
+# check no test makes: the test processes go without it.
+sys.modules.setdefault("rfc3987_syntax", None)
 
 
 def pytest_configure(config):
