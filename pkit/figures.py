@@ -304,7 +304,9 @@ def figures_root() -> Path:
 
 
 def save(fig, name: str, root: str | Path | None = None) -> list[Path]:
-    """Write `<root>/<name>.png` and `.svg` deterministically; returns the two paths."""
+    """Write `<root>/<name>.png` and `.svg` deterministically; returns the two paths. The figure counts as drawn
+    afterwards (not stale), so pyplot's redraw of changed figures at the end of a notebook cell skips it (its
+    inline display still draws it)."""
     import matplotlib as mpl
 
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
@@ -315,6 +317,7 @@ def save(fig, name: str, root: str | Path | None = None) -> list[Path]:
     with mpl.rc_context({"svg.hashsalt": "pkit"}):
         fig.savefig(png, metadata={"Software": None})
         fig.savefig(svg, metadata={"Date": None, "Creator": None})
+    fig.stale = False  # nothing changed since these draws
     return [png, svg]
 
 
