@@ -2,7 +2,7 @@
 
 `save(fig, name)` writes `figures/<name>.png` and `.svg` with no timestamps or tool versions in their
 metadata and a fixed SVG id salt, so re-running a notebook in replay mode on the same package versions
-rewrites byte-identical files.
+rewrites byte-identical files; a notebook shows the PNG written.
 
 Example:
     >>> import matplotlib; matplotlib.use("Agg")
@@ -304,9 +304,8 @@ def figures_root() -> Path:
 
 
 def save(fig, name: str, root: str | Path | None = None) -> list[Path]:
-    """Write `<root>/<name>.png` and `.svg` deterministically; returns the two paths. The figure counts as drawn
-    afterwards (not stale), so pyplot's redraw of changed figures at the end of a notebook cell skips it (its
-    inline display still draws it)."""
+    """Write `<root>/<name>.png` and `.svg` deterministically; returns the two paths. In a notebook the cell then
+    shows that PNG, the very file written, instead of drawing the figure again (`_show_saved`)."""
     import matplotlib as mpl
 
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
@@ -317,8 +316,19 @@ def save(fig, name: str, root: str | Path | None = None) -> list[Path]:
     with mpl.rc_context({"svg.hashsalt": "pkit"}):
         fig.savefig(png, metadata={"Software": None})
         fig.savefig(svg, metadata={"Date": None, "Creator": None})
-    fig.stale = False  # nothing changed since these draws
+    if "inline" in mpl.get_backend():
+        _show_saved(fig, png)
     return [png, svg]
+
+
+def _show_saved(fig, png: Path) -> None:
+    """In a notebook (matplotlib's inline backend): show the PNG just written, at the size the inline display
+    gives the figure, and close the figure, which the backend would otherwise draw once more after the cell."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+
+    display(Image(data=png.read_bytes(), width=round(fig.get_figwidth() * fig.dpi)))
+    plt.close(fig)
 
 
 def byte_label(nbytes: int) -> str:
