@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -126,13 +127,13 @@ class Zygote:
     def _expect(self, op: str, timeout: float) -> dict:
         self._pending = None
         end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        while (left := end - time.monotonic()) > 0:
             self.pump()
             if self._pending is not None and self._pending.get("op") == op:
                 return self._pending
             if not self.alive():
                 break
-            time.sleep(0.002)
+            select.select([self.sock], [], [], min(left, 0.05))  # until the zygote writes (or it died: checked above)
         raise RuntimeError(f"the worker zygote did not answer {op!r} (alive: {self.alive()})")
 
     def close(self) -> None:
