@@ -298,6 +298,7 @@ def _replays(path: Path, mode: str, machine: str | None) -> bool:
 def _replay_kernel():
     """A ReplayKernel started in NOTEBOOK_DIR with this checkout on its PYTHONPATH, its log in BUILD_DIR."""
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    with open(BUILD_DIR / "replay.kernel.log", "w") as log, _environment(PYTHONPATH=_pythonpath()), \
-            ReplayKernel(log, cwd=NOTEBOOK_DIR) as kernel:
+    with open(BUILD_DIR / "replay.kernel.log", "w") as log, ExitStack() as stack:
+        with _environment(PYTHONPATH=_pythonpath()):  # the kernel's environment at its start
+            kernel = stack.enter_context(ReplayKernel(log, cwd=NOTEBOOK_DIR))
         yield kernel
