@@ -18,6 +18,8 @@ Example:
     ('reduce_scatter', 'cublas', 'pkit_gemm')
     >>> PATTERNS["ag_gemm"].schedule("sm_pull").variants(comm_sms=[8, 16])
     [{'comm_sms': 8}, {'comm_sms': 16}]
+    >>> PATTERNS["gemm_ar"].schedule("tma_add").structure
+    Structure(overlap='fused', gemm_calls='one', moves='tiles_to_owners', hbm_per_link_byte=2.0)
 """
 from __future__ import annotations
 
@@ -41,6 +43,43 @@ class Look:
     dashed: bool = False
 
 
+OVERLAPS = ("none", "chunks", "fused")
+"""How a schedule overlaps its communication with its GEMM: 'none' (the collective, then the GEMM), 'chunks' (the
+bytes move in chunks beside the GEMM, which takes each chunk as it lands or each output chunk as it is done),
+'fused' (the GEMM's own loads or stores move the bytes, tile by tile, as it multiplies)."""
+
+MOVES = ("collective", "rows_per_column_tile", "tiles_to_owners")
+"""What a schedule moves over each GPU's link: 'collective' (the pattern's collective: its bus factor, CollectiveOp's,
+times its bytes), 'rows_per_column_tile' (every column tile of the GEMM loads the peers' rows again: the gathered
+bytes times ⌈N_local / BLOCK_N⌉), 'tiles_to_owners' (every output tile added into each owner's output that is not
+this GPU's: (W − 1)/W of the output for a scatter, W − 1 times the output where every rank owns all of it)."""
+
+
+@dataclass(frozen=True)
+class Structure:
+    """A schedule's structure, as the overlap model (pkit.experiments.overlap_model) reads it: what overlaps what
+    (`overlap`, one of OVERLAPS), whether its GEMM runs as one call or one call per chunk (`gemm_calls`: 'one',
+    'per_chunk'), what it moves (`moves`, one of MOVES) and the bytes of this GPU's HBM each byte over its link costs
+    (`hbm_per_link_byte`: 2 where what arrives is written to HBM and what leaves is read from it; 1 where one side
+    stays in shared memory). Its chunks (the op's `chunk_rows` for 'chunks', the GEMM's tile waves for 'fused'), the
+    SMs it takes (its `communication` option) and its GEMM (`gemm`) are the schedule's own fields."""
+
+    overlap: str
+    gemm_calls: str
+    moves: str
+    hbm_per_link_byte: float = 2.0
+
+    def __post_init__(self):
+        for name, value, known in (("overlap", self.overlap, OVERLAPS), ("gemm_calls", self.gemm_calls,
+                                   ("one", "per_chunk")), ("moves", self.moves, MOVES)):
+            if value not in known:
+                raise ValueError(f"{name}: expected one of {list(known)}, got {value!r}")
+
+
+SERIAL = Structure("none", "one", "collective")
+CHUNKS = Structure("chunks", "one", "collective")
+
+
 @dataclass(frozen=True)
 class Schedule:
     """One way to run a pattern: `name` (its op's method, and the schedule column of recorded rows), a one-line
@@ -58,6 +97,12 @@ class Schedule:
     options: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     label: str = ""
     look: Look | None = None
+    structure: Structure | None = None
+
+    @property
+    def sms_option(self) -> str:
+        """The option that sets the SMs it takes from the GEMM ('' for none)."""
+        return self.communication if self.communication in self.options else ""
 
     def variants(self, **values) -> list[dict]:
         """The option sets a sweep times: every combination of its options' values, `values` (option name → values)
@@ -73,7 +118,8 @@ class Pattern:
     cost, pkit.roofline), `sharded` (the GEMM dimension the weights are split along: 'n', each GPU holds N_local =
     n columns; 'k', each GPU holds K_local = k / gpus), `swept` (what its sweep varies, as figures label the axis),
     `nccl_op` (the collective its serial schedule runs and the others overlap), `torch_fused` (PyTorch's fused op,
-    '' for none) and its `schedules`, serial first."""
+    '' for none), its `schedules`, serial first, and `flow`: 'in' where bytes arrive and are then multiplied (each
+    GPU's own rows first), 'out' where products are computed and then leave."""
 
     name: str
     title: str
@@ -85,6 +131,7 @@ class Pattern:
     torch_fused: str
     schedules: tuple[Schedule, ...]
     op_options: Mapping[str, object] = field(default_factory=dict)
+    flow: str = "in"
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -120,14 +167,15 @@ class Pattern:
 
 
 _SERIAL = dict(gemm="cublas", transfer="nccl", communication="NCCL's", label="serial (NCCL + cuBLAS)",
-               look=Look("black", "o"))
+               look=Look("black", "o"), structure=SERIAL)
 
 
 def _partial_schedules(collective: str) -> tuple[Schedule, ...]:
     """GEMM+RS's and GEMM+AR's schedules (PartialGemm's), `collective` the one serial runs, in words."""
     return (Schedule("serial", f"cuBLAS partial products, then NCCL {collective}", **_SERIAL),
             Schedule("tma_add", "the pkit GEMM's epilogue adds each tile into its owners' outputs (TMA reduce, NVLink)",
-                     "pkit_gemm", "tma_push", label="TMA reduce-add", look=Look("green", "^")))
+                     "pkit_gemm", "tma_push", label="TMA reduce-add", look=Look("green", "^"),
+                     structure=Structure("fused", "one", "tiles_to_owners")))
 
 
 PATTERNS: dict[str, Pattern] = {p.name: p for p in (
@@ -135,17 +183,20 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
             "N_local (columns of each GPU's weight shard)", "all_gather", "fused_all_gather_matmul", (
                 Schedule("serial", "NCCL all-gather, then one cuBLAS GEMM", **_SERIAL),
                 Schedule("ce_chunks", "copy-engine chunks on a side stream, a cuBLAS GEMM per chunk as it lands",
-                         "cublas", "ce", label="copy engine, chunked", look=Look("orange", "P")),
+                         "cublas", "ce", label="copy engine, chunked", look=Look("orange", "P"),
+                         structure=Structure("chunks", "per_chunk", "collective")),
                 Schedule("ce_flags", "copy-engine chunks each followed by a flag; one pkit GEMM waits per chunk",
-                         "pkit_gemm", "ce", label="copy engine + flags", look=Look("vermillion", "X")),
+                         "pkit_gemm", "ce", label="copy engine + flags", look=Look("vermillion", "X"), structure=CHUNKS),
                 Schedule("sm_pull", "comm_sms SMs pull peers' chunks and flag them; the pkit GEMM on the other SMs",
-                         "pkit_gemm", "sm_pull", "comm_sms", {"comm_sms": (16,)}),
+                         "pkit_gemm", "sm_pull", "comm_sms", {"comm_sms": (16,)}, structure=CHUNKS),
                 Schedule("tma_pull", "no copy: the pkit GEMM's producers read peers' rows over NVLink as they "
-                         "multiply them", "pkit_gemm", "tma_pull"))),
+                         "multiply them", "pkit_gemm", "tma_pull",
+                         structure=Structure("fused", "one", "rows_per_column_tile", hbm_per_link_byte=1.0)))),
     Pattern("gemm_rs", "GEMM + reduce-scatter", "PartialGemm", gemm_rs_cost, "k", "K_local (each GPU's slice of K)",
-            "reduce_scatter", "fused_matmul_reduce_scatter", _partial_schedules("reduce-scatter"), {"scatter": True}),
+            "reduce_scatter", "fused_matmul_reduce_scatter", _partial_schedules("reduce-scatter"), {"scatter": True},
+            "out"),
     Pattern("gemm_ar", "GEMM + all-reduce", "PartialGemm", gemm_ar_cost, "k", "K_local (each GPU's slice of K)",
-            "all_reduce", "", _partial_schedules("all-reduce"), {"scatter": False}),
+            "all_reduce", "", _partial_schedules("all-reduce"), {"scatter": False}, "out"),
 )}
 """Every overlap pattern by name, in the order studies and figures show them."""
 
