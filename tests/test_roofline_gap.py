@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from pkit import figures, results  # noqa: E402
-from pkit.experiments import roofline_gap  # noqa: E402
+from pkit.experiments import roofline_gap, roofline_gap_draw  # noqa: E402
 from pkit.harness import baseline  # noqa: E402
 from pkit.harness.problems import discover  # noqa: E402
 
@@ -145,18 +145,18 @@ def test_figures_render_the_gap_and_the_pairs(tmp_path):
     gap = roofline_gap.gap_table(base)
     share = roofline_gap.claim_test(gap).loc["chosen", "share_below"]
     provenance = {"machine": "h200x2-nv18", "gpus": ["NVIDIA H200"] * 2, "gpu_count": 2}
-    fig = figures.roofline_fractions(gap, provenance)
+    fig = roofline_gap_draw.roofline_fractions(gap, provenance)
     title = fig._suptitle.get_text()
     assert f"{share:.0%} of 12 problems below 50%" in title and "world size 2" in title
     assert len(fig.axes[0].patches) == 12 and "fraction of the roofline" in fig.axes[0].get_xlabel()
     table = roofline_gap.solutions_vs_baselines(solutions_frame(rng, base), base)
-    fig2 = figures.roofline_pairs(table, note="synthetic")
+    fig2 = roofline_gap_draw.roofline_pairs(table, note="synthetic")
     assert [t.get_text() for t in fig2.axes[0].get_yticklabels()] == list(table["problem"])
     paths = figures.save(fig, "roofline_gap_test", root=tmp_path) + figures.save(fig2, "roofline_pairs_test",
                                                                                   root=tmp_path)
     assert all(p.exists() and p.stat().st_size > 0 for p in paths)
     with pytest.raises(ValueError, match="provenance or note"):
-        figures.roofline_fractions(gap)
+        roofline_gap_draw.roofline_fractions(gap)
 
 
 # --- recording pkit solutions from `pkit eval` records ----------------------------------------------------------
