@@ -94,11 +94,16 @@ def test_schedules_stay_above_the_bound_and_those_taking_no_sms_beat_serial(two_
     quiet = {g: M.Interference(0.05, 0.01) for g in gemms}
     for link in (two_gpu_link, M.modelled_link(two_gpu_link, 8)):
         curves = M.curves(link, gemms, quiet, inner=(1024, 4096))
-        assert set(curves["schedule"]) == set(M.SCHEDULES) and set(curves["pattern"]) == set(M.PATTERNS)
+        assert set(curves["pattern"]) == set(M.PATTERNS)
+        for pattern in M.PATTERNS:
+            assert set(curves.loc[curves["pattern"] == pattern, "schedule"]) == set(M.OVERLAP[pattern].names)
         assert (curves["fraction_of_bound"] <= 1.0 + 1e-9).all()
         serial = curves[curves["schedule"] == "serial"].set_index(["pattern", "inner"])["time_us"]
-        for row in curves[curves["schedule"].isin(["ce_chunks", "ce_flags", "tma_pull"])].itertuples():
-            assert row.time_us < serial[(row.pattern, row.inner)], row  # no SMs taken: overlap only gains
+        gains = (curves["schedule"] == "ce_flags") | ((curves["schedule"] == "tma_pull") & (curves["inner"] <= 256))
+        for row in curves[gains].itertuples():
+            assert row.time_us < serial[(row.pattern, row.inner)], row  # one GEMM, no SMs taken: overlap only gains
+        # ce_chunks runs a GEMM per chunk (more waves of tiles), tma_pull loads the rows again per 256 columns: they
+        # may lose to serial
         # sm_pull gives the GEMM's SMs away: where the GEMM dominates it may lose to serial, never beat the bound
     eight = M.modelled_link(two_gpu_link, 8)
     assert not eight.measured and "datasheet" in eight.source and eight.gpus == 8

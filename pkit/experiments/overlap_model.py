@@ -16,11 +16,16 @@ The model is built from measurements where there are some and says where it assu
   recorded mechanisms and collectives studies); for other systems the datasheet's NVLink per GPU times the
   fraction of it that 2×H200 measured (labelled modelled, with the datasheet as source).
 
-A schedule moves B bytes over the link while computing: serial costs T_link + T_gemm; an overlapped schedule
-pipelines c chunks: AG+GEMM costs max(T_c, T_l + T_c/(W·c)) (its own rows first, the last peer chunk's GEMM after
-it lands), GEMM+RS/AR max(T_c + T_l/c, T_c/c + T_l) (each output chunk computed, then sent), with T_c the GEMM's
-time slowed by the schedule's traffic (and, for sm_pull, by the SMs it takes). `predict` returns each term and
-which inputs were measured.
+Each pattern's schedules are the registry's (`pkit.ops.overlap_patterns`), each described by its own entry: its
+`structure` (what overlaps what, one GEMM call or one per chunk, what it moves), its GEMM, its transfer and the SMs
+it takes; a schedule without a structure is refused (`describe`), never drawn. Serial costs NCCL's time of the
+pattern's collective plus T_gemm; an overlapped schedule moves its bytes (`link_bytes`: the collective's bus bytes,
+CollectiveOp's bus factor, or its own) at its transfer's rate while computing, in pieces (chunks, or the GEMM's
+waves of tiles where the GEMM moves the bytes itself): where bytes flow in (AG+GEMM) max(T_c, T_l + T_c/pieces),
+where they flow out (GEMM+RS/AR) max(T_c + T_l/pieces, T_c/pieces + T_l), with T_c the GEMM's time slowed by the
+schedule's HBM traffic, on the SMs it keeps. `predict` returns each term and which inputs were measured. The
+overlap bound (`bound_ceilings`) takes measured ceilings where recorded (the GEMM's and HBM's on one H200, the
+link's on 2×H200) and the datasheet elsewhere, each named in its origin.
 
 Example:
     >>> fit = GemmFit.from_points("cublas", [(8192, 8192, 8192, 1.40e-3), (8192, 1024, 8192, 0.18e-3),
@@ -30,27 +35,32 @@ Example:
     764
     >>> round(fit.rate_on(8192, 8192, 8192, sms=116), 3)  # 2048 tiles: 16 waves on 132 SMs, 18 on 116
     0.889
+    >>> schedules_of("gemm_rs"), schedules_of("ag_gemm")[:3]
+    (('serial', 'tma_add'), ('serial', 'ce_chunks', 'ce_flags'))
+    >>> link_bytes("gemm_ar", "serial", 8192, 1024, 8192, gpus=8) / 2**20  # 2(W−1)/W of 128 MiB: CollectiveOp's factor
+    224.0
+    >>> link_bytes("gemm_ar", "tma_add", 8192, 1024, 8192, gpus=8) / 2**20  # every tile to its 7 other owners
+    896.0
     >>> bump = Interference(a=0.05, b=0.02)
     >>> round(bump.time_ratio(800.0), 4), round(bump.time_ratio(0.0), 4)
     (1.0528, 1.0)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..hardware import GPUS
+from ..ops.collective_ops import bus_bandwidth_factor
 from ..ops.overlap import CHUNK_ROWS
 from ..ops.overlap_patterns import PATTERNS as OVERLAP
-from ..ops.overlap_patterns import gemm_of, schedules
+from ..ops.overlap_patterns import gemm_of
+from ..roofline import Ceilings
 
 PATTERNS = tuple(OVERLAP)
-SCHEDULES = OVERLAP["ag_gemm"].names
-"""The schedules modelled, AG+GEMM's (pkit.ops.overlap_patterns), for every pattern: what GEMM+RS and GEMM+AR
-would take moving their bytes the same ways."""
 ITEMSIZE = 2  # bf16
 MEASURED_SMS = GPUS["H200"].sms  # the SMs of the GPU the one-GPU GEMM studies ran on
 
@@ -190,28 +200,39 @@ def partition_check(partition: pd.DataFrame, gemms: dict) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Link:
     """One system's links as the model sees them: per-GPU one-way GB/s of the copy engine (`ce_GBps`), of SM pulls
-    on k SMs (`sm_pull`), of TMA pulls (`tma_GBps`), NCCL's time of an op (`nccl_s(op, total_bytes, gpus)`), and
-    where each came from (`source`, `measured`)."""
+    on k SMs (`sm_pull`), of TMA loads and stores (`tma_GBps`: mechanism → GB/s), NCCL's time of an op
+    (`nccl_s(op, total_bytes, gpus)`), where each came from (`source`, `measured`), and the link's ceiling for the
+    overlap bound (`ceiling_GBps`, from `ceiling_source`)."""
 
     name: str
     gpus: int
     ce_GBps: float
     sm_pull: Callable[[int], float]
-    tma_GBps: float
+    tma_GBps: Mapping[str, float]
     nccl_s: Callable[[str, float, int], float]
     source: str
     measured: bool
+    ceiling_GBps: float
+    ceiling_source: str
     gpu: str = "H200"
-    notes: dict = field(default_factory=dict)
+
+    TRANSFERS = ("ce", "sm_pull", "tma_pull", "tma_push")
+    """The transfers (a schedule's `transfer`) the model has a rate for."""
 
     def rate(self, transfer: str, sms: int = 16) -> float:
         """One-way GB/s per GPU of a schedule's `transfer` (pkit.ops.overlap_patterns): the copy engine, SM pulls on
-        `sms` SMs or TMA pulls."""
-        rates = {"ce": lambda: self.ce_GBps, "sm_pull": lambda: self.sm_pull(sms), "tma_pull": lambda: self.tma_GBps}
-        if transfer not in rates:
-            raise ValueError(f"transfer: expected one of {list(rates)} (the model has no rate for others), "
+        `sms` SMs, TMA pulls or pushes."""
+        if transfer not in self.TRANSFERS:
+            raise ValueError(f"transfer: expected one of {list(self.TRANSFERS)} (the model has no rate for others), "
                              f"got {transfer!r}")
-        return float(rates[transfer]())
+        if transfer == "ce":
+            return float(self.ce_GBps)
+        return float(self.sm_pull(sms)) if transfer == "sm_pull" else float(self.tma_GBps[transfer])
+
+    def scaled(self, ratio: float, **fields) -> "Link":
+        """This link with every mechanism's rate times `ratio` and `fields` replaced (name, gpus, nccl_s, ...)."""
+        return replace(self, ce_GBps=self.ce_GBps * ratio, sm_pull=lambda k: self.sm_pull(k) * ratio,
+                       tma_GBps={m: r * ratio for m, r in self.tma_GBps.items()}, **fields)
 
 
 def intensity(m: int, n: int, k: int) -> float:
@@ -240,7 +261,7 @@ def calibrate(gemm: pd.DataFrame, copies: pd.DataFrame, names: Sequence[str]) ->
     """({name: GemmFit}, {name: Interference}) for each GEMM implementation in `names` (in that order; the
     schedules' GEMMs, `gemm_of`, among them), fitted to a recorded gemm study (overlap_gemm) and interference
     study's copies (interference_copies). The SM-partition study checks the GEMM fits (`partition_check`)."""
-    missing = {gemm_of(s) for s in SCHEDULES} - set(names)
+    missing = {gemm_of(s) for p in PATTERNS for s in OVERLAP[p].names} - set(names)
     if missing:
         raise ValueError(f"names: expected every GEMM the schedules run, missing {sorted(missing)}")
     return ({g: GemmFit.from_frame(gemm, g) for g in names},
@@ -267,16 +288,18 @@ def _loglog(xs, ys) -> Callable[[float], float]:
 
 def measured_link(collectives: pd.DataFrame, sm_sweep: pd.DataFrame, sizes: pd.DataFrame, provenance: dict) -> Link:
     """2×H200's links from recorded studies: NCCL's bf16 collective times by size (collectives_pkit_nccl, log-log
-    interpolated), SM and TMA pulls by blocks (mechanisms_sm_sweep), the copy engine at the largest size
-    (mechanisms_size_sweep)."""
+    interpolated), SM pulls by blocks and TMA's best pull and push (mechanisms_sm_sweep), the copy engine at the
+    largest size (mechanisms_size_sweep), which is also the link's ceiling."""
     nccl = collectives[(collectives["implementation"] == "nccl") & (collectives["dtype"] == "bfloat16")]
     by_op = {op: _loglog(g["bytes"], g["time_median_us"] * 1e-6) for op, g in nccl.groupby("op")}
     pull = sm_sweep[sm_sweep["mechanism"] == "sm_pull"].sort_values("blocks")
     sm_pull = lambda k: float(np.interp(k, pull["blocks"], pull["bandwidth_GBps"]))  # noqa: E731
-    tma = float(sm_sweep.loc[sm_sweep["mechanism"] == "tma_pull", "bandwidth_GBps"].max())
+    tma = {m: float(sm_sweep.loc[sm_sweep["mechanism"] == m, "bandwidth_GBps"].max()) for m in ("tma_pull", "tma_push")}
     big = sizes[sizes["bytes"] == sizes["bytes"].max()]
     ce = float(big.loc[big["mechanism"] == "ce", "bandwidth_GBps"].iloc[0])
     gpus = int(provenance.get("gpu_count") or 2)
+    machine = provenance.get("machine")
+    largest = f"{int(big['bytes'].iloc[0]) >> 20} MiB"
 
     def nccl_s(op: str, total_bytes: float, n: int) -> float:
         if n != gpus:
@@ -284,106 +307,212 @@ def measured_link(collectives: pd.DataFrame, sm_sweep: pd.DataFrame, sizes: pd.D
         return by_op[op](total_bytes)
 
     return Link(f"{gpus}×H200, NV18 (measured)", gpus, ce, sm_pull, tma, nccl_s,
-                f"results/{provenance.get('machine')}: collectives_pkit_nccl, mechanisms_sm_sweep, "
-                "mechanisms_size_sweep", True)
+                f"results/{machine}: collectives_pkit_nccl, mechanisms_sm_sweep, mechanisms_size_sweep", True, ce,
+                f"results/{machine}/mechanisms_size_sweep: the copy engine at {largest}")
+
+
+def _bus_s(op: str, total_bytes: float, n: int, GBps: float) -> float:
+    """Seconds for `op`'s bus bytes (CollectiveOp's bus factor at `n` ranks times `total_bytes`) at `GBps`."""
+    return bus_bandwidth_factor(op, n) * total_bytes / (GBps * 1e9)
 
 
 def modelled_link(measured: Link, gpus: int, gpu: str = "H200", nvlink_GBps: float | None = None) -> Link:
     """A `gpus`-GPU NVSwitch system of `gpu`s (per-GPU NVLink one way from the datasheet, or `nvlink_GBps`): every
-    measured rate of `measured` scaled by the datasheet ratio, and NCCL's time at W GPUs from its measured 2-GPU
-    bus bandwidth at the same per-GPU bytes (ring algorithms: bus bytes (W−1)/W of the total per GPU)."""
-    from ..hardware import GPUS
-
-    ref = GPUS[measured.gpu].nvlink_gbps_per_direction
-    one_way = nvlink_GBps or GPUS[gpu].nvlink_gbps_per_direction
-    scale = one_way / ref
-    factor = {"all_gather": 1.0, "reduce_scatter": 1.0, "all_reduce": 2.0}
+    measured rate of `measured` scaled by the datasheet ratio, and NCCL's time at W GPUs from its measured bus
+    bandwidth at the same per-GPU bytes (bus factor: CollectiveOp's), scaled to this link. Its ceiling: the
+    datasheet's NVLink (or `nvlink_GBps`)."""
+    sheet = GPUS[gpu]
+    one_way = nvlink_GBps or sheet.nvlink_gbps_per_direction
+    scale = one_way / GPUS[measured.gpu].nvlink_gbps_per_direction
 
     def nccl_s(op: str, total_bytes: float, n: int) -> float:
         # busbw at the measured world size, at the size with the same bytes per GPU, scaled to this link
         two = measured.gpus
-        t2 = measured.nccl_s(op, total_bytes * two / n, two)
-        bus2 = factor[op] * (two - 1) / two * total_bytes * two / n / t2
-        return factor[op] * (n - 1) / n * total_bytes / (bus2 * scale)
+        bus2 = _bus_s(op, total_bytes * two / n, two, 1.0) / measured.nccl_s(op, total_bytes * two / n, two)
+        return _bus_s(op, total_bytes, n, bus2 * scale)
 
-    return Link(f"{gpus}×{gpu}, NVSwitch (modelled)", gpus, measured.ce_GBps * scale,
-                lambda k: measured.sm_pull(k) * scale, measured.tma_GBps * scale, nccl_s,
-                f"datasheet NVLink {one_way:.0f} GB/s one way per GPU (pkit.hardware), rates scaled from "
-                f"{measured.name}", False, gpu)
+    where = f"{gpu} datasheet: {sheet.source}" if nvlink_GBps is None else "given"
+    return measured.scaled(scale, name=f"{gpus}×{gpu}, NVSwitch (modelled)", gpus=gpus, nccl_s=nccl_s,
+                           source=f"datasheet NVLink {one_way:.0f} GB/s one way per GPU (pkit.hardware), rates scaled "
+                                  f"from {measured.name}", measured=False, gpu=gpu, ceiling_GBps=one_way,
+                           ceiling_source=f"NVLink {one_way:.0f} GB/s one way per GPU ({where})")
 
 
-def _link_bytes(pattern: str, m: int, k: int, n: int, gpus: int) -> tuple[float, float]:
-    """(bytes each GPU receives over its link, total bytes of the NCCL collective) for one call of `pattern`."""
-    if pattern == "ag_gemm":
-        total = m * k * ITEMSIZE
-        return total * (gpus - 1) / gpus, total
-    total = m * n * ITEMSIZE
-    per_gpu = total * (gpus - 1) / gpus
-    return (per_gpu if pattern == "gemm_rs" else 2 * per_gpu), total
+def emulated_link(measured: Link, gpus: int, rate_GBps: float, rate_source: str) -> Link:
+    """A link of `rate_GBps` one way per GPU as one GPU emulates it (pkit.experiments.overlap_emulated): the copy
+    engine at that rate, SM and TMA transfers at `measured`'s rates scaled alike, the collective of the serial
+    schedule its bus bytes (CollectiveOp's bus factor) at that rate, as the emulation moves them. `rate_source`
+    says where the rate comes from; it is also the bound's link ceiling."""
+    if not rate_GBps > 0:
+        raise ValueError(f"rate_GBps: expected a positive rate, got {rate_GBps!r}")
+    return measured.scaled(rate_GBps / measured.ce_GBps, name=f"{gpus} GPUs, link emulated at {rate_GBps:.0f} GB/s",
+                           gpus=gpus, nccl_s=lambda op, total, n: _bus_s(op, total, n, rate_GBps),
+                           source=f"one GPU, link emulated at {rate_GBps:.0f} GB/s ({rate_source})", measured=False,
+                           ceiling_GBps=float(rate_GBps), ceiling_source=rate_source)
+
+
+def describe(pattern: str, schedule: str):
+    """`schedule`'s registry entry (pkit.ops.overlap_patterns) as `pattern` runs it, if the model can describe it: a
+    `structure`, and for one that overlaps, a transfer the links have a rate for; else a ValueError saying why."""
+    if pattern not in OVERLAP:
+        raise ValueError(f"pattern: expected one of {list(OVERLAP)}, got {pattern!r}")
+    entry = OVERLAP[pattern].schedule(schedule)
+    if entry.structure is None:
+        raise ValueError(f"schedule: expected one whose registry entry describes its structure (Structure, "
+                         f"pkit.ops.overlap_patterns), got {schedule!r} of {pattern}, which has none: the model "
+                         "cannot draw it")
+    if entry.structure.overlap != "none" and entry.transfer not in Link.TRANSFERS:
+        raise ValueError(f"schedule: expected one moving its bytes by {list(Link.TRANSFERS)}, got {schedule!r} of "
+                         f"{pattern}, which moves them by {entry.transfer!r}: the model has no rate for it")
+    return entry
+
+
+def schedules_of(pattern: str) -> tuple[str, ...]:
+    """`pattern`'s schedules, the registry's, each one the model describes (`describe` refuses the others)."""
+    if pattern not in OVERLAP:
+        raise ValueError(f"pattern: expected one of {list(OVERLAP)}, got {pattern!r}")
+    return tuple(describe(pattern, s).name for s in OVERLAP[pattern].names)
+
+
+def collective_bytes(pattern: str, m: int, k: int, n: int) -> float:
+    """S of `pattern`'s collective (nccl-tests' size, bytes): the gathered operand (M × K) where bytes flow in, the
+    summed output (M × N) where they flow out."""
+    return float(m * (k if OVERLAP[pattern].flow == "in" else n) * ITEMSIZE)
+
+
+def link_bytes(pattern: str, schedule: str, m: int, k: int, n: int, gpus: int) -> float:
+    """Bytes each GPU moves over its link (one way) in one call of `schedule`, from its structure's `moves`."""
+    from ..ops.gemm import BLOCK_N
+
+    entry, moves = OVERLAP[pattern], describe(pattern, schedule).structure.moves
+    total = collective_bytes(pattern, m, k, n)
+    if moves == "collective":
+        return bus_bandwidth_factor(entry.nccl_op, gpus) * total
+    if moves == "rows_per_column_tile":
+        return total * (gpus - 1) / gpus * np.ceil(n / BLOCK_N)
+    elsewhere = (gpus - 1) / gpus if entry.op_options.get("scatter") else gpus - 1  # owners of a tile but this GPU
+    return total * elsewhere
 
 
 def _gemm_shape(pattern: str, m: int, k: int, n: int, gpus: int) -> tuple[int, int, int]:
-    """Each GPU's GEMM (M, N, K): AG+GEMM all M rows by its N_local (n); GEMM+RS/AR its K/W slice of K (k total)."""
-    return (m, n, k) if pattern == "ag_gemm" else (m, n, k // gpus)
+    """Each GPU's GEMM (M, N, K): all M rows by its N_local (n) where bytes flow in; its K/W slice of K (k total)
+    where they flow out."""
+    return (m, n, k) if OVERLAP[pattern].flow == "in" else (m, n, k // gpus)
 
 
 def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gemm: GemmFit,
             interference: Interference, comm_sms: int = 16, chunk_rows: int = CHUNK_ROWS) -> dict:
-    """One schedule's modelled time per call, with its terms: gemm_us (alone), link_us (the bytes at the
-    schedule's mechanism), slowdown (the GEMM's time ratio beside that traffic, on the SMs it keeps), fill_us,
-    time_us; and what was
-    measured and what assumed (`inputs`)."""
-    if pattern not in PATTERNS or schedule not in SCHEDULES:
-        raise ValueError(f"pattern, schedule: expected one of {PATTERNS} and {SCHEDULES}, got {pattern!r}, "
-                         f"{schedule!r}")
-    gpus = link.gpus
-    takes_sms = schedules()[schedule].communication == "comm_sms"  # its pulls run on SMs taken from the GEMM
+    """One schedule's modelled time per call, from its registry structure (`describe`), with its terms: gemm_us
+    (alone), link_us (its bytes, `link_bytes`, at its transfer's rate; NCCL's time for the collective of one that
+    does not overlap), slowdown (the GEMM's time ratio beside that traffic, on the SMs it keeps, and as one call or
+    one per chunk), fill_us, time_us; and what was measured and what assumed (`inputs`).
+
+    Overlapping schedules pipeline `pieces`: chunks (`chunk_rows` rows each) or the GEMM's waves of tiles (fused).
+    Where bytes flow in: max(T_c, T_l + T_c/pieces) (its own rows first, the last piece's GEMM after it lands);
+    where they flow out: max(T_c + T_l/pieces, T_c/pieces + T_l) (each piece computed, then sent)."""
+    entry = describe(pattern, schedule)
+    shape, gpus = entry.structure, link.gpus
+    sms = gemm.sms - comm_sms if entry.sms_option else gemm.sms
     gm, gn, gk = _gemm_shape(pattern, m, k, n, gpus)
     t_gemm = gemm.time_s(gm, gn, gk)
-    recv, total = _link_bytes(pattern, m, k, n, gpus)
-    chunks = max(1, m // (gpus * chunk_rows)) if pattern == "ag_gemm" else max(1, m // chunk_rows)
-    if schedule == "serial":
-        t_link, slow, fill = link.nccl_s(OVERLAP[pattern].nccl_op, total, gpus), 1.0, 0.0
-        time = t_gemm + t_link
+    moved = link_bytes(pattern, schedule, m, k, n, gpus)
+    if shape.overlap == "none":
+        t_link = link.nccl_s(OVERLAP[pattern].nccl_op, collective_bytes(pattern, m, k, n), gpus)
+        slow, fill, time = 1.0, 0.0, t_gemm + t_link
     else:
-        rate = link.rate(schedules()[schedule].transfer, comm_sms)
-        rate = min(rate, interference.copy_budget(gm, gn, gk) / 2)  # HBM serves what arrives and what leaves
-        t_link = recv / (rate * 1e9)
-        on_sms = gemm.sms - comm_sms if takes_sms else gemm.sms
-        slow = interference.time_ratio(2 * rate) * gemm.time_s(gm, gn, gk, on_sms) / t_gemm
+        rate = link.rate(entry.transfer, comm_sms)
+        rate = min(rate, interference.copy_budget(gm, gn, gk) / shape.hbm_per_link_byte)  # what HBM serves beside it
+        t_link = moved / (rate * 1e9)
+        if shape.gemm_calls == "per_chunk":
+            alone = gemm.time_s(min(chunk_rows, gm), gn, gk, sms) * max(1, gm // chunk_rows)
+        else:
+            alone = gemm.time_s(gm, gn, gk, sms)
+        slow = interference.time_ratio(shape.hbm_per_link_byte * rate) * alone / t_gemm
         compute = t_gemm * slow
-        if pattern == "ag_gemm":  # own rows first, then each peer chunk as it lands: the last chunk's GEMM trails
-            time = max(compute, t_link + compute / (gpus * chunks))
-        else:  # each output chunk computed, then sent: the first chunk's GEMM leads
-            time = max(compute + t_link / chunks, compute / chunks + t_link)
+        if shape.overlap == "chunks":
+            pieces = max(1, gm // chunk_rows)
+        else:
+            pieces = int(waves(gm, gn, sms))
+        if OVERLAP[pattern].flow == "in":
+            time = max(compute, t_link + compute / pieces)
+        else:
+            time = max(compute + t_link / pieces, compute / pieces + t_link)
         fill = time - max(compute, t_link)
     inputs = {"gemm": f"measured one-GPU {gemm.implementation} rates, fitted",
               "interference": "measured on one GPU, fitted", "link": link.source,
               "link_measured": link.measured}
     return {"pattern": pattern, "schedule": schedule, "gpus": gpus, "m": m, "k": k, "n": n,
-            "comm_sms": comm_sms if takes_sms else 0, "gemm_us": t_gemm * 1e6, "link_us": t_link * 1e6,
-            "slowdown": slow, "fill_us": fill * 1e6, "time_us": time * 1e6, "system": link.name,
-            "measured_link": link.measured, "inputs": inputs}
+            "comm_sms": comm_sms if entry.sms_option else 0, "gemm_us": t_gemm * 1e6, "link_bytes": moved,
+            "link_us": t_link * 1e6, "slowdown": slow, "fill_us": fill * 1e6, "time_us": time * 1e6,
+            "system": link.name, "measured_link": link.measured, "inputs": inputs}
 
 
-def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = (256, 512, 1024, 2048, 4096, 8192, 16384),
-           m: int = 8192, k: int = 8192, patterns: Sequence[str] = PATTERNS) -> pd.DataFrame:
-    """`predict` for every pattern and schedule over `inner` (N_local for AG+GEMM; K_local for GEMM+RS/AR, so
-    k = K_local × GPUs), with the overlap bound of each shape (pkit.roofline, H200 datasheet) and the fraction of it
-    each schedule reaches. `gemms`/`interference`: by implementation (`calibrate`), each schedule's as `gemm_of`
-    says."""
-    from ..roofline import Ceilings, floor
+def bound_ceilings(link: Link, gemm=None, hbm=None) -> Ceilings:
+    """The ceilings of the overlap bound on `link`'s system, each with its source: the fastest verified GEMM of a
+    recorded one-GPU GEMM study (`gemm`: overlap_gemm's `Recorded`) and HBM's read + write rate of a recorded local
+    copy-engine copy (`hbm`: hierarchy_matrix's `Recorded`, its device_local_copy row) where given, else `link.gpu`'s
+    datasheet; the link's own ceiling (`link.ceiling_GBps`: measured on 2×H200, the datasheet elsewhere, or the
+    emulated rate)."""
+    sheet = Ceilings.datasheet(link.gpu)
+    flops, flops_from = sheet.flops_per_s, f"GEMM {sheet.flops_per_s / 1e12:.0f} TFLOP/s ({link.gpu} datasheet)"
+    if gemm is not None:
+        rows = gemm.frame[gemm.frame["verified"].astype(bool)]
+        flops = float(rows["tflops"].max()) * 1e12
+        flops_from = (f"GEMM {flops / 1e12:.0f} TFLOP/s (results/{gemm.provenance.get('machine')}/overlap_gemm, "
+                      "fastest verified)")
+    rate, hbm_from = sheet.hbm_bytes_per_s, f"HBM {sheet.hbm_bytes_per_s / 1e12:.1f} TB/s ({link.gpu} datasheet)"
+    if hbm is not None:
+        local = hbm.frame[hbm.frame["testcase"] == "device_local_copy"]
+        if local.empty:
+            raise ValueError("hbm: expected a hierarchy_matrix record with a device_local_copy row, got none")
+        rate = float(local["bandwidth_GBps"].iloc[0]) * 1e9
+        hbm_from = (f"HBM {rate / 1e12:.2f} TB/s read + write (results/{hbm.provenance.get('machine')}/"
+                    "hierarchy_matrix, device_local_copy)")
+    origin = f"{flops_from}; {hbm_from}; link {link.ceiling_GBps:.0f} GB/s ({link.ceiling_source})"
+    return Ceilings(flops, rate, link.ceiling_GBps * 1e9, origin)
 
+
+def recorded_ceilings(link: Link, machine: str = "h200x1", root=None) -> Ceilings:
+    """`bound_ceilings` from `machine`'s recorded overlap_gemm and hierarchy_matrix (each where recorded)."""
+    from .. import results
+
+    gemm, hbm = (results.load(e, machine, root=root) if results.is_recorded(e, machine, root=root) else None
+                 for e in ("overlap_gemm", "hierarchy_matrix"))
+    return bound_ceilings(link, gemm, hbm)
+
+
+INNER = (256, 512, 1024, 2048, 4096, 8192, 16384)
+"""The swept sizes of `curves` (the overlap sweep's: pkit.experiments.overlap.DEFAULT_N_LOCALS)."""
+
+
+def shape_of(pattern: str, inner: int, gpus: int, m: int = 8192, k: int = 8192, n: int = 8192) -> tuple[int, int, int]:
+    """(m, k, n) of `predict` for the overlap sweep's point `inner`: N_local where bytes flow in (K = `k`), K_local
+    where they flow out (k = K_local × GPUs, N = `n`)."""
+    return (m, k, inner) if OVERLAP[pattern].flow == "in" else (m, inner * gpus, n)
+
+
+def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = INNER, m: int = 8192, k: int = 8192,
+           patterns: Sequence[str] = PATTERNS, ceilings: Ceilings | None = None) -> pd.DataFrame:
+    """`predict` for every pattern and each of its schedules (`schedules_of`) over `inner` (`shape_of`), with the
+    overlap bound of each shape under `ceilings` (default `bound_ceilings(link)`: datasheet GEMM and HBM, the link's
+    ceiling) and the fraction of it each schedule reaches. `gemms`/`interference`: by implementation
+    (`calibrate`), each schedule's as its registry entry says. Columns also: bound_term (the bound's largest term)
+    and bound_origin (the ceilings' sources)."""
+    from ..roofline import floor
+
+    ceilings = ceilings or bound_ceilings(link)
     rows = []
     for pattern in patterns:
         for x in inner:
-            kk, nn = (k, x) if pattern == "ag_gemm" else (x * link.gpus, 8192)
-            bound = floor(OVERLAP[pattern].cost(m, kk, nn, link.gpus), Ceilings.datasheet(), "bfloat16").time_s * 1e6
-            for schedule in SCHEDULES:
+            mm, kk, nn = shape_of(pattern, x, link.gpus, m, k)
+            bound = floor(OVERLAP[pattern].cost(mm, kk, nn, link.gpus), ceilings, "bfloat16")
+            for schedule in schedules_of(pattern):
                 impl = gemm_of(schedule)
-                row = predict(pattern, schedule, m, kk, nn, link, gemms[impl], interference[impl])
+                row = predict(pattern, schedule, mm, kk, nn, link, gemms[impl], interference[impl])
                 row.pop("inputs")
-                rows.append({**row, "inner": x, "bound_us": bound, "fraction_of_bound": bound / row["time_us"]})
+                rows.append({**row, "inner": x, "bound_us": bound.time_s * 1e6, "bound_term": bound.bound,
+                             "fraction_of_bound": bound.time_s * 1e6 / row["time_us"],
+                             "bound_origin": ceilings.origin})
     return pd.DataFrame(rows)
 
 
@@ -486,7 +615,7 @@ def draw_curves(frames: dict, measured: pd.DataFrame | None = None):
     names = list(frames)
     fig, axes = figures.subplots(len(names), len(PATTERNS), figsize=(4.4 * len(PATTERNS), 3.4 * len(names)),
                                  sharey=True, squeeze=False)
-    colors = figures.colors_for(list(SCHEDULES))
+    colors = figures.colors_for(list(dict.fromkeys(s for p in PATTERNS for s in schedules_of(p))))
     for row, name in zip(axes, names):
         frame = frames[name]
         for ax, pattern in zip(row, PATTERNS):
@@ -545,7 +674,7 @@ def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: 
     from pathlib import Path
 
     from ..results import REPO_ROOT
-    from ..roofline import Ceilings, floor
+    from ..roofline import floor
 
     root = Path(problems_root or REPO_ROOT / "problems")
     rows = []
@@ -562,7 +691,7 @@ def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: 
             fits = {i: scale(g) for i, g in gemms.items()}
             bound = floor(OVERLAP[pattern].cost(m, k, n, link.gpus), Ceilings.datasheet(link.gpu), "bfloat16").time_s * 1e6
             times = {}
-            for schedule in SCHEDULES:
+            for schedule in schedules_of(pattern):
                 impl = gemm_of(schedule)
                 times[schedule] = predict(pattern, schedule, m, k, n, link, fits[impl], interference[impl])["time_us"]
             for schedule, t in times.items():
