@@ -59,6 +59,7 @@ class _OnTeam:
             if not (isinstance(value, (int, np.integer)) and value > 0):
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         self.team = team
+        self.working = range(team.size)  # the ranks whose work runs: all (an emulation runs one, with stand-in peers)
 
     def run(self, schedule: str, **options) -> None:
         """Schedule `schedule` (one of PATTERNS[self.pattern].names) once, e.g. run("sm_pull", comm_sms=16)."""
@@ -117,10 +118,14 @@ class AllGatherGemm(_OnTeam):
 
     def serial(self) -> None:
         team = self.team
-        self._nccl.all_gather_in_place(self.gathered)
-        for r in range(team.size):
+        self._collective()
+        for r in self.working:
             with _torch_stream(team.devices[r]):
                 _matmul(self._a[r], self.weight(r), self.out(r))
+
+    def _collective(self) -> None:
+        """The serial schedule's collective: NCCL's all-gather, in place."""
+        self._nccl.all_gather_in_place(self.gathered)
 
     def ce_chunks(self, timeline: list | None = None) -> None:
         """`timeline`: a list that gets (rank, "copy" or "gemm", first row, start event, end event) per chunk."""
@@ -128,10 +133,10 @@ class AllGatherGemm(_OnTeam):
 
         team, stamp = self.team, _Stamps(timeline)
         with self._exchange() as side:
-            for r in range(team.size):
+            for r in self.working:
                 with _torch_stream(team.devices[r]), stamp(r, "gemm", r * self.shard_rows):
                     self._matmul_rows(r, r * self.shard_rows, self.shard_rows)
-            for r in range(team.size):
+            for r in self.working:
                 for q, row in self._peer_chunks(r):
                     with cp.cuda.Device(team.devices[r]):
                         with stamp(r, "copy", row, side[r]):
@@ -147,13 +152,13 @@ class AllGatherGemm(_OnTeam):
 
         team, epoch = self.team, self._next_epoch()
         with self._exchange() as side:
-            for r in range(team.size):
+            for r in self.working:
                 with cp.cuda.Device(team.devices[r]):
                     main = cp.cuda.get_current_stream()
                     for row in range(r * self.shard_rows, (r + 1) * self.shard_rows, self.chunk_rows):
                         self._write_flag(r, row, epoch, main)
                     self._gemm(r, epoch)
-            for r in range(team.size):
+            for r in self.working:
                 for q, row in self._peer_chunks(r):
                     self._copy_rows(r, q, row, side[r])
                     self._write_flag(r, row, epoch, side[r])
@@ -169,7 +174,7 @@ class AllGatherGemm(_OnTeam):
             raise ValueError(f"comm_sms: expected an integer in [1, {sms - 1}], got {comm_sms!r}")
         kernel = _pull_kernel()
         with self._exchange() as side:
-            for r in range(team.size):
+            for r in self.working:
                 call = PULL_ROWS.pack(gathered=self.gathered.table(r).data.ptr, ready=self.ready.address(r),
                                       arrivals=self.arrivals.address(r),
                                       chunk16=self.chunk_rows * self.k * 2 // 16,
@@ -187,7 +192,7 @@ class AllGatherGemm(_OnTeam):
 
         team, rows = self.team, self.shard_rows
         team.meet()  # every rank's shard is in place before anyone reads it
-        for r in range(team.size):
+        for r in self.working:
             sources = tuple((self.gathered.addresses[r][q] + q * rows * self.k * 2, rows) for q in range(team.size))
             with cp.cuda.Device(team.devices[r]):
                 gemm(self._a[r], self.weight(r), self.out(r), a_from=a_sources(sources, self.k, rows))
@@ -296,9 +301,13 @@ class PartialGemm(_OnTeam):
 
     def serial(self) -> None:
         """cuBLAS partial products, then NCCL's reduce-scatter or all-reduce (bf16), the pattern's `nccl_op`."""
-        for r in range(self.team.size):
+        for r in self.working:
             with _torch_stream(self.team.devices[r]):
                 _matmul(self._a[r], self._b[r], self._p[r])
+        self._collective()
+
+    def _collective(self) -> None:
+        """The serial schedule's collective: NCCL's reduce-scatter or all-reduce of the partials."""
         getattr(self._nccl, PATTERNS[self.pattern].nccl_op)(self.outputs, self.partials)
 
     def tma_add(self) -> None:
@@ -307,11 +316,11 @@ class PartialGemm(_OnTeam):
         import cupy as cp
 
         team = self.team
-        for r in range(team.size):
+        for r in self.working:
             with _torch_stream(team.devices[r]):
                 self._c[r].zero_()
         team.meet()  # no GPU adds into an output its owner is still zeroing or reading
-        for r in range(team.size):
+        for r in self.working:
             targets = tile_targets([(self.outputs.addresses[r][q], self.out_rows) for q in range(team.size)],
                                    self.n, rows_per_target=self.out_rows if self.scatter else 0)
             with cp.cuda.Device(team.devices[r]):
