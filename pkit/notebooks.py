@@ -53,18 +53,36 @@ class NotebookRun:
     skipped: str = ""  # why the notebook did not run (`skip_reason`); empty when it ran
     machine: str = ""  # whose results it measured or replayed
     note: str = ""  # what this machine could not measure, in one line; empty when nothing
+    figures: tuple = ()  # the figures it saved, each (name, the machines whose results it shows: a tuple)
 
 
 def discover(only: Sequence[str] | None = None) -> list[Path]:
-    """Notebooks in run order; `only` selects by stem or prefix (e.g. '00' or '00_quickstart')."""
+    """Notebooks in run order; `only` selects by stem or prefix (e.g. '00' or '00_quickstart'); ValueError naming
+    --only for a name that matches none."""
     found = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
     if not only:
         return found
     chosen = [p for p in found if any(p.stem == o or p.stem.startswith(o) for o in only)]
     unknown = [o for o in only if not any(p.stem == o or p.stem.startswith(o) for p in found)]
     if unknown:
-        raise ValueError(f"only: no notebook matches {unknown}; notebooks: {[p.stem for p in found]}")
+        names = f"{found[0].stem} to {found[-1].stem} in {NOTEBOOK_DIR}" if found else f"none in {NOTEBOOK_DIR}"
+        raise ValueError(f"--only: expected notebook stems or prefixes ({names}), got {' '.join(unknown)}")
     return chosen
+
+
+def check_arguments(mode: str, only: Sequence[str] | None, machine: str | None) -> None:
+    """ValueError naming the option, before any notebook runs: an `only` name that matches no notebook, a
+    `machine` with no recorded results, or 'measure' asked of a machine without GPUs."""
+    from .results import results_root
+
+    discover(only)
+    recorded = sorted(p.name for p in results_root().iterdir() if p.is_dir()) if results_root().is_dir() else []
+    if machine is not None and machine not in recorded:
+        raise ValueError(f"--machine: expected a machine with recorded results ({', '.join(recorded) or 'none'} "
+                         f"under {results_root()}), got {machine!r}")
+    if mode == "measure" and not studies.Machine.here().gpus:
+        raise ValueError("--mode: expected a machine with GPUs for measure, got none here; replay the recorded "
+                         "results with --mode replay (or auto)")
 
 
 def study_of(path: Path) -> studies.Study:
@@ -96,6 +114,8 @@ def skip_reason(path: Path, mode: str, machine: str, width: int | None = None) -
     gpus = study.notebook_gpus
     if mode == "measure" and gpus:
         return ""
+    if machine != DEFAULT_MACHINE and not study.experiments and not study.reads:
+        return f"shows no machine's recorded results, so nothing of {machine}: its figures are the committed set's"
     target = studies.Machine.from_slug(machine)
     plan = study.requires(target)
     if gpus and not plan.can_measure:
@@ -201,7 +221,7 @@ def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: 
     it measures, in a kernel of its own, whose log is `BUILD_DIR/<name>.kernel.log`."""
     import papermill as pm
 
-    from .figures import figures_root
+    from .figures import LOG_VARIABLE, figures_root
     from .results import machine_slug
 
     resolved, note = resolve_mode(mode, study_of(path))
@@ -211,7 +231,10 @@ def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: 
         return NotebookRun(path.stem, resolved, 0.0, None, reason, machine, note)
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     output = BUILD_DIR / path.name
-    environment = {"PYTHONPATH": _pythonpath(), "PKIT_FIGURES": str(studies.figures_folder(figures_root(), machine))}
+    saved = BUILD_DIR / f"{path.stem}.figures.jsonl"
+    saved.write_text("")
+    environment = {"PYTHONPATH": _pythonpath(), "PKIT_FIGURES": str(studies.figures_folder(figures_root(), machine)),
+                   LOG_VARIABLE: str(saved)}
     shared = kernel if resolved == "replay" else None
     log_path = Path(shared.log.name) if shared else BUILD_DIR / f"{path.stem}.kernel.log"
     start = time.perf_counter()
@@ -232,7 +255,9 @@ def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: 
             raise NotebookFailed(f"notebook {path.name} failed in cell {e.cell_index} (execution count "
                                  f"{e.exec_count}): {e.ename}: {e.evalue}\n  executed copy with the traceback: "
                                  f"{output}\n  the kernel's log: {log_path}") from None
-    return NotebookRun(path.stem, resolved, time.perf_counter() - start, output, "", machine, note)
+    drawn = tuple((line["figure"], tuple(line["drawn_from"])) for line in
+                  map(json.loads, saved.read_text().splitlines()))
+    return NotebookRun(path.stem, resolved, time.perf_counter() - start, output, "", machine, note, drawn)
 
 
 def _pythonpath() -> str:
@@ -241,29 +266,51 @@ def _pythonpath() -> str:
 
 
 def describe_run(run: NotebookRun, width: int | None = None) -> str:
-    """A run as its progress line ends: 'measured on h200x1, 93.1 s' (+ what needs more GPUs), 'replayed
-    h200x2-nv18, 4.0 s', or 'skipped: ' and the reason; with `width`, in at most `width` characters (a skip's
-    reason as `skip_reason` shortens it, a note cut short), the full text being for `pkit figures --verbose`.
+    """A run as its progress line ends: what it did, then which machine's recorded results each figure it saved
+    shows (`figure_sources`): 'measured on h200x1: 2 figures from h200x1, 93.1 s' (+ what needs more GPUs),
+    'replayed: 3 figures from h200x1, 1 figure from no recorded results, 4.0 s', 'replayed h200x2-nv18 (no figure),
+    1.0 s', or 'skipped: ' and the reason; with `width`, in at most `width` characters (a skip's reason as
+    `skip_reason` shortens it, a note cut short), the full text being for `pkit figures --verbose`.
 
     Example:
         >>> describe_run(NotebookRun("03", "measure", 61.04, None, machine="h200x1",
-        ...                          note="mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1"))
-        'measured on h200x1, 61.0 s; mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1'
+        ...                          note="mechanisms_splits needs 2 GPUs with peer access",
+        ...                          figures=(("mechanisms_sms", ("h200x1",)), ("mechanisms_sizes", ("h200x1",)))))
+        'measured on h200x1: 2 figures from h200x1, 61.0 s; mechanisms_splits needs 2 GPUs with peer access'
         >>> describe_run(NotebookRun("03", "measure", 61.04, None, machine="h200x1",
-        ...                          note="mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1"), 60)
-        'measured on h200x1, 61.0 s; mechanisms_splits … (--verbose)'
+        ...                          note="mechanisms_splits needs 2 GPUs with peer access; h200x1 has 1"), 72)
+        'measured on h200x1 (no figure), 61.0 s; mechanisms_splits … (--verbose)'
     """
     if run.skipped:
         line = f"skipped: {run.skipped}"
     else:
-        done = "measured on" if run.mode == "measure" else "replayed"
-        line = f"{done} {run.machine}, {run.seconds:.1f} s" + (f"; {run.note}" if run.note else "")
+        done = f"measured on {run.machine}" if run.mode == "measure" else "replayed"
+        sources = figure_sources(run.figures)
+        done = f"{done}: {sources}" if sources else f"{done}{'' if run.mode == 'measure' else ' ' + run.machine} " \
+                                                      "(no figure)"
+        line = f"{done}, {run.seconds:.1f} s" + (f"; {run.note}" if run.note else "")
     if width is None or len(line) <= width:
         return line
     if run.skipped:
         return "skipped: " + skip_reason(NOTEBOOK_DIR / f"{run.name}.ipynb", run.mode, run.machine,
                                          width - len("skipped: "))
     return textwrap.shorten(line, width, placeholder=" … (--verbose)")
+
+
+def figure_sources(figures: Sequence[tuple[str, tuple[str, ...]]]) -> str:
+    """How many of `figures` (each its name and the machines whose recorded results it shows, as
+    `pkit.figures.drawn_from` reads them from its title) show each machine's results, those that show none last.
+
+    Example:
+        >>> figure_sources([("a", ("h200x1",)), ("b", ()), ("c", ("h200x1",)), ("d", ("cpu", "h200x1"))])
+        '1 figure from cpu + h200x1, 2 figures from h200x1, 1 figure from no recorded results'
+    """
+    counts: dict[str, int] = {}
+    for _, machines in sorted(figures, key=lambda f: (not f[1], f[1])):
+        where = " + ".join(machines) or "no recorded results"
+        counts[where] = counts.get(where, 0) + 1
+    words = [f"{n} figure{'s' if n > 1 else ''} from {where}" for where, n in counts.items()]
+    return ", ".join(words)
 
 
 def run_all(mode: str = "auto", only: Sequence[str] | None = None, machine: str | None = None,
