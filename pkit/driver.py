@@ -1,6 +1,6 @@
 """The two CUDA driver calls pkit makes that CuPy does not wrap, through ctypes on libcuda.
 
-`encode_tiled_bf16` builds a TMA tensor map (cuTensorMapEncodeTiled) and `stream_write_value32` sets a 32-bit
+`encode_tiled` builds a TMA tensor map (cuTensorMapEncodeTiled) and `stream_write_value32` sets a 32-bit
 word in stream order (cuStreamWriteValue32). Calling libcuda directly, rather than through cuda-python's driver
 module, keeps pkit's API-call trace clean: on first use that module looks up every driver entry point by
 cuGetProcAddress, and the lookups of entry points the installed driver lacks fail, which compute-sanitizer
@@ -18,7 +18,9 @@ import ctypes
 from functools import lru_cache
 
 TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap), 64-byte aligned
+DATA_TYPE_UINT8 = 0  # CU_TENSOR_MAP_DATA_TYPE_UINT8 (FP8's bytes: TMA only moves them)
 DATA_TYPE_BFLOAT16 = 9  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+DATA_TYPES = {1: DATA_TYPE_UINT8, 2: DATA_TYPE_BFLOAT16}  # by element size in bytes
 INTERLEAVE_NONE = 0  # CU_TENSOR_MAP_INTERLEAVE_NONE
 SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B
 L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
@@ -51,15 +53,16 @@ def _check(result: int, call: str) -> None:
         raise RuntimeError(f"{call} failed: {(name.value or b'CUDA error').decode()} ({result})")
 
 
-def encode_tiled_bf16(address: int, rows: int, cols: int, box_rows: int, box_cols: int) -> bytes:
-    """The 128-byte CUtensorMap of a row-major `rows` × `cols` bf16 matrix at device `address`, read or written
-    by TMA in `box_rows` × `box_cols` boxes with the 128-byte swizzle (box_cols × 2 bytes must be 128)."""
+def encode_tiled(address: int, rows: int, cols: int, box_rows: int, box_cols: int, itemsize: int = 2) -> bytes:
+    """The 128-byte CUtensorMap of a row-major `rows` × `cols` matrix at device `address` of 2-byte (bf16) or
+    1-byte (FP8) elements, read or written by TMA in `box_rows` × `box_cols` boxes with the 128-byte swizzle
+    (box_cols × itemsize must be 128)."""
     u64, u32 = ctypes.c_uint64, ctypes.c_uint32
     tensor_map = _TensorMap()
     _check(_libcuda().cuTensorMapEncodeTiled(
-        ctypes.byref(tensor_map), DATA_TYPE_BFLOAT16, 2, ctypes.c_void_p(address), (u64 * 2)(cols, rows),
-        (u64 * 1)(cols * 2), (u32 * 2)(box_cols, box_rows), (u32 * 2)(1, 1), INTERLEAVE_NONE, SWIZZLE_128B,
-        L2_PROMOTION_256B, OOB_FILL_NONE), f"cuTensorMapEncodeTiled for a {rows} × {cols} bf16 matrix")
+        ctypes.byref(tensor_map), DATA_TYPES[itemsize], 2, ctypes.c_void_p(address), (u64 * 2)(cols, rows),
+        (u64 * 1)(cols * itemsize), (u32 * 2)(box_cols, box_rows), (u32 * 2)(1, 1), INTERLEAVE_NONE, SWIZZLE_128B,
+        L2_PROMOTION_256B, OOB_FILL_NONE), f"cuTensorMapEncodeTiled for a {rows} × {cols} matrix of {itemsize}-byte elements")
     return bytes(tensor_map)
 
 

@@ -187,12 +187,13 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("overlap", "what communication costs a GEMM on one GPU (interference), a model of every overlap schedule "
           "calibrated on it, and AG+GEMM, GEMM+RS and GEMM+AR measured against serial NCCL + cuBLAS and PyTorch's "
           "fused async-TP ops", "pkit.experiments.overlap", "05_overlap",
-          (Part("overlap_gemm", optional=True), Part("interference_copies", optional=True),
+          (Part("overlap_gemm", optional=True), Part("overlap_gemm_fp8", optional=True),
+           Part("overlap_gemm_plans", optional=True), Part("interference_copies", optional=True),
            Part("interference_partition", optional=True),
            *(Part(e, **_PEER, optional=True) for e in ("overlap_ag_gemm", "overlap_gemm_rs", "overlap_gemm_ar")),
            *(Part(e, **_NCCL, optional=True) for e in ("overlap_torch_ag_gemm", "overlap_torch_gemm_rs")),
            Part("overlap_timeline", **_PEER, optional=True)), gpus=1,
-          record="python -m pkit.experiments.interference --record; python -m pkit.experiments.overlap gemm ag_gemm "
+          record="python -m pkit.experiments.interference --record; python -m pkit.experiments.overlap gemm gemm_fp8 gemm_plans ag_gemm "
                  "gemm_rs gemm_ar torch_ag_gemm torch_gemm_rs timeline --record"),
     Study("roofline_gap", "how far the PyTorch + NCCL references sit from their communication-aware roofline, and "
           "how much pkit's solutions close", "pkit.experiments.roofline_gap", "06_roofline_gap",

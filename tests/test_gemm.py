@@ -1,5 +1,5 @@
-"""pkit's Hopper GEMM: argument checks on CPU; on a GPU, C = A · Bᵀ against float32 at shapes whose tiles do not
-divide, with a poisoned output."""
+"""pkit's Hopper GEMM: argument checks and plans on CPU; on a GPU, C = A · Bᵀ against float32 for every kernel
+variant (bf16 and FP8, both tile widths, split-K) at shapes whose tiles do not divide, with a poisoned output."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -8,56 +8,141 @@ from pkit.ops import gemm as G  # noqa: E402
 from pkit.tolerance import bf16_gemm  # noqa: E402
 
 
-def test_kernel_compiles_for_sm90a(cache_dir):
+PLANS = [G.Plan(w, s) for w in G.TILE_WIDTHS for s in (1, 3)]  # each tile width, without and with split-K
+
+
+@pytest.mark.parametrize("width", G.TILE_WIDTHS)
+@pytest.mark.parametrize("dtype", G.DTYPES)
+def test_every_variant_compiles_for_sm90a(cache_dir, width, dtype):
     import pkit
 
-    kernel = pkit.compile("gemm.cu", "gemm_bf16_tn", arch="sm_90a")
-    assert kernel.module.lowered["gemm_bf16_tn"].startswith("_Z")
+    name = G.kernel_name(width, dtype)
+    assert pkit.compile("gemm.cu", name, arch="sm_90a").module.lowered[name].startswith("_Z")
+
+
+def test_plans_fill_the_sms_and_stay_in_bounds():
+    """Many tiles: the widest, unsplit; few tiles: split-K brings the units near the SMs; never more splits than
+    K slices (a unit with none would add nothing but its fixup)."""
+    assert G.plan(8192, 8192, 8192, sms=132) == G.Plan(256, 1)
+    few = G.plan(1024, 256, 8192, sms=132)
+    assert few.splits > 1 and few.units(1024, 256) <= 132
+    for m, n, k in [(128, 128, 64), (1000, 776, 1096), (8, 8, 8), (64, 4096, 128)]:
+        for itemsize in (1, 2):
+            p = G.plan(m, n, k, sms=132, itemsize=itemsize)
+            assert p.block_n in G.TILE_WIDTHS and 1 <= p.splits <= max(1, -(-k // (G.SLICE_BYTES // itemsize)))
+
+
+def test_shapes_and_work_struct_match_the_kernel(cache_dir):
+    from pkit.compiler import KERNEL_DIR, compile_cubin
+
+    text = "\n".join([(KERNEL_DIR / "gemm.cu").read_text(), G.SHAPE_ASSERTS, G.WORK.layout_asserts(), ""])
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
 
 
 @pytest.mark.parametrize("a, b, text", [
-    (torch.zeros(4, 8), torch.zeros(4, 8), "a: expected a 2-D bfloat16 CUDA tensor"),
-    (torch.zeros(4, 8, dtype=torch.bfloat16), torch.zeros(4, 8), "a: expected a 2-D bfloat16 CUDA tensor"),
+    (torch.zeros(4, 8), torch.zeros(4, 8), "a: expected a 2-D bfloat16 or float8_e4m3fn CUDA tensor"),
+    (torch.zeros(4, 8, dtype=torch.bfloat16), torch.zeros(4, 8), "a: expected a 2-D bfloat16 or float8_e4m3fn CUDA tensor"),
 ])
 def test_bad_arguments_name_the_argument(a, b, text):
     with pytest.raises(ValueError, match=text):
         G.gemm(a, b)
 
 
+def _poisoned_out(m, n):
+    """C at the start of a larger NaN-poisoned buffer, and the buffer."""
+    buffer = torch.full((m * n + 256 * n,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    return buffer[: m * n].view(m, n), buffer
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("how", [None, *PLANS], ids=str)
 @pytest.mark.parametrize("m, n, k", [(128, 256, 64), (1000, 776, 1096), (8, 8, 8), (333, 512, 4096)])
-def test_gemm_matches_float32(m, n, k):
-    """C lies at the start of a larger NaN-poisoned buffer: the edge tiles' stores must stop at C's last row."""
+def test_gemm_matches_float32(m, n, k, how):
+    """Every plan, on fresh inputs: the edge tiles' stores must stop at C's last row, and split-K's partials must
+    add up (twice in a row: the arrival counts are left at zero for the next call)."""
     gen = torch.Generator(device="cuda").manual_seed(m * n + k)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    buffer = torch.full((m * n + 256 * n,), float("nan"), device="cuda", dtype=torch.bfloat16)
-    out = buffer[: m * n].view(m, n)
-    G.gemm(a, b, out)
-    torch.cuda.synchronize()
     want = a.float() @ b.float().T
-    # bf16 output rounding (2^-8 relative) plus fp32 accumulation-order differences over k terms
+    for _ in range(2):
+        out, buffer = _poisoned_out(m, n)
+        G.gemm(a, b, out, how=how)
+        torch.cuda.synchronize()
+        # bf16 output rounding (2^-8 relative) plus fp32 accumulation-order differences over k terms
+        torch.testing.assert_close(out.float(), want, **bf16_gemm(k))
+        assert buffer[m * n:].isnan().all(), "the GEMM wrote past C"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", [None, *PLANS], ids=str)
+@pytest.mark.parametrize("m, n, k", [(128, 256, 128), (1000, 776, 1104), (333, 512, 4096)])
+def test_fp8_gemm_matches_float32_with_scales(m, n, k, how):
+    """FP8 e4m3 inputs with per-tensor scales, as torch._scaled_mm: C = scale_a · scale_b · A · Bᵀ in bf16. The
+    products of e4m3 values are exact in fp32, so the float32 product of the same values is the reference."""
+    gen = torch.Generator(device="cuda").manual_seed(m + n * k)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    scale_a, scale_b = 0.5 + torch.rand(1, device="cuda", generator=gen), 0.5 + torch.rand(1, device="cuda", generator=gen)
+    want = (a.float() @ b.float().T) * (scale_a * scale_b)
+    out, buffer = _poisoned_out(m, n)
+    G.gemm(a, b, out, scale_a=scale_a, scale_b=scale_b, how=how)
+    torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), want, **bf16_gemm(k))
     assert buffer[m * n:].isnan().all(), "the GEMM wrote past C"
+
+
+@pytest.mark.gpu
+def test_split_k_gemms_on_two_streams_keep_their_own_workspaces():
+    """Two split-K GEMMs at once on two streams of one GPU (as ranks sharing it run them): each adds up its own
+    partials."""
+    import cupy as cp
+
+    m, n, k = 256, 256, 4096
+    pairs = [(_randn(m, k, seed=20 + i), _randn(n, k, seed=30 + i)) for i in range(2)]
+    outs = [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    torch.cuda.synchronize()
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    for _ in range(3):
+        for (a, b), out, stream in zip(pairs, outs, streams):
+            with stream:
+                G.gemm(a, b, out, how=G.Plan(128, 8))
+    for s in streams:
+        s.synchronize()
+    for (a, b), out in zip(pairs, outs):
+        torch.testing.assert_close(out.float(), a.float() @ b.float().T, **bf16_gemm(k))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kwargs, text", [
     (dict(m=64, n=64, k=12), "b: expected N × K with K = 12"),
     (dict(m=64, n=60, k=64), "b: expected a number of rows N that is a multiple of 8"),
+    (dict(m=64, n=64, k=64, how=G.Plan(64, 1)), "how: expected a Plan with block_n in"),
+    (dict(m=64, n=64, k=64, scale_a=1.0), "scale_a, scale_b: expected both for float8_e4m3fn inputs and neither"),
 ])
 def test_gpu_argument_errors(kwargs, text):
-    a = torch.zeros(kwargs["m"], kwargs["k"], device="cuda", dtype=torch.bfloat16)
-    b = torch.zeros(kwargs["n"], kwargs["k"], device="cuda", dtype=torch.bfloat16)
+    m, n, k = kwargs.pop("m"), kwargs.pop("n"), kwargs.pop("k")
+    a = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.zeros(n, k, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=text):
-        G.gemm(a, b)
+        G.gemm(a, b, **kwargs)
+
+
+@pytest.mark.gpu
+def test_fp8_argument_errors():
+    a = torch.zeros(64, 64, device="cuda").to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="scale_a, scale_b: expected both"):
+        G.gemm(a, a)
+    with pytest.raises(ValueError, match="scale_a: expected a one-element float32 tensor"):
+        G.gemm(a, a, scale_a=torch.ones(2, device="cuda"), scale_b=torch.ones(1, device="cuda"))
+    with pytest.raises(ValueError, match="b: expected torch.float8_e4m3fn as a is"):
+        G.gemm(a, torch.zeros(64, 64, device="cuda", dtype=torch.bfloat16))
 
 
 def test_rows_ready_struct_matches_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
     text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.ROWS_READY.layout_asserts() + "\n"
-    assert compile_cubin(text, arch="sm_90a", name_expressions=["gemm_bf16_tn"]).cubin
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
 
 
 def _randn(*shape, seed):
@@ -67,9 +152,10 @@ def _randn(*shape, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("blocks", [1, 7, None])
-def test_persistent_blocks_cover_every_tile(blocks):
+@pytest.mark.parametrize("how", [None, G.Plan(128, 3)], ids=str)
+def test_persistent_blocks_cover_every_tile(blocks, how):
     a, b = _randn(1000, 520, seed=1), _randn(776, 520, seed=2)
-    out = G.gemm(a, b, blocks=blocks)
+    out = G.gemm(a, b, blocks=blocks, how=how)
     torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), a.float() @ b.float().T, **bf16_gemm(520))
 
@@ -131,7 +217,7 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
     text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.TILE_TARGETS_ASSERTS + "\n" + G.A_SOURCES_ASSERTS + "\n"
-    assert compile_cubin(text, arch="sm_90a", name_expressions=["gemm_bf16_tn"]).cubin
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
     with pytest.raises(ValueError, match="targets: expected 1 to 8"):
         G.tile_targets([], n=64)
     with pytest.raises(ValueError, match="rows_per_target: expected 0 or a positive multiple of 128"):
@@ -158,14 +244,26 @@ def test_tiles_added_into_every_target_or_scattered_by_rows():
 
 
 @pytest.mark.gpu
-def test_gemm_rates_checks_both_and_compares_them():
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_gemm_rates_checks_each_and_compares_them(dtype):
     from pkit.experiments import overlap as E
+    from pkit.experiments.overlap_gemm import IMPLEMENTATIONS
 
-    frame = E.gemm_rates([(256, 512, 264)], reps=3, warmup=1)
-    assert frame["implementation"].tolist() == ["pkit_gemm", "cublas"] and frame["verified"].all()
-    assert frame.loc[frame["implementation"] == "cublas", "ratio_to_cublas"].tolist() == [1.0]
+    frame = E.gemm_rates([(256, 512, 272), (1024, 256, 2048)], dtype=dtype, reps=3, warmup=1)
+    assert frame["implementation"].tolist() == list(IMPLEMENTATIONS[dtype]) * 2 and frame["verified"].all()
+    assert frame.loc[frame["implementation"] == "cublas", "ratio_to_cublas"].tolist() == [1.0, 1.0]
     with pytest.raises(ValueError, match="study: expected one of"):
         E.measure("fused")
+
+
+@pytest.mark.gpu
+def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
+    from pkit.experiments.overlap_gemm import SPLIT_GRID, plan_sweep
+
+    frame = plan_sweep([(1024, 256, 1024)], dtypes=["bfloat16"], reps=2, warmup=1)
+    assert frame["verified"].all() and frame["chosen"].sum() == 1
+    assert len(frame) == len(G.TILE_WIDTHS) * len([s for s in SPLIT_GRID if s <= 1024 // 64])
+    assert frame["ratio_to_best"].max() == 1.0
 
 
 @pytest.mark.gpu

@@ -1,10 +1,12 @@
 """Overlap study: the tensor-parallel GEMM schedules of pkit.ops.overlap timed side by side over shape sweeps,
 each checked against float32, beside PyTorch's (torchrun), with the communication-aware roofline per point.
 
-The patterns and schedules are the registry's (`pkit.ops.overlap_patterns`); the study's code lives in four modules,
+The patterns and schedules are the registry's (`pkit.ops.overlap_patterns`); the study's code lives in these modules,
 whose public names this one gathers:
 
-- `overlap_measure`: `gemm_rates` (pkit's GEMM against cuBLAS, the gate of the fused schedules), `sweep` (AG+GEMM
+- `overlap_gemm`: `gemm_rates` (pkit's GEMM against cuBLAS on every shape the schedules and fused problems run, bf16
+  and FP8), `plan_sweep` (every plan of pkit's GEMM at those shapes), `study_shapes`;
+- `overlap_measure`: `sweep` (AG+GEMM
   over N_local), `sweep_partial` (GEMM+RS or GEMM+AR over K_local), `torch_sweep`, `timeline` (one ce_chunks run),
   and each study by name: `measure`, `recorded`, `calibration`, `parameters`;
 - `overlap_checks`: fresh inputs with float32 references (`fill`, `fill_partial`) and `bf16_match`, `check`;
@@ -15,7 +17,7 @@ whose public names this one gathers:
 Example:
     >>> from pkit.experiments import overlap
     >>> overlap.STUDIES[:4], overlap.TORCH_SCHEDULES
-    (('gemm', 'ag_gemm', 'gemm_rs', 'gemm_ar'), ('torch_serial', 'torch_async_tp'))
+    (('gemm', 'gemm_fp8', 'gemm_plans', 'ag_gemm'), ('torch_serial', 'torch_async_tp'))
     >>> import pkit; frame = overlap.sweep(pkit.Team(pkit.team.team_devices()), n_locals=[1024, 4096])  # doctest: +SKIP
     >>> overlap.with_bounds(frame)                                                                     # doctest: +SKIP
 """
@@ -26,14 +28,15 @@ from .overlap_analysis import (GEMM_GATE, SHAPE, TERMS, TORCH_SCHEDULES, compare
 from .overlap_checks import bf16_match, check, fill, fill_partial
 from .overlap_cli import main
 from .overlap_draw import draw
-from .overlap_measure import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, GEMM_ROUNDS, GEMM_SHAPES, NEEDS, STUDIES,
-                              TORCH_PATTERNS, calibration, gemm_rates, measure, parameters, recorded, sweep,
+from .overlap_gemm import gemm_rates, plan_sweep, study_shapes
+from .overlap_measure import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, NEEDS, STUDIES, TORCH_PATTERNS, calibration,
+                              measure, parameters, recorded, sweep,
                               sweep_partial, timeline, torch_sweep, variants)
 
-__all__ = ["DEFAULT_N_LOCALS", "GEMM_GATE", "GEMM_IMPLEMENTATIONS", "GEMM_ROUNDS", "GEMM_SHAPES", "NEEDS", "SHAPE",
+__all__ = ["DEFAULT_N_LOCALS", "GEMM_GATE", "GEMM_IMPLEMENTATIONS", "NEEDS", "SHAPE",
            "STUDIES", "TERMS", "TORCH_PATTERNS", "TORCH_SCHEDULES", "bf16_match", "calibration", "check", "compare",
-           "draw", "fill", "fill_partial", "gemm_gate", "gemm_rates", "main", "measure", "parameters", "recorded",
-           "shape_bounds", "sweep", "sweep_partial", "timeline", "timeline_summary", "torch_sweep", "variants",
+           "draw", "fill", "fill_partial", "gemm_gate", "gemm_rates", "main", "measure", "parameters", "plan_sweep", "recorded",
+           "shape_bounds", "sweep", "study_shapes", "sweep_partial", "timeline", "timeline_summary", "torch_sweep", "variants",
            "with_bounds"]
 
 if __name__ == "__main__":

@@ -6,99 +6,31 @@ Patterns, schedules and their option grids come from the registry, `pkit.ops.ove
 
 Example:
     >>> STUDIES
-    ('gemm', 'ag_gemm', 'gemm_rs', 'gemm_ar', 'torch_ag_gemm', 'torch_gemm_rs', 'timeline')
+    ('gemm', 'gemm_fp8', 'gemm_plans', 'ag_gemm', 'gemm_rs', 'gemm_ar', 'torch_ag_gemm', 'torch_gemm_rs', 'timeline')
     >>> import pkit; frame = sweep(pkit.Team(pkit.team.team_devices()), n_locals=[1024, 4096])   # doctest: +SKIP
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
 from ..ops.overlap_patterns import GEMMS, OPTIONS, PATTERNS
 from ..team import team_devices
 from ..timing import BenchResult, bench
-from .overlap_checks import bf16_match, check, fill, fill_partial
+from .overlap_checks import check, fill, fill_partial
 from .torchrun import gpu_processes, torchrun
 
 DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 NEEDS = "(one GPU per rank: the serial schedules run NCCL)"  # why the studies of two or more ranks need their GPUs
 
 
-GEMM_IMPLEMENTATIONS = GEMMS  # gemm_rates' implementation names
-
-# 8192³ (the gate), AG+GEMM's output shapes around its balanced point (N_local 1024-16384 at M = K = 8192), GEMM+RS
-# and GEMM+AR's partial products around theirs (K_local 256-1024 at M = N = 8192), 4096³
-GEMM_SHAPES = ((8192, 8192, 8192), (8192, 1024, 8192), (8192, 2048, 8192), (8192, 4096, 8192), (8192, 16384, 8192),
-               (8192, 8192, 256), (8192, 8192, 1024), (4096, 4096, 4096))
-GEMM_ROUNDS = 4  # gemm_rates alternates the two implementations this many times per shape
+GEMM_IMPLEMENTATIONS = GEMMS  # the implementations the overlap schedules run (pkit's GEMM and cuBLAS)
 
 TORCH_PATTERNS = tuple(p.name for p in PATTERNS.values() if p.torch_fused)  # the ones torch_sweep times
-STUDIES = ("gemm", *PATTERNS, *(f"torch_{p}" for p in TORCH_PATTERNS), "timeline")
+STUDIES = ("gemm", "gemm_fp8", "gemm_plans", *PATTERNS, *(f"torch_{p}" for p in TORCH_PATTERNS), "timeline")
 """What `measure` and `recorded` take, each recorded as experiment 'overlap_<study>'."""
-
-
-def gemm_rates(shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES, device: int = 0, reps: int = 20,
-               warmup: int = 5) -> pd.DataFrame:
-    """pkit's GEMM (pkit.ops.gemm) against cuBLAS (torch.matmul) on the same bf16 inputs, C = A · Bᵀ for each
-    (M, N, K): the gate of the fused schedules (pkit's GEMM should reach 70% of cuBLAS at 8192³ before its
-    overlap numbers mean anything). Inputs of these sizes exceed the L2, so calls repeat on one set. The two are
-    timed in GEMM_ROUNDS alternating rounds of `reps` calls each, their samples pooled, so a clock that drifts as
-    the GPU warms weighs on both alike.
-
-    Rows: implementation ('pkit_gemm', 'cublas'), m, n, k, time_median_us, time_min_us, time_max_us, cv,
-    tflops, verified (within bf16 rounding of a float32 product), max_abs_err, and ratio_to_cublas.
-    """
-    rows = [row for m, n, k in tqdm(shapes, desc="GEMM shapes", leave=False)
-            for row in _gemm_pair(m, n, k, device, reps, warmup)]
-    frame = pd.DataFrame(rows)
-    cublas_tflops = frame[frame["implementation"] == "cublas"].set_index(["m", "n", "k"])["tflops"]
-    frame["ratio_to_cublas"] = [t / cublas_tflops[(m, n, k)] for t, m, n, k in
-                                zip(frame["tflops"], frame["m"], frame["n"], frame["k"])]
-    return frame
-
-
-def _gemm_pair(m: int, n: int, k: int, device: int, reps: int, warmup: int) -> list[dict]:
-    """gemm_rates' two rows for one shape, on fresh random inputs with a NaN-poisoned output."""
-    import torch
-
-    from ..gpus import torch_stream
-    from ..ops.gemm import gemm
-
-    gen = torch.Generator(device=f"cuda:{device}").manual_seed(m + n + k)
-    with torch.cuda.device(device):
-        a = torch.randn(m, k, device=device, generator=gen).bfloat16()
-        b = torch.randn(n, k, device=device, generator=gen).bfloat16()
-        want = a.float() @ b.float().T
-        out = torch.empty((m, n), device=device, dtype=torch.bfloat16)
-
-    def pkit_gemm():
-        gemm(a, b, out)
-
-    def cublas():
-        with torch_stream(device):
-            torch.matmul(a, b.T, out=out)
-
-    calls = dict(zip(GEMM_IMPLEMENTATIONS, (pkit_gemm, cublas)))
-    checks = {}
-    for name, call in calls.items():
-        out.fill_(float("nan"))
-        call()
-        torch.cuda.synchronize(device)
-        checks[name] = bf16_match(out, want, terms=k)
-    samples = {name: [] for name in calls}
-    for _ in range(GEMM_ROUNDS):
-        for name, call in calls.items():
-            samples[name].append(bench(call, devices=[device], warmup=warmup, reps=reps).samples_ms)
-    rows = []
-    for name, (verified, err) in checks.items():
-        timing = BenchResult(np.concatenate(samples[name]))
-        rows.append({"implementation": name, "m": m, "n": n, "k": k, **timing.times_us(),
-                     "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12, "verified": verified,
-                     "max_abs_err": err})
-    return rows
 
 
 def variants(schedules: Sequence[str], pattern: str = "ag_gemm", **grids) -> list[tuple[str, dict]]:
@@ -212,15 +144,20 @@ def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows
 
 
 def measure(study: str, gpus: Sequence[int] | None = None, reps: int = 10) -> pd.DataFrame:
-    """One of STUDIES at its default shapes on `gpus` (default: every GPU of this machine): 'gemm' (gemm_rates, on
-    the first), the three patterns' sweeps, PyTorch's two fused schedules (torchrun), or the ce_chunks timeline
+    """One of STUDIES at its default shapes on `gpus` (default: every GPU of this machine): 'gemm' and 'gemm_fp8'
+    (overlap_gemm.gemm_rates in bf16 and FP8, on the first), 'gemm_plans' (overlap_gemm.plan_sweep, on the first), the three patterns' sweeps, PyTorch's two fused schedules (torchrun), or the ce_chunks timeline
     (one rank per GPU, at least two)."""
     import pkit
 
     if study not in STUDIES:
         raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
-    if study == "gemm":
-        return gemm_rates(device=team_devices(gpus, arg="gpus")[0], reps=reps)
+    if study.startswith("gemm"):
+        from .overlap_gemm import gemm_rates, plan_sweep
+
+        device = team_devices(gpus, arg="gpus")[0]
+        if study == "gemm_plans":
+            return plan_sweep(device=device)
+        return gemm_rates(dtype="float8_e4m3fn" if study == "gemm_fp8" else "bfloat16", device=device, reps=2 * reps)
     gpus = team_devices(gpus, need=2, arg="gpus", what=NEEDS)
     if study.startswith("torch_"):
         return torch_sweep(pattern=study.removeprefix("torch_"), nproc=len(gpus), reps=reps)

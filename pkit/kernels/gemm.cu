@@ -1,10 +1,13 @@
-// C = A · Bᵀ in bf16 with fp32 accumulation on Hopper tensor cores: A is M × K, B is N × K (both K-contiguous,
-// as nn.Linear keeps its weight), C is M × N, all row-major. A block computes 128 × 256 tiles of C: a
-// producer thread streams 64-wide K slices of A and B into kStages shared-memory stages with TMA, and two
-// consumer warpgroups each multiply their 64 rows with wgmma as the slices land. Full/empty mbarriers pass
-// each stage between them. Launch with 384 threads and kSmemBytes of dynamic shared memory. Finished tiles
-// leave through shared memory by TMA (TileTargets): stored to C, or added into other tensors, a peer's
-// included: the epilogue of GEMM + reduce-scatter and GEMM + all-reduce.
+// C = A · Bᵀ on Hopper tensor cores with fp32 accumulation and a bf16 C: A is M × K, B is N × K (both
+// K-contiguous, as nn.Linear keeps its weight), C is M × N, all row-major; the inputs bf16 (T = Bf16) or FP8 e4m3
+// with per-tensor scales (T = E4m3, C = scale_a · scale_b · A · Bᵀ). A block computes 128 × BN tiles of C (BN 128
+// or 256): a producer thread streams 128-byte-wide K slices of A and B into kStages shared-memory stages with TMA,
+// and two consumer warpgroups each multiply their 64 rows with wgmma as the slices land. Full/empty mbarriers pass
+// each stage between them. With `splits` > 1 a tile's K is cut into that many units, each run by some block: each
+// leaves its fp32 partial in a workspace, and the last to finish adds the others' and writes the tile (split-K,
+// for shapes with fewer tiles than SMs). Launch with 384 threads and Shape<BN>::kSmemBytes of shared memory.
+// Finished tiles leave through shared memory by TMA (TileTargets): stored to C, or added into other tensors, a
+// peer's included: the epilogue of GEMM + reduce-scatter and GEMM + all-reduce.
 #include <cuda_bf16.h>
 #include <pkit/sync.cuh>
 #include <pkit/tma.cuh>
@@ -13,26 +16,30 @@
 using pkit::u32;
 using pkit::u64;
 
-constexpr int BM = 128, BN = 256, BK = 64, kStages = 4, kGroupM = 16, kMaxTargets = 8;
-constexpr u32 kStageBytes = (BM + BN) * BK * 2;
-// Registers per thread after the hand-over (65536 per SM, 168 each at launch): the producer needs few, each
-// consumer holds a 64 × 256 fp32 accumulator. 128 · 40 + 256 · 232 = 64512 = 384 · 168.
-constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+constexpr int BM = 128, kSliceBytes = 128, kGroupM = 16, kMaxTargets = 8;
+constexpr int kSmemLimit = 232448;  // the most dynamic shared memory a Hopper block may have (227 KiB)
 
-struct Stage {
-  __nv_bfloat16 a[BM * BK];
-  __nv_bfloat16 b[BN * BK];
-};
 // A consumer's staging for the TMA epilogue: 64 rows × 128 columns, as two 64 × 64 boxes with 128-byte rows.
 struct Outbox {
   __nv_bfloat16 box[2][64 * 64];
 };
-constexpr int kSmemBytes = kStages * sizeof(Stage) + 2 * sizeof(Outbox) + 2 * kStages * sizeof(u64) + 1024;
-static_assert(kSmemBytes == 230464, "pkit/ops/gemm.py SMEM_BYTES and the launch's tile sizes mirror these");
+
+// The sizes that follow from the tile width BN: a stage holds a 128-byte-wide K slice of A's 128 rows and B's BN
+// rows; as many stages as fit beside the outboxes and mbarriers. Registers per thread after the hand-over (65536
+// per SM, 168 each at launch): the producer needs few, each consumer holds a 64 × BN fp32 accumulator.
+template <int BN>
+struct Shape {
+  static constexpr u32 kStageBytes = (BM + BN) * kSliceBytes;
+  static constexpr int kExtraBytes = 2 * sizeof(Outbox) + 1024 + 256;  // outboxes, alignment, mbarriers and flags
+  static constexpr int kStages = (kSmemLimit - kExtraBytes) / kStageBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kExtraBytes;
+  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;  // 128 · 40 + 256 · 232 = 384 · 168
+};
+static_assert(Shape<256>::kStages == 4 && Shape<128>::kStages == 6, "pkit/ops/gemm.py STAGES mirrors these");
 
 // Where the rows of A come from: source q holds rows [q * rows_per_source, (q + 1) * rows_per_source) as its own
-// row-major tensor, read in 128 × 64 boxes (pkit/ops/gemm.py a_sources). One source for a plain GEMM; one per
-// rank for the fused all-gather, whose producers read peers' rows over NVLink as they multiply them.
+// row-major tensor, read in 128-row boxes of one K slice (pkit/ops/gemm.py a_sources). One source for a plain
+// GEMM; one per rank for the fused all-gather, whose producers read peers' rows over NVLink as they multiply them.
 struct ASources {
   pkit::TensorMap maps[kMaxTargets];
   int rows_per_source;  // a multiple of BM: no tile straddles two sources
@@ -49,14 +56,6 @@ struct TileTargets {
   int rows_per_target;
   int add;
 };
-
-// The (row, column) tile of C this block computes: groups of kGroupM row tiles sweep the columns together,
-// so the blocks running at once share their A and B slices in L2.
-__device__ int2 tile_of(int block, int m_tiles, int n_tiles) {
-  const int group = block / (kGroupM * n_tiles), first = group * kGroupM;
-  const int rows = min(kGroupM, m_tiles - first), in_group = block % (kGroupM * n_tiles);
-  return make_int2(first + in_group % rows, in_group / rows);
-}
 
 // Where rows of A become ready (overlap schedules): ready[r / rows_per_flag] reaches `epoch` once rows r.. are in
 // place, written by a peer, the copy engine or a communication kernel (ready == nullptr: A is ready at launch).
@@ -75,6 +74,36 @@ struct RowsReady {
   }
 };
 
+// How the work is cut (pkit/ops/gemm.py SPLIT_K): `splits` units per tile, each over a contiguous share of K; with
+// more than one, `partials` holds every unit's fp32 partial tile (per consumer, in accumulator order) and
+// `arrivals` counts, per tile and consumer, the units done with it (zero between calls: the last resets it).
+// `scale_a` and `scale_b` point at one float each (FP8's per-tensor scales) or are null (a factor of 1).
+struct Work {
+  float* partials;
+  u32* arrivals;
+  const float* scale_a;
+  const float* scale_b;
+  int splits;
+
+  __device__ float scale() const { return scale_a == nullptr ? 1.0f : *scale_a * *scale_b; }
+};
+
+// The (row, column) tile of C for tile number `t`: groups of kGroupM row tiles sweep the columns together, so the
+// blocks running at once share their A and B slices in L2; row tiles are rotated to start at first_row_tile.
+__device__ int2 tile_of(int t, int m_tiles, int n_tiles, const RowsReady& rows) {
+  const int group = t / (kGroupM * n_tiles), first = group * kGroupM;
+  const int height = min(kGroupM, m_tiles - first), in_group = t % (kGroupM * n_tiles);
+  return make_int2((first + in_group % height + rows.first_row_tile) % m_tiles, in_group / height);
+}
+
+// Unit u of the work: its tile number and its K slices [k0, k1) (the units of a tile are neighbours, so they run
+// at once and their partials meet in L2).
+struct Unit {
+  int tile, split, k0, k1;
+  __device__ Unit(int u, int k_tiles, int splits)
+      : tile(u / splits), split(u % splits), k0(split * k_tiles / splits), k1((split + 1) * k_tiles / splits) {}
+};
+
 // Barrier among the 128 threads of this consumer warpgroup (named barriers 1 and 2; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync() {
   if (threadIdx.x < 256) {
@@ -84,15 +113,50 @@ __device__ __forceinline__ void warpgroup_sync() {
   }
 }
 
-// Rows row0.. (64) of this warpgroup's accumulator (layout: include/pkit/wgmma.cuh), rounded to bf16 and put into
-// the targets through `out`, 128 columns at a time: each thread writes its fragment into the boxes (128-byte
-// swizzle: 16-byte chunk c of row r sits at c ^ (r % 8)), then one thread stores or adds both boxes into every
-// target the rows belong to. The last half's boxes are read out while the next tile is multiplied.
-__device__ void put_tile(const float (&d)[128], Outbox& out, const TileTargets& targets, int row0, int col0) {
+// Split-K: leave this consumer's partial of unit `unit` in the workspace; the last of the tile's units to arrive
+// adds every other unit's partial into its own `d` and returns true (it writes the tile), the others false.
+// `last` is a word of shared memory of this warpgroup's.
+template <int BN>
+__device__ bool gather_partials(float (&d)[BN / 2], int half, const Unit& unit, const Work& work, int* last) {
+  constexpr int kPacks = BN / 8;  // float4s per thread
+  const int t = threadIdx.x % 128;
+  float4* const slots = reinterpret_cast<float4*>(work.partials) + u64(unit.tile) * work.splits * 2 * kPacks * 128;
+  float4* const mine = slots + (unit.split * 2 + half) * kPacks * 128;
+#pragma unroll
+  for (int i = 0; i < kPacks; ++i) mine[i * 128 + t] = make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);
+  __threadfence();
+  warpgroup_sync();
+  if (t == 0) {
+    u32* const count = work.arrivals + unit.tile * 2 + half;
+    *last = atomicAdd(count, 1u) == u32(work.splits - 1);
+    if (*last) *count = 0;
+  }
+  warpgroup_sync();
+  if (!*reinterpret_cast<volatile int*>(last)) return false;
+  __threadfence();
+  for (int q = 0; q < work.splits; ++q) {
+    if (q == unit.split) continue;
+    const float4* theirs = slots + (q * 2 + half) * kPacks * 128;
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      const float4 v = __ldcg(theirs + i * 128 + t);
+      d[4 * i] += v.x, d[4 * i + 1] += v.y, d[4 * i + 2] += v.z, d[4 * i + 3] += v.w;
+    }
+  }
+  return true;
+}
+
+// Rows row0.. (64) of this warpgroup's accumulator (layout: include/pkit/wgmma.cuh), times `scale`, rounded to
+// bf16 and put into the targets through `out`, 128 columns at a time: each thread writes its fragment into the
+// boxes (128-byte swizzle: 16-byte chunk c of row r sits at c ^ (r % 8)), then one thread stores or adds both
+// boxes into every target the rows belong to. The last half's boxes are read out while the next tile is multiplied.
+template <int BN>
+__device__ void put_tile(const float (&d)[BN / 2], float scale, Outbox& out, const TileTargets& targets, int row0,
+                         int col0) {
   const int t = threadIdx.x % 128;
   const int row = 16 * (t / 32) + (t % 32) / 4;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < BN / 128; ++h) {
     if (t == 0) pkit::bulk_wait_read<0>();  // the boxes are free again (the last half's, or last tile's, reads)
     warpgroup_sync();
 #pragma unroll
@@ -101,7 +165,7 @@ __device__ void put_tile(const float (&d)[128], Outbox& out, const TileTargets& 
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = row + 8 * half;
-        const __nv_bfloat162 pair = __floats2bfloat162_rn(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]);
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(scale * d[4 * i + 2 * half], scale * d[4 * i + 2 * half + 1]);
         pkit::store_shared(pkit::smem_addr(out.box[box]) + r * 128 + ((chunk ^ (r % 8)) * 16) + (col % 8) * 2,
                            *reinterpret_cast<const u32*>(&pair));
       }
@@ -126,80 +190,98 @@ __device__ void put_tile(const float (&d)[128], Outbox& out, const TileTargets& 
   }
 }
 
-// The shared memory of a block: kStages stages of A and B slices, an epilogue outbox per consumer, and each stage's
-// full (loaded) and empty (released by both consumers) mbarriers.
+// The shared memory of a block: kStages stages (A's slice, then B's), an epilogue outbox per consumer, each
+// stage's full (loaded) and empty (released by both consumers) mbarriers, and a split-K word per consumer.
+template <int BN>
 struct Pipeline {
-  Stage* stages;
+  unsigned char* stages;
   Outbox* outboxes;
   u64* full;
   u64* empty;
+  int* last;
+
+  __device__ unsigned char* a(int s) const { return stages + s * Shape<BN>::kStageBytes; }
+  __device__ unsigned char* b(int s) const { return a(s) + BM * kSliceBytes; }
 };
 
-// The tiles block b computes: b, b + gridDim.x, ... (persistent; a grid smaller than the SMs leaves SMs to
-// others), each as (row tile, column tile), row tiles rotated to start at rows.first_row_tile.
-__device__ int2 nth_tile(int t, int m_tiles, int n_tiles, const RowsReady& rows) {
-  int2 tile = tile_of(t, m_tiles, n_tiles);
-  tile.x = (tile.x + rows.first_row_tile) % m_tiles;
-  return tile;
-}
+// What a block does, shared by its producer and consumers: the tiles and the units it takes.
+struct Grid {
+  int m, n, k, m_tiles, n_tiles, k_tiles, units;
+};
 
-// The producer thread: for each of this block's tiles, once its rows of A are ready, stream the K slices of A and
-// B into the stages as the consumers free them. K slice `it` (counted over all tiles) uses stage it % kStages.
-__device__ void produce(const ASources& a, const pkit::TensorMap& b, int m, int k, const RowsReady& rows,
-                        int m_tiles, int n_tiles, const Pipeline& p) {
-  const int k_tiles = (k + BK - 1) / BK;
+// The producer thread: for each of this block's units (u = blockIdx.x, + gridDim.x, ...), once its rows of A are
+// ready, stream its K slices of A and B into the stages as the consumers free them. Slice `it` (counted over all
+// units) uses stage it % kStages.
+template <int BN, class T>
+__device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid& g, const RowsReady& rows,
+                        const Work& work, const Pipeline<BN>& p) {
+  constexpr int kStages = Shape<BN>::kStages;
   u32 it = 0;
-  for (int t = blockIdx.x; t < m_tiles * n_tiles; t += gridDim.x) {
-    const int2 tile = nth_tile(t, m_tiles, n_tiles, rows);
-    rows.wait(tile.x * BM, min(m, (tile.x + 1) * BM));
+  for (int u = blockIdx.x; u < g.units; u += gridDim.x) {
+    const Unit unit(u, g.k_tiles, work.splits);
+    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows);
+    rows.wait(tile.x * BM, min(g.m, (tile.x + 1) * BM));
     const int source = tile.x * BM / a.rows_per_source, row = tile.x * BM - source * a.rows_per_source;
-    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+    for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
       const int s = it % kStages;
       if (it >= kStages) pkit::mbarrier_wait(&p.empty[s], (it / kStages - 1) & 1, PKIT_SITE);
-      pkit::mbarrier_expect_bytes(&p.full[s], kStageBytes);
-      pkit::tensor_load_2d(p.stages[s].a, a.maps[source], kt * BK, row, &p.full[s]);
-      pkit::tensor_load_2d(p.stages[s].b, b, kt * BK, tile.y * BN, &p.full[s]);
+      pkit::mbarrier_expect_bytes(&p.full[s], Shape<BN>::kStageBytes);
+      pkit::tensor_load_2d(p.a(s), a.maps[source], kt * T::kRowElements, row, &p.full[s]);
+      pkit::tensor_load_2d(p.b(s), b, kt * T::kRowElements, tile.y * BN, &p.full[s]);
     }
   }
 }
 
-// A consumer warpgroup (half 0 or 1): for each tile, multiply its 64 rows by the 256 columns as the slices land,
-// release each stage once its products are done, then put the 64 × 256 result into the targets.
-__device__ void consume(int half, int k, const RowsReady& rows, int m_tiles, int n_tiles, const TileTargets& targets,
-                        const Pipeline& p) {
-  const int k_tiles = (k + BK - 1) / BK;
+// A consumer warpgroup (half 0 or 1): for each unit, multiply its 64 rows by the BN columns as the slices land,
+// release each stage once its products are done, then (split-K: if it is the tile's last unit) put the 64 × BN
+// result into the targets.
+template <int BN, class T>
+__device__ void consume(int half, const Grid& g, const RowsReady& rows, const TileTargets& targets, const Work& work,
+                        const Pipeline<BN>& p) {
+  constexpr int kStages = Shape<BN>::kStages;
+  const float scale = work.scale();
   u32 it = 0;
-  for (int t = blockIdx.x; t < m_tiles * n_tiles; t += gridDim.x) {
-    const int2 tile = nth_tile(t, m_tiles, n_tiles, rows);
-    float d[128];  // this consumer's 64 × 256 fp32 accumulator
-    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+  for (int u = blockIdx.x; u < g.units; u += gridDim.x) {
+    const Unit unit(u, g.k_tiles, work.splits);
+    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows);
+    float d[BN / 2];  // this consumer's 64 × BN fp32 accumulator
+    if (unit.k0 == unit.k1) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    }
+    for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
       const int s = it % kStages;
       pkit::mbarrier_wait(&p.full[s], (it / kStages) & 1, PKIT_SITE);
-      const u64 a_desc = pkit::smem_desc(p.stages[s].a + half * 64 * BK), b_desc = pkit::smem_desc(p.stages[s].b);
+      const u64 a_desc = pkit::smem_desc(p.a(s) + half * 64 * kSliceBytes), b_desc = pkit::smem_desc(p.b(s));
       pkit::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) pkit::mma_64x256x16_bf16(d, a_desc + 2 * kk, b_desc + 2 * kk, kt + kk > 0);
+      for (int step = 0; step < kSliceBytes / 32; ++step)
+        pkit::mma<BN, T>(d, a_desc + 2 * step, b_desc + 2 * step, kt > unit.k0 || step > 0);
       pkit::wgmma_commit();
       pkit::wgmma_wait<1>();  // the previous slice's products are done: release its stage
-      if (kt > 0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % kStages]);
+      if (kt > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % kStages]);
     }
     pkit::wgmma_wait<0>();
-    if (threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % kStages]);
-    put_tile(d, p.outboxes[half], targets, tile.x * BM + half * 64, tile.y * BN);
+    if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % kStages]);
+    if (work.splits > 1 && !gather_partials<BN>(d, half, unit, work, &p.last[half])) continue;
+    put_tile<BN>(d, scale, p.outboxes[half], targets, tile.x * BM + half * 64, tile.y * BN);
   }
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();  // the tiles are written before the block ends
 }
 
-__global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ ASources a,
-                                                       const __grid_constant__ pkit::TensorMap b,
-                                                       int m, int n, int k, const RowsReady rows,
-                                                       const __grid_constant__ TileTargets targets) {
+template <int BN, class T>
+__global__ void __launch_bounds__(384, 1) gemm_tn(const __grid_constant__ ASources a,
+                                                  const __grid_constant__ pkit::TensorMap b, int m, int n, int k,
+                                                  const RowsReady rows, const __grid_constant__ TileTargets targets,
+                                                  const Work work) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  Pipeline p;
-  p.stages = reinterpret_cast<Stage*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
-  p.outboxes = reinterpret_cast<Outbox*>(p.stages + kStages);
+  constexpr int kStages = Shape<BN>::kStages;
+  Pipeline<BN> p;
+  p.stages = reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  p.outboxes = reinterpret_cast<Outbox*>(p.stages + kStages * Shape<BN>::kStageBytes);
   p.full = reinterpret_cast<u64*>(p.outboxes + 2);
   p.empty = p.full + kStages;
+  p.last = reinterpret_cast<int*>(p.empty + kStages);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       pkit::mbarrier_init(&p.full[s], 1);
@@ -207,12 +289,14 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tn(const __grid_constant__ A
     }
   }
   __syncthreads();
-  const int warpgroup = threadIdx.x / 128, m_tiles = (m + BM - 1) / BM, n_tiles = (n + BN - 1) / BN;
+  Grid g{m, n, k, (m + BM - 1) / BM, (n + BN - 1) / BN, (k + T::kRowElements - 1) / T::kRowElements, 0};
+  g.units = g.m_tiles * g.n_tiles * work.splits;
+  const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    pkit::registers_lower_to<kProducerRegisters>();
-    if (threadIdx.x == 0) produce(a, b, m, k, rows, m_tiles, n_tiles, p);
+    pkit::registers_lower_to<Shape<BN>::kProducerRegisters>();
+    if (threadIdx.x == 0) produce<BN, T>(a, b, g, rows, work, p);
   } else {
-    pkit::registers_raise_to<kConsumerRegisters>();
-    consume(warpgroup - 1, k, rows, m_tiles, n_tiles, targets, p);
+    pkit::registers_raise_to<Shape<BN>::kConsumerRegisters>();
+    consume<BN, T>(warpgroup - 1, g, rows, targets, work, p);
   }
 }

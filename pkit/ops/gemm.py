@@ -1,31 +1,103 @@
-"""pkit's Hopper GEMM (pkit/kernels/gemm.cu): C = A · Bᵀ in bf16 with fp32 accumulation, TMA loads and wgmma.
+"""pkit's Hopper GEMM (pkit/kernels/gemm.cu): C = A · Bᵀ with fp32 accumulation and a bf16 C, TMA loads and wgmma;
+A and B in bf16, or in FP8 e4m3 with per-tensor scales (C = scale_a · scale_b · A · Bᵀ, as torch._scaled_mm).
 
-A is M × K, B is N × K (K-contiguous, the layout of an nn.Linear weight), C is M × N; all row-major bf16 torch
-tensors on one GPU, N a multiple of 8 (C's rows are written by TMA in 16-byte units). Tiles that do not divide
-the shape are handled (TMA reads zeros past the edges and drops what falls outside C). It is the compute half of
-pkit's overlap schedules, and its rate is compared with cuBLAS's in the overlap study.
+A is M × K, B is N × K (K-contiguous, the layout of an nn.Linear weight), C is M × N; all row-major torch tensors on
+one GPU, N a multiple of 8 (C's rows are written by TMA in 16-byte units). Tiles that do not divide the shape are
+handled (TMA reads zeros past the edges and drops what falls outside C). It is the compute half of pkit's overlap
+schedules, and its rate is compared with cuBLAS's in the overlap study.
+
+How the work is cut is a `Plan`: the tile width (128 × 256 or 128 × 128 tiles of C) and split-K (each tile's K cut
+into `splits` units whose fp32 partials the last one adds up), chosen by `plan` from the shape and the SMs so that
+the units fill the SMs in whole waves with the least work per SM.
 
 Example:
-    >>> import torch; from pkit.ops.gemm import gemm                                    # doctest: +SKIP
+    >>> plan(8192, 8192, 8192, sms=132)          # plenty of tiles: wide tiles, no split
+    Plan(block_n=256, splits=1)
+    >>> plan(1024, 256, 8192, sms=132).splits > 1  # 16 tiles at most for 132 SMs: K is split
+    True
+    >>> import torch                                                                        # doctest: +SKIP
     >>> a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)                 # doctest: +SKIP
     >>> b = torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16)                 # doctest: +SKIP
     >>> c = gemm(a, b)   # ≈ a @ b.T                                                      # doctest: +SKIP
 """
 from __future__ import annotations
 
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from ..driver import TENSOR_MAP_BYTES, encode_tiled_bf16
+from ..driver import TENSOR_MAP_BYTES, encode_tiled
 from ..kernel_args import KernelArgs, packed
 
-BLOCK_M, BLOCK_N, BLOCK_K = 128, 256, 64  # tile of C per block, K slice per stage (gemm.cu)
+BLOCK_M, BLOCK_K = 128, 64  # rows of a tile of C; bf16 elements of a K slice (128 bytes; FP8: 128 elements)
+TILE_WIDTHS = (256, 128)  # columns of a tile of C (gemm.cu's BN), widest first
+BLOCK_N = TILE_WIDTHS[0]
+MAX_SPLITS = 16  # the most units one tile's K is cut into
 THREADS = 384  # a producer warpgroup and two consumer warpgroups
-SMEM_BYTES = 230464  # gemm.cu kSmemBytes: 4 stages of A and B slices, 2 epilogue boxes, mbarriers, alignment
+SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
+_SMEM_LIMIT = 232448  # gemm.cu kSmemLimit: the most dynamic shared memory a Hopper block may have (227 KiB)
+_SMEM_EXTRA = 2 * 2 * 64 * 64 * 2 + 1024 + 256  # gemm.cu Shape::kExtraBytes: two outboxes, alignment, mbarriers
 MAX_TARGETS = 8  # gemm.cu kMaxTargets
 EPILOGUE_BOX = 64  # rows and columns of the epilogue's TMA boxes
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (TENSOR_MAP_BYTES // 8,))])  # CUtensorMap, passed by value
+DTYPES = {"bfloat16": "Bf16", "float8_e4m3fn": "E4m3"}  # torch dtype name → gemm.cu's input type
+
+
+def stages(block_n: int) -> int:
+    """Shared-memory stages of a block with tiles `block_n` wide (gemm.cu Shape::kStages)."""
+    return (_SMEM_LIMIT - _SMEM_EXTRA) // ((BLOCK_M + block_n) * SLICE_BYTES)
+
+
+def smem_bytes(block_n: int) -> int:
+    """Dynamic shared memory of a block with tiles `block_n` wide (gemm.cu Shape::kSmemBytes)."""
+    return stages(block_n) * (BLOCK_M + block_n) * SLICE_BYTES + _SMEM_EXTRA
+
+
+SHAPE_ASSERTS = "\n".join(f"static_assert(Shape<{w}>::kSmemBytes == {smem_bytes(w)}, \"smem_bytes({w})\");"
+                          for w in TILE_WIDTHS)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a GEMM's work is cut: tiles of C `block_n` columns wide (and BLOCK_M rows), each tile's K in `splits`
+    units (split-K; 1: none)."""
+
+    block_n: int
+    splits: int
+
+    def tiles(self, m: int, n: int) -> int:
+        return math.ceil(m / BLOCK_M) * math.ceil(n / self.block_n)
+
+    def units(self, m: int, n: int) -> int:
+        return self.tiles(m, n) * self.splits
+
+
+def _slice_cost(block_n: int, m: int, n: int, k: int, splits: int, sms: int, row_elements: int) -> float:
+    """plan's estimate of a plan's time, in the time a block takes over one K slice of a 128 × 256 tile: the
+    waves of units over the SMs, each unit its K slices plus two slices' worth of filling the pipeline and
+    writing the tile, scaled by the tile's width (a 128-wide slice is half the MMA work); with split-K, each unit
+    also writes its fp32 partial and the last reads the others', counted in slices by their bytes against a
+    slice's (both sides at the same bandwidth)."""
+    k_slices = math.ceil(k / row_elements)
+    units = math.ceil(m / BLOCK_M) * math.ceil(n / block_n) * splits
+    per_unit = math.ceil(k_slices / splits) + 2
+    if splits > 1:
+        per_unit += splits * (BLOCK_M * block_n * 4) / ((BLOCK_M + block_n) * SLICE_BYTES)
+    return math.ceil(units / sms) * per_unit * block_n / TILE_WIDTHS[0]
+
+
+def plan(m: int, n: int, k: int, sms: int, itemsize: int = 2) -> Plan:
+    """The plan with the least estimated time for an M × N × K GEMM of `itemsize`-byte inputs (2: bf16, 1: FP8)
+    on `sms` blocks: the widest tiles, no split, unless narrower tiles or split-K fill the SMs better (ties go
+    to wider tiles and fewer splits)."""
+    row_elements = SLICE_BYTES // itemsize
+    k_slices = max(1, math.ceil(k / row_elements))
+    options = [Plan(w, s) for w in TILE_WIDTHS for s in range(1, min(MAX_SPLITS, k_slices) + 1)]
+    return min(options, key=lambda p: (_slice_cost(p.block_n, m, n, k, p.splits, sms, row_elements), -p.block_n,
+                                       p.splits))
 
 
 def _map_struct(*ints: str) -> np.dtype:
@@ -47,39 +119,47 @@ TILE_TARGETS_ASSERTS = ("static_assert(sizeof(TileTargets) == 1088, \"TileTarget
 # gemm.cu's RowsReady: uint32 flags saying which rows of A are in place (ready = 0: all of A at launch).
 ROWS_READY = KernelArgs("RowsReady", (("ready", "ptr"), ("epoch", "u32"), ("rows_per_flag", "i32"),
                                       ("first_row_tile", "i32")))
+# gemm.cu's Work: split-K's workspace (fp32 partial tiles, per-tile arrival counts) and FP8's scales (0: none).
+WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a", "ptr"), ("scale_b", "ptr"),
+                           ("splits", "i32")))
 
 
 @lru_cache(maxsize=None)
-def _kernel():
+def _kernel(block_n: int, dtype: str):
     import pkit
 
-    return pkit.compile("gemm.cu", "gemm_bf16_tn")
+    return pkit.compile("gemm.cu", kernel_name(block_n, dtype))
+
+
+def kernel_name(block_n: int, dtype: str = "bfloat16") -> str:
+    """gemm.cu's kernel for tiles `block_n` wide and inputs of `dtype` (a key of DTYPES), as a name expression."""
+    return f"gemm_tn<{block_n}, pkit::{DTYPES[dtype]}>"
 
 
 def tensor_map(tensor, box_rows: int, box_cols: int):
-    """The TMA descriptor of a row-major bf16 matrix, read in boxes of box_rows × box_cols (128-byte swizzle:
-    box_cols × 2 bytes must be 128), as one kernel argument."""
+    """The TMA descriptor of a row-major bf16 or FP8 matrix, read in boxes of box_rows × box_cols (128-byte
+    swizzle: box_cols × its element size must be 128), as one kernel argument."""
     rows, cols = tensor.shape
-    return _encoded(tensor.data_ptr(), rows, cols, box_rows, box_cols)
+    return _encoded(tensor.data_ptr(), rows, cols, box_rows, box_cols, tensor.element_size())
 
 
 @lru_cache(maxsize=256)
-def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int):
-    """tensor_map's descriptor, encoded once per (address, shape, box): it holds no more than these."""
-    return packed(encode_tiled_bf16(address, rows, cols, box_rows, box_cols))
+def _encoded(address: int, rows: int, cols: int, box_rows: int, box_cols: int, itemsize: int = 2):
+    """tensor_map's descriptor, encoded once per (address, shape, box, element size): it holds no more than these."""
+    return packed(encode_tiled(address, rows, cols, box_rows, box_cols, itemsize))
 
 
-def _maps(dtype: np.dtype, entries, cols: int, box_rows: int, box_cols: int, arg: str) -> np.ndarray:
+def _maps(dtype: np.dtype, entries, cols: int, box_rows: int, box_cols: int, arg: str, itemsize: int = 2):
     """A one-element struct of `dtype` whose maps describe `entries`, (device address, rows) pairs of row-major
-    bf16 tensors of `cols` columns that TMA reaches in box_rows × box_cols boxes (`arg` names them in errors);
-    the caller fills its ints."""
+    tensors of `cols` columns of `itemsize`-byte elements that TMA reaches in box_rows × box_cols boxes (`arg`
+    names them in errors); the caller fills its ints."""
     if not 1 <= len(entries) <= MAX_TARGETS:
         raise ValueError(f"{arg}: expected 1 to {MAX_TARGETS} (address, rows) pairs, got {len(entries)}")
     struct = np.zeros(1, dtype=dtype)
     for q, (address, rows) in enumerate(entries):
         if address % 16:
             raise ValueError(f"{arg}: address {address:#x} is not 16-byte aligned (TMA reaches it)")
-        struct["maps"][0, q] = np.frombuffer(_encoded(address, rows, cols, box_rows, box_cols).raw,
+        struct["maps"][0, q] = np.frombuffer(_encoded(address, rows, cols, box_rows, box_cols, itemsize).raw,
                                              dtype=TENSOR_MAP)[0]
     return struct
 
@@ -89,14 +169,19 @@ def _check(a, b, out) -> tuple[int, int, int]:
     import torch
 
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or t.dim() != 2 or not t.is_cuda:
-            raise ValueError(f"{name}: expected a 2-D bfloat16 CUDA tensor, got {getattr(t, 'dtype', type(t))} "
-                             f"of shape {tuple(getattr(t, 'shape', ()))}")
+        if (not isinstance(t, torch.Tensor) or str(t.dtype).removeprefix("torch.") not in DTYPES or t.dim() != 2
+                or not t.is_cuda):
+            raise ValueError(f"{name}: expected a 2-D bfloat16 or float8_e4m3fn CUDA tensor, got "
+                             f"{getattr(t, 'dtype', type(t))} of shape {tuple(getattr(t, 'shape', ()))}")
         if not t.is_contiguous() or t.data_ptr() % 16:
             raise ValueError(f"{name}: expected a contiguous tensor starting at a 16-byte boundary (TMA reads it)")
+    if b.dtype != a.dtype:
+        raise ValueError(f"b: expected {a.dtype} as a is, got {b.dtype}")
     (m, k), (n, kb) = a.shape, b.shape
-    if kb != k or k % 8 or k == 0:
-        raise ValueError(f"b: expected N × K with K = {k} (a's columns), a positive multiple of 8; got {tuple(b.shape)}")
+    align = 16 // a.element_size()
+    if kb != k or k % align or k == 0:
+        raise ValueError(f"b: expected N × K with K = {k} (a's columns), a positive multiple of {align}; got "
+                         f"{tuple(b.shape)}")
     if n % 8:
         raise ValueError(f"b: expected a number of rows N that is a multiple of 8 (TMA writes C's rows in 16-byte "
                          f"units), got {n}")
@@ -109,13 +194,13 @@ def _check(a, b, out) -> tuple[int, int, int]:
 
 
 @lru_cache(maxsize=256)
-def a_sources(sources: tuple[tuple[int, int], ...], k: int, rows_per_source: int = 1 << 30):
-    """gemm.cu's ASources: rows of A from `sources`, (device address, rows) pairs of row-major bf16 tensors of `k`
-    columns (a peer's address as this GPU sees it is fine); source q holds rows from q · rows_per_source.
-    One source (the default rows_per_source covers every row) is a plain GEMM's A."""
+def a_sources(sources: tuple[tuple[int, int], ...], k: int, rows_per_source: int = 1 << 30, itemsize: int = 2):
+    """gemm.cu's ASources: rows of A from `sources`, (device address, rows) pairs of row-major tensors of `k`
+    columns of `itemsize`-byte elements (a peer's address as this GPU sees it is fine); source q holds rows from
+    q · rows_per_source. One source (the default rows_per_source covers every row) is a plain GEMM's A."""
     if rows_per_source <= 0 or rows_per_source % BLOCK_M:
         raise ValueError(f"rows_per_source: expected a positive multiple of {BLOCK_M}, got {rows_per_source}")
-    struct = _maps(A_SOURCES, sources, k, BLOCK_M, BLOCK_K, "sources")
+    struct = _maps(A_SOURCES, sources, k, BLOCK_M, SLICE_BYTES // itemsize, "sources", itemsize)
     struct["rows_per_source"], struct["count"] = rows_per_source, len(sources)
     return packed(struct.tobytes())
 
@@ -137,12 +222,49 @@ def _tile_targets(targets: tuple[tuple[int, int], ...], n: int, rows_per_target:
     return packed(struct.tobytes())
 
 
-def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
-         first_row: int = 0, add_into=None, a_from=None):
-    """C = A · Bᵀ (bf16, fp32 accumulation) on A's GPU, enqueued on CuPy's current stream there (as every pkit op;
-    by default that is the legacy stream torch uses too); returns C.
+_WORKSPACES: OrderedDict[tuple[int, int], tuple] = OrderedDict()
+_KEPT_WORKSPACES = 8  # streams whose workspaces are kept, most recently used first
 
-    `blocks`: persistent blocks (default one per SM, at most one per tile); fewer leave SMs to other kernels.
+
+def _workspace(device: int, stream: int, partial_bytes: int, counts: int) -> tuple[int, int]:
+    """(partials, arrivals) device addresses of split-K's workspace for GEMMs on `stream` of `device`: at least
+    `partial_bytes` of fp32 partials and `counts` zeroed uint32 arrival counts (the kernel leaves them zero). One
+    per stream, so GEMMs on concurrent streams never share one; it grows and is kept for the most recent
+    _KEPT_WORKSPACES streams (the device is synchronized before an older one is let go, so no GEMM still uses it)."""
+    import torch
+
+    key = (device, stream)
+    partials, arrivals = _WORKSPACES.pop(key, (None, None))
+    if len(_WORKSPACES) >= _KEPT_WORKSPACES:
+        (old_device, _), _ = _WORKSPACES.popitem(last=False)
+        torch.cuda.synchronize(old_device)
+    if partials is None or partials.numel() * 4 < partial_bytes:
+        partials = torch.empty(max(partial_bytes // 4, 1), dtype=torch.float32, device=device)
+    if arrivals is None or arrivals.numel() < counts:
+        arrivals = torch.zeros(max(counts, 1), dtype=torch.int32, device=device)
+    _WORKSPACES[key] = (partials, arrivals)
+    return partials.data_ptr(), arrivals.data_ptr()
+
+
+def _scale_address(scale, name: str, device) -> int:
+    """The device address of a one-element float32 scale tensor on `device` (FP8's scale_a or scale_b)."""
+    import torch
+
+    if not (isinstance(scale, torch.Tensor) and scale.dtype == torch.float32 and scale.numel() == 1
+            and scale.device == device):
+        raise ValueError(f"{name}: expected a one-element float32 tensor on {device}, got "
+                         f"{getattr(scale, 'dtype', type(scale))} of shape {tuple(getattr(scale, 'shape', ()))}")
+    return scale.data_ptr()
+
+
+def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
+         first_row: int = 0, add_into=None, a_from=None, scale_a=None, scale_b=None, how: Plan | None = None):
+    """C = A · Bᵀ (fp32 accumulation, bf16 C) on A's GPU, enqueued on CuPy's current stream there (as every pkit
+    op; by default that is the legacy stream torch uses too); returns C. A and B are bf16, or float8_e4m3fn with
+    `scale_a` and `scale_b` (one-element float32 tensors: C = scale_a · scale_b · A · Bᵀ, as torch._scaled_mm).
+
+    `blocks`: persistent blocks (default one per SM, at most one per unit of work); fewer leave SMs to other
+    kernels. `how`: the Plan (tile width, split-K; default `plan` for the shape on those blocks).
     Overlap schedules pass `ready`, the device address of uint32 flags: rows r.. of A are read only once
     flag r // rows_per_flag reaches `epoch` (a multiple of 128 rows per flag), and row tiles are taken starting
     with the one holding `first_row` (rows this GPU already has). A flag that never comes raises
@@ -152,27 +274,50 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     `a_from` (`a_sources(...)`): read A's rows from those tensors (a peer's too) instead of from `a`, which then
     only gives the shape: the fused all-gather.
     """
+    import cupy as cp
     import torch
 
     import pkit
 
     m, n, k = _check(a, b, out)
-    tiles = -(-m // BLOCK_M) * -(-n // BLOCK_N)
+    dtype = str(a.dtype).removeprefix("torch.")
+    fp8 = dtype != "bfloat16"
+    if fp8 != (scale_a is not None) or fp8 != (scale_b is not None):
+        raise ValueError(f"scale_a, scale_b: expected both for float8_e4m3fn inputs and neither for bfloat16, got "
+                         f"{dtype} with scale_a={'a tensor' if scale_a is not None else None}, "
+                         f"scale_b={'a tensor' if scale_b is not None else None}")
     sms = pkit.devices()[a.device.index].sms
     if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= sms):
         raise ValueError(f"blocks: expected an integer in [1, {sms}] (one block per SM at most), got {blocks!r}")
     if ready and (rows_per_flag <= 0 or rows_per_flag % BLOCK_M or not 0 <= first_row < max(m, 1)):
         raise ValueError(f"rows_per_flag, first_row: expected a positive multiple of {BLOCK_M} and a row of A, "
                          f"got {rows_per_flag} and {first_row}")
+    how = how or plan(m, n, k, blocks or sms, a.element_size())
+    if how.block_n not in TILE_WIDTHS or not 1 <= how.splits <= MAX_SPLITS:
+        raise ValueError(f"how: expected a Plan with block_n in {TILE_WIDTHS} and splits in [1, {MAX_SPLITS}], "
+                         f"got {how}")
     if out is None and add_into is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     if m == 0 or n == 0:
         return out
+    device = a.device.index
+    tiles = how.tiles(m, n)
+    partials = arrivals = 0
+    if how.splits > 1:
+        with cp.cuda.Device(device):
+            stream = cp.cuda.get_current_stream().ptr
+        partials, arrivals = _workspace(device, stream, tiles * how.splits * BLOCK_M * how.block_n * 4, 2 * tiles)
+    work = WORK.pack(partials=partials, arrivals=arrivals, splits=how.splits,
+                     scale_a=_scale_address(scale_a, "scale_a", a.device) if fp8 else 0,
+                     scale_b=_scale_address(scale_b, "scale_b", a.device) if fp8 else 0)
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)
-    _kernel()((min(tiles, blocks or sms),), (THREADS,),
-              (a_sources(((a.data_ptr(), m),), k) if a_from is None else a_from,
-               tensor_map(b, BLOCK_N, BLOCK_K), np.int32(m), np.int32(n), np.int32(k), rows,
-               tile_targets(((out.data_ptr(), m),), n, add=False) if add_into is None else add_into),
-              shared_mem=SMEM_BYTES, device=a.device.index)
+    row_elements = SLICE_BYTES // a.element_size()
+    _kernel(how.block_n, dtype)((min(tiles * how.splits, blocks or sms),), (THREADS,),
+                                (a_sources(((a.data_ptr(), m),), k, itemsize=a.element_size()) if a_from is None
+                                 else a_from,
+                                 tensor_map(b, how.block_n, row_elements), np.int32(m), np.int32(n), np.int32(k), rows,
+                                 tile_targets(((out.data_ptr(), m),), n, add=False) if add_into is None else add_into,
+                                 work),
+                                shared_mem=smem_bytes(how.block_n), device=device)
     return out

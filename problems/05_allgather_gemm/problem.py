@@ -18,6 +18,7 @@ META = {
     "dtype_reason": ("bfloat16: Megatron's tensor-parallel layers keep activations and weights in bf16 "
                      "(tensor-core GEMM, fp32 accumulation)"),
     "world_sizes": [2, 4, 8],
+    "pattern": "ag_gemm",  # its overlap pattern (pkit.ops.overlap_patterns): the GEMM study runs its per-rank GEMM
     "traffic": "aggregated",
     "description": "Each rank holds x (tokens/W, in_features) and weight (out_features/W, in_features); "
                    "return all_gather(x along tokens) @ weight.T, (tokens, out_features/W).",

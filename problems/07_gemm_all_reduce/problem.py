@@ -17,6 +17,7 @@ META = {
     "dtype_reason": ("bfloat16: Megatron's tensor-parallel layers keep activations and weights in bf16 and "
                      "all-reduce the bf16 partial sums"),
     "world_sizes": [2, 4, 8],
+    "pattern": "gemm_ar",  # its overlap pattern (pkit.ops.overlap_patterns): the GEMM study runs its per-rank GEMM
     "rank_sums": True,  # outputs sum the ranks' terms in the output dtype: tolerance grows with W
     "traffic": "aggregated",
     "description": "Each rank holds x (tokens, in_features/W) and weight (out_features, in_features/W); return "

@@ -1,15 +1,24 @@
 // Hopper warpgroup MMA (sm_90a): 128 threads multiply tiles held in shared memory, asynchronously.
-// Operands are K-major tiles whose 128-byte rows TMA wrote with the 128-byte swizzle (so 64 bf16 per row,
-// 8-row groups 1024 bytes apart); `smem_desc` describes one to the tensor cores. The accumulator of an
-// m64n256 product is 128 fp32 registers per thread: thread t of the warpgroup holds, for column group
-// i = 0..31, rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns 8i + 2 (t % 4) (+ 1), as d[4i .. 4i + 3].
+// Operands are K-major tiles whose 128-byte rows TMA wrote with the 128-byte swizzle (64 bf16 or 128 e4m3 per
+// row, 8-row groups 1024 bytes apart); `smem_desc` describes one to the tensor cores. The accumulator of an
+// m64nN product is N / 2 fp32 registers per thread: thread t of the warpgroup holds, for column group
+// i = 0..N/8-1, rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns 8i + 2 (t % 4) (+ 1), as d[4i .. 4i + 3].
 #pragma once
 #include "common.cuh"
 
 namespace pkit {
 
+// The input types of a wgmma, by the elements one 128-byte row of a K slice holds: bf16 (one step multiplies 16
+// of K) and FP8 e4m3 (32 of K). Either way a step reads 32 bytes of each row.
+struct Bf16 {
+  static constexpr int kRowElements = 64;
+};
+struct E4m3 {
+  static constexpr int kRowElements = 128;
+};
+
 // Descriptor of a K-major, 128-byte-swizzled tile starting at `tile` (1024-byte aligned; advance by k * 32
-// bytes, i.e. + 2k, to start at the k-th group of 16 columns within the 64-column swizzle span).
+// bytes, i.e. + 2k, to start at the k-th 32-byte step within the 128-byte swizzle span).
 __device__ __forceinline__ u64 smem_desc(const void* tile) {
   const u64 address = static_cast<u32>(__cvta_generic_to_shared(tile));
   return ((address & 0x3FFFF) >> 4)  // start address, 16-byte units
@@ -39,41 +48,60 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-// d (64 x 256, fp32) = a (64 x 16, bf16) * b (256 x 16, bf16)^T (+ d when `accumulate`), both K-major in
-// shared memory.
-__device__ __forceinline__ void mma_64x256x16_bf16(float (&d)[128], u64 a_desc, u64 b_desc, bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+// The accumulator operands of a wgmma (d[0..63] or d[0..127]) and their places in its instruction.
+#define PKIT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                   "+f"(d[i + 6]), "+f"(d[i + 7])
+#define PKIT_D64 PKIT_D8(0), PKIT_D8(8), PKIT_D8(16), PKIT_D8(24), PKIT_D8(32), PKIT_D8(40), PKIT_D8(48), PKIT_D8(56)
+#define PKIT_D128 PKIT_D64, PKIT_D8(64), PKIT_D8(72), PKIT_D8(80), PKIT_D8(88), PKIT_D8(96), PKIT_D8(104), \
+                  PKIT_D8(112), PKIT_D8(120)
+#define PKIT_R64 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define PKIT_R128 PKIT_R64 ", " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
+// One step of d (64 x N, fp32) = a (64 rows) * b (N rows)^T over 32 bytes of K (+ d when `accumulate`), both
+// K-major in shared memory; N is 128 or 256, T is Bf16 or E4m3 (FP8 steps take no transpose flags).
+template <int N, class T>
+__device__ void mma(float (&d)[N / 2], u64 a_desc, u64 b_desc, bool accumulate);
+
+template <>
+__device__ __forceinline__ void mma<256, Bf16>(float (&d)[128], u64 a_desc, u64 b_desc, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" PKIT_R128 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+               : PKIT_D128 : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
 }
+
+template <>
+__device__ __forceinline__ void mma<128, Bf16>(float (&d)[64], u64 a_desc, u64 b_desc, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" PKIT_R64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : PKIT_D64 : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+}
+
+template <>
+__device__ __forceinline__ void mma<256, E4m3>(float (&d)[128], u64 a_desc, u64 b_desc, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" PKIT_R128 "}, %128, %129, p, 1, 1;\n}\n"
+               : PKIT_D128 : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+}
+
+template <>
+__device__ __forceinline__ void mma<128, E4m3>(float (&d)[64], u64 a_desc, u64 b_desc, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" PKIT_R64 "}, %64, %65, p, 1, 1;\n}\n"
+               : PKIT_D64 : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+}
+
+#undef PKIT_D8
+#undef PKIT_D64
+#undef PKIT_D128
+#undef PKIT_R64
+#undef PKIT_R128
 
 }  // namespace pkit

@@ -1,0 +1,236 @@
+"""The compute half of the overlap schedules: pkit's GEMM (pkit.ops.gemm) against cuBLAS on every GEMM shape the
+schedules and the fused problems run, in bf16 and in FP8, and the sweep of plans behind `pkit.ops.gemm.plan`.
+
+The shapes come from the registries, never from a hand-kept list: each overlap pattern's per-rank GEMM over the
+overlap sweep's sizes (AG+GEMM's over all M rows and over one chunk's rows, as chunked schedules launch it;
+GEMM+RS's and GEMM+AR's over each K slice), and each fused problem's (its META["pattern"]) per-rank GEMM at size
+`large` for every world size it runs at. Inputs are fresh random data; small shapes rotate input sets past the L2.
+
+Example:
+    >>> shapes = schedule_shapes()
+    >>> (8192, 256, 8192) in shapes, (1024, 256, 8192) in shapes, (8192, 8192, 256) in shapes
+    (True, True, True)
+    >>> (4096, 28672 // 8, 8192) in problem_shapes()     # all-gather + GEMM's per-rank GEMM at W = 8
+    True
+    >>> len(study_shapes()) == len(set(study_shapes()))
+    True
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..ops.overlap_patterns import PATTERNS
+from ..timing import BenchResult, bench, rotations_past_l2
+from .overlap_checks import bf16_match
+from .overlap_measure import DEFAULT_N_LOCALS
+
+ROUNDS = 4  # each shape's implementations alternate this many times
+IMPLEMENTATIONS = {"bfloat16": ("pkit_gemm", "pkit_gemm_flags", "cublas"), "float8_e4m3fn": ("pkit_gemm", "cublas")}
+"""What each dtype's study times: pkit's GEMM, pkit's GEMM waiting on ready flags that are all set already (as the
+overlap schedules run it), and cuBLAS (torch.matmul; FP8: torch._scaled_mm, cuBLASLt, fast accumulation as
+pkit's)."""
+SPLIT_GRID = (1, 2, 3, 4, 6, 8, 12, 16)  # the split-K counts the plan sweep times
+
+
+def schedule_shapes(sizes: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: int = 8192, n: int = 8192,
+                    chunk_rows: int | None = None) -> list[tuple[int, int, int]]:
+    """(M, N, K) of one rank's GEMM in every overlap pattern (pkit.ops.overlap_patterns) over the sweep's sizes:
+    a pattern whose weight is N-sharded runs M × N_local × K over all rows and over `chunk_rows` rows (default
+    the schedules' chunk, pkit.ops.overlap.CHUNK_ROWS); a K-sharded one runs M × N × K_local."""
+    if chunk_rows is None:
+        from ..ops.overlap import CHUNK_ROWS as chunk_rows
+    shapes = []
+    for pattern in PATTERNS.values():
+        for size in sizes:
+            if pattern.sharded == "n":
+                shapes += [(m, size, k), (chunk_rows, size, k)]
+            else:
+                shapes.append((m, n, size))
+    return list(dict.fromkeys(shapes))
+
+
+def problem_shapes(size: str = "large", root: Path | None = None) -> list[tuple[int, int, int]]:
+    """(M, N, K) of one rank's GEMM in each problem that names its overlap pattern (META["pattern"]), at `size`
+    for each of its world sizes: tokens × out_features/W × in_features where the weight is N-sharded,
+    tokens × out_features × in_features/W where it is K-sharded."""
+    from ..harness.problem import load_module
+    from ..harness.problems import default_root
+
+    shapes = []
+    for path in sorted((Path(root) if root else default_root()).glob("*/problem.py")):
+        module = load_module(path, f"pkit_problem_{path.parent.name}")
+        pattern = module.META.get("pattern")
+        if pattern is None or size not in module.SIZES:
+            continue
+        s = module.SIZES[size]
+        for w in module.META["world_sizes"]:
+            if PATTERNS[pattern].sharded == "n":
+                shapes.append((s["tokens"], s["out_features"] // w, s["in_features"]))
+            else:
+                shapes.append((s["tokens"], s["out_features"], s["in_features"] // w))
+    return list(dict.fromkeys(shapes))
+
+
+def study_shapes() -> list[tuple[int, int, int]]:
+    """The study's shapes: the schedules', then the problems' not among them."""
+    return list(dict.fromkeys(schedule_shapes() + problem_shapes()))
+
+
+class _Inputs:
+    """Input sets of one shape and dtype on `device`: fresh random A (M × K), B (N × K), FP8's scales, a
+    NaN-poisoned C, enough sets to rotate past the L2, and the float32 product of the first set."""
+
+    def __init__(self, m: int, n: int, k: int, dtype: str, device: int, seed: int):
+        import torch
+
+        import pkit
+
+        self.m, self.n, self.k, self.dtype, self.device = m, n, k, dtype, device
+        gen = torch.Generator(device=f"cuda:{device}").manual_seed(seed)
+        itemsize = 1 if dtype == "float8_e4m3fn" else 2
+        per_set = (m * k + n * k) * itemsize + m * n * 2
+        count = rotations_past_l2(per_set, pkit.devices()[device].l2_bytes)
+        self.sets = [self._draw(gen) for _ in range(count)]
+        a, b, scale_a, scale_b, _ = self.sets[0]
+        self.want = a.float() @ b.float().T * (1.0 if scale_a is None else float(scale_a * scale_b))
+
+    def _draw(self, gen):
+        import torch
+
+        kw = dict(device=self.device, generator=gen)
+        a = torch.randn(self.m, self.k, **kw)
+        b = torch.randn(self.n, self.k, **kw)
+        c = torch.full((self.m, self.n), float("nan"), device=self.device, dtype=torch.bfloat16)
+        if self.dtype == "bfloat16":
+            return a.bfloat16(), b.bfloat16(), None, None, c
+        scales = 0.5 + torch.rand(2, **kw)
+        return (a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn), scales[0:1].clone(), scales[1:2].clone(), c)
+
+
+def _calls(inputs: _Inputs) -> dict:
+    """Each implementation of the study for `inputs`' dtype, as a function of one input set."""
+    import torch
+
+    from ..gpus import torch_stream
+    from ..ops.gemm import BLOCK_M, gemm
+
+    device = inputs.device
+    rows_per_flag = 1024 if inputs.m % 1024 == 0 else BLOCK_M
+    flags = torch.ones(-(-inputs.m // rows_per_flag), dtype=torch.int32, device=device)  # every row ready (epoch 1)
+
+    def pkit_gemm(a, b, scale_a, scale_b, c):
+        gemm(a, b, c, scale_a=scale_a, scale_b=scale_b)
+
+    def pkit_gemm_flags(a, b, scale_a, scale_b, c):
+        gemm(a, b, c, ready=flags.data_ptr(), epoch=1, rows_per_flag=rows_per_flag)
+
+    def cublas(a, b, scale_a, scale_b, c):
+        with torch_stream(device):
+            if scale_a is None:
+                torch.matmul(a, b.T, out=c)
+            else:
+                c.copy_(torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True))
+
+    every = {"pkit_gemm": pkit_gemm, "pkit_gemm_flags": pkit_gemm_flags, "cublas": cublas}
+    return {name: every[name] for name in IMPLEMENTATIONS[inputs.dtype]}
+
+
+def gemm_rates(shapes: Sequence[tuple[int, int, int]] | None = None, dtype: str = "bfloat16", device: int = 0,
+               reps: int = 20, warmup: int = 5) -> pd.DataFrame:
+    """pkit's GEMM against cuBLAS on the same inputs (`dtype` 'bfloat16' or 'float8_e4m3fn'; IMPLEMENTATIONS says
+    which are timed) at each (M, N, K) of `shapes` (default `study_shapes()`), C = A · Bᵀ. Each is checked on a
+    NaN-poisoned C against float32 first, then timed in ROUNDS alternating rounds of `reps` calls rotating input
+    sets past the L2, the samples pooled, so a clock that drifts as the GPU warms weighs on all alike.
+
+    Rows: implementation, dtype, m, n, k, block_n and splits (pkit's plan; 0 for cuBLAS), time_median_us,
+    time_min_us, time_max_us, cv, tflops, verified (within bf16 rounding of the float32 product), max_abs_err
+    and ratio_to_cublas (TFLOP/s over cuBLAS's at the same shape).
+    """
+    import torch
+
+    import pkit
+    from ..ops.gemm import plan
+
+    if dtype not in IMPLEMENTATIONS:
+        raise ValueError(f"dtype: expected one of {list(IMPLEMENTATIONS)}, got {dtype!r}")
+    rows = []
+    for i, (m, n, k) in enumerate(tqdm(shapes or study_shapes(), desc=f"GEMM shapes ({dtype})", leave=False)):
+        inputs = _Inputs(m, n, k, dtype, device, seed=i)
+        calls = _calls(inputs)
+        checks = {name: _check(inputs, call) for name, call in calls.items()}
+        samples = {name: [] for name in calls}
+        for _ in range(ROUNDS):
+            for name, call in calls.items():
+                samples[name].append(bench(call, devices=[device], warmup=warmup, reps=reps,
+                                           rotate=inputs.sets).samples_ms)
+        chosen = plan(m, n, k, pkit.devices()[device].sms, 1 if dtype == "float8_e4m3fn" else 2)
+        for name, (verified, err) in checks.items():
+            timing = BenchResult(np.concatenate(samples[name]))
+            ours = name.startswith("pkit")
+            rows.append({"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
+                         "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
+                         **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
+                         "verified": verified, "max_abs_err": err})
+        del inputs
+        torch.cuda.empty_cache()
+    frame = pd.DataFrame(rows)
+    cublas = frame[frame["implementation"] == "cublas"].set_index(["m", "n", "k"])["tflops"]
+    frame["ratio_to_cublas"] = frame["tflops"].to_numpy() / cublas.loc[
+        list(zip(frame["m"], frame["n"], frame["k"]))].to_numpy()
+    return frame
+
+
+def _check(inputs: _Inputs, call) -> tuple[bool, float]:
+    """(`call` on the first input set gives C within bf16 rounding of the float32 product, its largest error);
+    C is poisoned with NaN first, so a tile never written fails."""
+    import torch
+
+    a, b, scale_a, scale_b, c = inputs.sets[0]
+    c.fill_(float("nan"))
+    call(a, b, scale_a, scale_b, c)
+    torch.cuda.synchronize(inputs.device)
+    return bf16_match(c, inputs.want, terms=inputs.k)
+
+
+def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Sequence[str] = tuple(IMPLEMENTATIONS),
+               device: int = 0, reps: int = 10, warmup: int = 3) -> pd.DataFrame:
+    """Every plan of pkit's GEMM (tile widths × SPLIT_GRID, splits at most K's slices) at each shape and dtype,
+    each checked against float32 and timed (`reps` calls, input sets rotating past the L2): the measurements that
+    say whether `pkit.ops.gemm.plan` picks well.
+
+    Rows: dtype, m, n, k, block_n, splits, time_median_us, time_min_us, time_max_us, cv, tflops, verified,
+    chosen (the plan `plan` picks), ratio_to_best (TFLOP/s over the best plan's at this shape and dtype).
+    """
+    import torch
+
+    import pkit
+    from ..ops.gemm import SLICE_BYTES, TILE_WIDTHS, Plan, gemm, plan
+
+    rows = []
+    sms = pkit.devices()[device].sms
+    for dtype in dtypes:
+        itemsize = 1 if dtype == "float8_e4m3fn" else 2
+        for i, (m, n, k) in enumerate(tqdm(shapes or study_shapes(), desc=f"GEMM plans ({dtype})", leave=False)):
+            inputs = _Inputs(m, n, k, dtype, device, seed=i)
+            chosen = plan(m, n, k, sms, itemsize)
+            slices = -(-k // (SLICE_BYTES // itemsize))
+            for how in [Plan(w, s) for w in TILE_WIDTHS for s in SPLIT_GRID if s <= slices]:
+                def call(a, b, scale_a, scale_b, c, how=how):
+                    gemm(a, b, c, scale_a=scale_a, scale_b=scale_b, how=how)
+
+                verified, _ = _check(inputs, call)
+                timing = bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets)
+                rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
+                             **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
+                             "verified": verified, "chosen": how == chosen})
+            del inputs
+            torch.cuda.empty_cache()
+    frame = pd.DataFrame(rows)
+    best = frame.groupby(["dtype", "m", "n", "k"])["tflops"].transform("max")
+    frame["ratio_to_best"] = frame["tflops"] / best
+    return frame
