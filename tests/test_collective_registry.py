@@ -23,19 +23,53 @@ def _ids(entry):
     return entry.name
 
 
+def _roots(entry, ranks):
+    """The roots a check runs `entry` with on `ranks` ranks: the first, a middle and the last rank for a rooted op,
+    else None (no root)."""
+    return sorted({0, ranks // 2, ranks - 1}) if entry.rooted else [None]
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=_ids)
 @pytest.mark.parametrize("ranks", [2, 3, 8])
 def test_reference_gives_each_rank_its_output_count(entry, ranks):
     """Rank r's reference output from inputs of `counts` elements holds the output count: sums of every rank's
-    values for a reduction (all ones: n everywhere), the inputs' values for a move (rank q's input all q)."""
+    values for a reduction (all ones: n everywhere), the inputs' values for a move (rank q's input all q; a
+    broadcast's: the root's alone); None exactly where a rooted call leaves the rank's output alone (NCCL's reduce
+    writes the root's output only)."""
     total = ranks * 24
     inputs, outputs = entry.counts(total, ranks)
     assert entry.per_peer(total, ranks) * max(entry.pieces(ranks)) == max(inputs, outputs) == total
     xs = [np.full(inputs, 1.0 if entry.reduces else q) for q in range(ranks)]
-    for r in range(ranks):
-        got = entry.reference(xs, r)
-        assert got.shape == (outputs,)
-        assert set(got) == {ranks} if entry.reduces else set(got) <= set(range(ranks))
+    for root in _roots(entry, ranks):
+        for r in range(ranks):
+            got = entry.reference(xs, r, *([] if root is None else [root]))
+            if not entry.writes(r, root):
+                assert got is None and entry.rooted == "sink"
+                continue
+            assert got.shape == (outputs,)
+            assert set(got) == {ranks} if entry.reduces else set(got) <= set(range(ranks))
+            if entry.rooted == "source":
+                assert set(got) == {root}
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=_ids)
+def test_a_root_is_a_rank_of_the_team_and_only_rooted_ops_take_one(entry):
+    if entry.rooted:
+        assert entry.root(None, 4) == 0 and entry.root(3, 4) == 3 and entry.writes(3, 3)
+        for bad in (4, -1, 1.0, True, "0"):
+            with pytest.raises(ValueError, match=rf"^root: expected a rank of the team, 0 to 3, got {bad!r}$"):
+                entry.root(bad, 4)
+    else:
+        assert entry.root(None, 4) is None and all(entry.writes(r, None) for r in range(4))
+        with pytest.raises(ValueError, match=rf"^root: expected None \({entry.name} has no root\), got 0$"):
+            entry.root(0, 4)
+
+
+def test_an_entry_names_how_it_is_rooted_and_a_name_that_can_be_a_method():
+    with pytest.raises(ValueError, match=r"rooted: expected None or one of \['source', 'sink'\], got 'leaf'"):
+        R.CollectiveOp("copy", "", None, None, "", {}, rooted="leaf")
+    with pytest.raises(ValueError, match=r"name: expected a Python identifier .*, got 'no-such-op'"):
+        R.CollectiveOp("no-such-op", "", None, None, "", {})
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=_ids)
@@ -143,12 +177,14 @@ class _Engines:
         n = len(inp.ranks)
         for r in range(n):
             for q in range(n):
-                dst, src, dst_off = plan(r, q)
+                if (copy := plan(r, q)) is None:
+                    continue
+                dst, src, dst_off = copy
                 out.ranks[dst][dst_off // 4:(dst_off + nbytes) // 4] = inp.ranks[r][src // 4:(src + nbytes) // 4]
 
-    def reduce(self, out, inp, share, kernel, src_offset, out_offset, gather):
+    def reduce(self, out, inp, share, kernel, src_offset, out_offset, gather, owners=None):
         n = len(inp.ranks)
-        for r in range(n):
+        for r in range(n) if owners is None else owners:
             a, b = src_offset(r) // 4, out_offset(r) // 4
             total = sum(inp.ranks[q][a:a + share // 4] for q in range(n))
             for q in range(n) if gather else [r]:
@@ -161,8 +197,8 @@ def _run_on_host(entry, ranks, options):
     coll = C.Collectives(team)
     coll.__dict__["_copy_engines"] = _Engines()
     coll._kernel = lambda name, module=None: name
-    coll._launch = lambda name, inp, out, n16: launches.append(("sm", name, n16))
-    coll._launch_ll = lambda name, inp, out, n16: launches.append(("ll", name, n16))
+    coll._launch = lambda name, inp, out, n16, root=0: launches.append(("sm", name, n16, root))
+    coll._launch_ll = lambda name, inp, out, n16, root=0: launches.append(("ll", name, n16, root))
     inputs, outputs = entry.counts(ranks * 64, ranks)
     rng = np.random.default_rng(ranks)
     xs = [rng.standard_normal(inputs).astype(np.float32) for _ in range(ranks)]
@@ -171,29 +207,40 @@ def _run_on_host(entry, ranks, options):
     return xs, out.ranks, launches
 
 
+def _root_option(root):
+    return {} if root is None else {"root": root}
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 8])
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if "ce" in e.mechanisms], ids=_ids)
 def test_copy_engine_plans_give_the_reference_output(entry, ranks):
     """The copy-engine moves and reductions planned from an entry's layout, carried out on host memory, leave
-    every rank's output equal to the entry's reference, for every algorithm."""
+    every rank's output equal to the entry's reference, for every algorithm and root; an output the reference
+    leaves alone keeps its poison."""
     for algorithm in entry.algorithms.get("ce", (None,)):
-        options = {"mechanism": "ce", **({"algorithm": algorithm} if algorithm else {})}
-        xs, outs, launches = _run_on_host(entry, ranks, options)
-        assert launches == []
-        for r in range(ranks):
-            np.testing.assert_allclose(outs[r], entry.reference(xs, r), rtol=1e-6, err_msg=f"{options} rank {r}")
+        for root in _roots(entry, ranks):
+            options = {"mechanism": "ce", **({"algorithm": algorithm} if algorithm else {}), **_root_option(root)}
+            xs, outs, launches = _run_on_host(entry, ranks, options)
+            assert launches == []
+            for r in range(ranks):
+                want = entry.reference(xs, r, *([] if root is None else [root]))
+                if want is None:
+                    assert np.isnan(outs[r]).all(), f"{options} rank {r} was written"
+                else:
+                    np.testing.assert_allclose(outs[r], want, rtol=1e-6, err_msg=f"{options} rank {r}")
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 8])
 @pytest.mark.parametrize("entry", ENTRIES, ids=_ids)
 def test_kernel_launches_send_one_piece_per_peer(entry, ranks):
     """Each 'sm' and 'll' form launches the entry's kernel of that family, compiled into its module, over the packs
-    of one piece (two-shot: one share of the whole buffer)."""
+    of one piece (two-shot: one share of the whole buffer), with the call's root (0 for an op without one)."""
     piece = entry.per_peer(ranks * 64, ranks) * 4
     for options in [f for f in entry.forms() if f["mechanism"] in ("sm", "ll")]:
-        family, algorithm = options["mechanism"], options.get("algorithm")
-        _, _, launches = _run_on_host(entry, ranks, options)
-        name = entry.kernel(family, "float" if entry.reduces else None, algorithm)
-        n16 = (piece // ranks if algorithm == "two_shot" else piece) // 16
-        assert launches == [(family, name, n16)]
-        assert name in (C.SM_KERNELS if family == "sm" else C.LL_KERNELS)
+        for root in _roots(entry, ranks):
+            family, algorithm = options["mechanism"], options.get("algorithm")
+            _, _, launches = _run_on_host(entry, ranks, {**options, **_root_option(root)})
+            name = entry.kernel(family, "float" if entry.reduces else None, algorithm)
+            n16 = (piece // ranks if algorithm == "two_shot" else piece) // 16
+            assert launches == [(family, name, n16, root or 0)]
+            assert name in (C.SM_KERNELS if family == "sm" else C.LL_KERNELS)

@@ -1,5 +1,7 @@
 """Collectives: busbw formulas and argument checks on CPU, the sweeps' errors on machines with too few GPUs; every
-op, mechanism and dtype against float64 on every GPU of the machine and on 2, 3, 4 and 8 ranks sharing one GPU."""
+op, mechanism and dtype (and a rooted op's roots) against float64 on every GPU of the machine and on 2, 3, 4 and 8
+ranks sharing one GPU."""
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,6 +12,8 @@ from pkit.bf16 import from_bf16_bits, to_bf16_bits
 from pkit.ops import collectives as C
 
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-2}  # relative to the largest reference magnitude
+UNKNOWN = "no-such-op"  # never an op: a registry name is a Python identifier (CollectiveOp refuses others)
+ROOTED = [name for name, op in C.COLLECTIVES.items() if op.rooted]
 
 
 def test_bus_bandwidth_factors_follow_nccl_tests():
@@ -20,7 +24,7 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
     algbw, busbw = C.bandwidths("all_reduce", 2 * 10**9, 8, 0.01)
     assert (algbw, busbw) == pytest.approx((200.0, 350.0))
     with pytest.raises(ValueError, match="op: expected"):
-        C.bus_bandwidth_factor("broadcast", 2)
+        C.bus_bandwidth_factor(UNKNOWN, 2)
     with pytest.raises(ValueError, match="ranks"):
         C.bus_bandwidth_factor("all_gather", 0)
     with pytest.raises(ValueError, match="seconds"):
@@ -124,8 +128,8 @@ def test_mechanism_choice():
     assert C.choose("all_gather", 1 << 30, "ce") == "ce"
     with pytest.raises(ValueError, match="mechanism: expected"):
         C.choose("all_gather", 1, "tma")
-    with pytest.raises(ValueError, match=r"op: expected one of \['all_reduce', 'all_gather'"):
-        C.choose("broadcast", 1, "auto")
+    with pytest.raises(ValueError, match=re.escape(f"op: expected one of {list(C.COLLECTIVES)}, got {UNKNOWN!r}")):
+        C.choose(UNKNOWN, 1, "auto")
 
 
 def test_a_registered_op_reaches_buffers_bandwidths_variants_launches_and_listing(monkeypatch):
@@ -133,7 +137,7 @@ def test_a_registered_op_reaches_buffers_bandwidths_variants_launches_and_listin
     'sm' kernel of that name) gets buffers, bandwidths, variants, a listing row and launches."""
     from pkit.experiments import collectives as E
 
-    copy = C.CollectiveOp("copy", "every rank keeps its own buffer", lambda inputs, r: inputs[r], lambda n: 0.0,
+    copy = C.CollectiveOp("copy", "every rank keeps its own buffer", lambda inputs, r, root=0: inputs[r], lambda n: 0.0,
                           "nothing", kernels={"sm": ("copy",)}, mechanisms=("sm",))
     monkeypatch.setitem(C.COLLECTIVES, "copy", copy)
     assert C.collective("copy") is copy and "copy" in C.list_collectives()["name"].tolist()
@@ -148,9 +152,29 @@ def test_a_registered_op_reaches_buffers_bandwidths_variants_launches_and_listin
     assert [name for name, _ in variants] == ["pkit_sm"]  # no NCCL baseline for this op
     team, launches = _Team(), []
     coll = C.Collectives(team)
-    coll._launch = lambda name, i, o, n16: launches.append((name, n16))
+    coll._launch = lambda name, i, o, n16, root: launches.append((name, n16))
     variants[0][1](coll, None, _array(team, 256), _array(team, 256))
     assert launches == [("copy", 256 * 4 // 16)]  # one piece: the whole buffer
+
+
+@pytest.mark.parametrize("op", ROOTED)
+def test_a_rooted_op_takes_a_rank_of_the_team_as_its_root(op):
+    """A root outside the team, or a root given to an op without one, is refused before anything is launched; the
+    root reaches the kernel's arguments."""
+    team, launches = _Team(), []
+    coll = C.Collectives(team)
+    coll._launch = lambda name, i, o, n16, root=0: launches.append((name, root))
+    x, y = _array(team, 1024), _array(team, 1024)
+    for root in (2, -1):
+        with pytest.raises(ValueError, match=rf"^root: expected a rank of the team, 0 to 1, got {root}$"):
+            getattr(coll, op)(y, x, root=root)
+        with pytest.raises(ValueError, match=rf"^root: expected a rank of the team, 0 to 1, got {root}$"):
+            coll.run(op, y, x, root=root, mechanism="sm")
+    with pytest.raises(ValueError, match=r"^root: expected None \(all_gather has no root\), got 0$"):
+        coll.run("all_gather", _array(team, 2048), x, root=0)
+    getattr(coll, op)(y, x, root=1, mechanism="sm")
+    coll.run(op, y, x, mechanism="sm")
+    assert [root for _, root in launches] == [1, 0]  # the root given, then the default
 
 
 def test_entries_name_the_mechanisms_auto_may_pick():
@@ -264,12 +288,12 @@ def test_kernels_instantiate_and_their_argument_struct_matches_the_host_layout(s
 
 
 def test_kernel_args_pack_every_field_in_place():
-    packed = C.LL_CALL.pack(inp=1, out=2, n16=3, bases=4, cap_lines=5, state=6, shift=7, rank=8, size=9)
+    packed = C.LL_CALL.pack(inp=1, out=2, n16=3, bases=4, cap_lines=5, state=6, shift=7, rank=8, size=9, root=10)
     assert len(packed.raw) == C.LL_CALL.dtype.itemsize == 64
-    assert list(C.LL_CALL.unpack(packed).values()) == list(range(1, 10))
+    assert list(C.LL_CALL.unpack(packed).values()) == list(range(1, 11))
     assert packed.ptr == __import__("ctypes").addressof(packed.buffer)
     with pytest.raises(ValueError, match=r"missing \['size'\], unexpected \['extra'\]"):
-        C.SM_CALL.pack(inp=1, out=2, n16=3, flags=4, rank=0, extra=1)
+        C.SM_CALL.pack(inp=1, out=2, n16=3, flags=4, rank=0, root=0, extra=1)
 
 
 def test_ll_epochs_alternate_parity_and_skip_zero_across_the_wrap():
@@ -334,9 +358,18 @@ def _assert_close(got, want, dtype, what):
     assert err <= TOLERANCE[dtype], f"{what}: max error {err:.2e} × {scale:.2f}"
 
 
-def _expected(op, x, n):
-    """Every rank's expected output (float64) of `op` over the ranks' inputs `x`."""
-    return [C.collective(op).reference(x, r) for r in range(n)]
+def _check_rank(out, r, want, dtype, what):
+    """Rank r's output against its expected one, or, where the op leaves it alone (`want` None), still all poison."""
+    if want is None:
+        assert np.isnan(_read(out, r)).all(), f"{what}: written, though the op leaves this rank's output alone"
+    else:
+        _assert_close(_read(out, r), want, dtype, what)
+
+
+def _expected(op, x, n, root=None):
+    """Every rank's expected output (float64) of `op` over the ranks' inputs `x`, at `root` for a rooted op (default
+    0, as Collectives'); None for a rank whose output the call leaves alone."""
+    return [C.collective(op).reference(x, r, root or 0) for r in range(n)]
 
 
 LARGEST = 3 << 20  # elements per rank of the two-rank tests' largest calls
@@ -375,9 +408,22 @@ def test_collective_against_float64_at_the_edge_sizes(pair, op, options, dtype, 
     _check_collective(pair, op, options, dtype, count)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("root_at", ["first", "middle", "last"])
+@pytest.mark.parametrize("op, options", [c for c in _cases() if c[0] in ROOTED], ids=_case_id)
+def test_rooted_collective_against_float64_at_every_root(team, op, options, dtype, root_at):
+    """NCCL's semantics, 2 to 8 ranks, the root first, in the middle or last: ncclBroadcast copies the root's
+    buffer into every rank's output (the root's own included); ncclReduce writes the sum into the root's output
+    only and leaves every other rank's output as it was (here: its poison)."""
+    n = team.size
+    root = {"first": 0, "middle": n // 2, "last": n - 1}[root_at]
+    _check_collective(team, op, {**options, "root": root}, dtype, _count(8 * 1000 + 16, n))
+
+
 def _check_collective(team, op, options, dtype, count):
     """One call of `op` over `count` elements (nccl-tests' S) on fresh random inputs into poisoned outputs, every
-    rank's output against float64; a mechanism that cannot send this much must refuse it."""
+    rank's output against float64 (or, where a rooted op leaves it alone, still poisoned); a mechanism that cannot
+    send this much must refuse it."""
     coll = C.Collectives(team, ce_chunk_bytes=64 << 10, ce_slots=2)  # many chunks: the slots wrap around
     n = team.size
     in_count, out_count = C.collective(op).counts(count, n)
@@ -390,10 +436,10 @@ def _check_collective(team, op, options, dtype, count):
             coll.run(op, out, inp, **options)
         return
     coll.run(op, out, inp, **options)  # ranks sharing a GPU: grids within their share of its SMs, all resident
-    want = _expected(op, x, n)
+    want = _expected(op, x, n, options.get("root"))
     team.synchronize()
     for r in range(n):
-        _assert_close(_read(out, r), want[r], dtype, f"{op} {options} {dtype} n={count} rank {r}")
+        _check_rank(out, r, want[r], dtype, f"{op} {options} {dtype} n={count} rank {r}")
 
 
 def test_sizes_that_do_not_split_get_a_clear_error(team):
@@ -412,22 +458,38 @@ def test_sizes_that_do_not_split_get_a_clear_error(team):
 @pytest.mark.parametrize("op", [name for name, op in C.COLLECTIVES.items() if "ll" in op.mechanisms])
 @pytest.mark.parametrize("count", [1 << 15, 1 << 18])  # small and wide LL blocks (each line layout)
 def test_ll_calls_queued_back_to_back_each_see_their_own_inputs(team, op, count):
-    """Eight LL calls enqueued without a sync in between: a packet read from the wrong epoch shows up."""
+    """Eight LL calls enqueued without a sync in between (a rooted op's root moving on each call): a packet read from
+    the wrong epoch shows up."""
+    _queued_ll_calls(team, [op] * 8, count)
+
+
+@pytest.mark.parametrize("count", [1 << 15, 1 << 18])
+def test_ll_calls_of_every_op_interleaved_each_see_their_own_inputs(team, count):
+    """Every LL op in turn, three rounds, queued without a sync: ops whose data flows one way (rooted) between ops
+    where every rank hears from every peer, so a rank running ahead would overwrite a staging half still unread."""
+    _queued_ll_calls(team, [name for name, op in C.COLLECTIVES.items() if "ll" in op.mechanisms] * 3, count)
+
+
+def _queued_ll_calls(team, ops, count):
+    """LL calls of `ops` in order, on fresh inputs into poisoned outputs, queued back to back, then every rank
+    checked; call k of a rooted op runs at root k mod the team size."""
     coll = C.Collectives(team)
     n = team.size
-    in_count, out_count = C.collective(op).counts(_count(count, n, up=False), n)  # within LL's 1 MiB per peer
     calls = []
-    for _ in range(8):
+    for k, op in enumerate(ops):
+        entry = C.collective(op)
+        in_count, out_count = entry.counts(_count(count, n, up=False), n)  # within LL's 1 MiB per peer
         inp, x = _inputs(team, "float32", in_count)
         out = team.empty((out_count,), "float32").fill(np.float32(np.nan))
-        calls.append((out, inp, _expected(op, x, n)))
+        root = {"root": k % n} if entry.rooted else {}
+        calls.append((op, out, inp, root, _expected(op, x, n, root.get("root"))))
     team.synchronize()
-    for out, inp, _ in calls:
-        coll.run(op, out, inp, mechanism="ll")
+    for op, out, inp, root, _ in calls:
+        coll.run(op, out, inp, mechanism="ll", **root)
     team.synchronize()
-    for k, (out, _, want) in enumerate(calls):
+    for k, (op, out, _, root, want) in enumerate(calls):
         for r in range(n):
-            _assert_close(_read(out, r), want[r], "float32", f"call {k} rank {r}")
+            _check_rank(out, r, want[r], "float32", f"call {k} ({op} {root}) rank {r}")
 
 
 def test_thousand_back_to_back_all_reduces(team):
@@ -492,3 +554,29 @@ def test_graph_timed_sweeps_check_their_replays():
     assert set(torch["timing"]) == {"graph"} and (torch["time_median_us"] > 0).all()
     ours = torch[torch["implementation"] == "pkit_dist"]
     assert len(ours) == 1 and ours["verified"].all(), ours  # pkit.dist matched NCCL and replays from a graph
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("op", ROOTED)
+def test_rooted_ops_do_what_nccl_does_at_every_root(two_gpus, op):
+    """Beside NCCL itself (one GPU per rank): at every root, every form of the op leaves every rank's output as NCCL's
+    call leaves it from the same inputs into the same poison (a reduce's non-root outputs: untouched, by both)."""
+    from pkit.ops.baselines import NcclCollectives
+
+    team, entry = two_gpus, C.collective(op)
+    coll, nccl, count = C.Collectives(team), NcclCollectives(team), _count(8 * 1000 + 16, team.size)
+    for root in range(team.size):
+        inp, x = _inputs(team, "float32", count)
+        theirs = team.empty((count,), "float32").fill(np.float32(np.nan))
+        nccl.run(op, theirs, inp, root)
+        team.synchronize()
+        for options in [*entry.forms(), {"mechanism": "auto"}]:
+            ours = team.empty((count,), "float32").fill(np.float32(np.nan))
+            coll.run(op, ours, inp, root=root, **options)
+            team.synchronize()
+            for r in range(team.size):
+                what = f"{op} root {root} {options} rank {r}"
+                if entry.writes(r, root):
+                    _assert_close(_read(ours, r), _read(theirs, r), "float32", what)
+                else:
+                    assert np.isnan(_read(theirs, r)).all() and np.isnan(_read(ours, r)).all(), what

@@ -35,6 +35,7 @@ OPS = tuple(COLLECTIVES)
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
 NEEDS = "(NCCL, the baseline, takes one GPU per rank)"  # why the one-process sweeps need two GPUs or more
 ITEMSIZE = {"bfloat16": 2, "float32": 4}  # bytes per element of the swept dtypes
+ROOT = 0  # the root of the rooted ops (broadcast, reduce) in every measurement, as nccl-tests' default
 
 
 def implementation_names() -> list[str]:
@@ -46,11 +47,12 @@ def implementation_names() -> list[str]:
 
 def _variants(op: str, nbytes: int, ranks: int):
     """(implementation name, call(coll, nccl, out, inp)) pairs for one op at total size `nbytes`: pkit's variants
-    from the registry (`CollectiveOp.variants`), then NCCL's where the baseline runs the op."""
-    variants = [(name, lambda c, n, o, i, options=options: c.run(op, o, i, **options))
+    from the registry (`CollectiveOp.variants`), then NCCL's where the baseline runs the op; rooted ops at ROOT."""
+    root = {"root": ROOT} if collective(op).rooted else {}
+    variants = [(name, lambda c, n, o, i, options=options: c.run(op, o, i, **options, **root))
                 for name, options in collective(op).variants(nbytes, ranks)]
     if nccl_runs(op):
-        variants.append(("nccl", lambda c, n, o, i: n.run(op, o, i)))
+        variants.append(("nccl", lambda c, n, o, i: n.run(op, o, i, **root)))
     return variants
 
 
@@ -147,9 +149,9 @@ def _measure(team, coll, nccl, op: str, nbytes: int, dtype: str, implementations
         team.synchronize()
         call(coll, nccl, out, inp)
         team.synchronize()
-        _check_output(team, out, expected, dtype, f"{name} {op} of {nbytes} bytes ({dtype})")
+        _check_output(team, op, out, expected, dtype, f"{name} {op} of {nbytes} bytes ({dtype})")
         r = time_calls(lambda call=call: call(coll, nccl, out, inp), **bench)
-        _check_output(team, out, expected, dtype, f"{name} {op} of {nbytes} bytes ({dtype}), after timing")
+        _check_output(team, op, out, expected, dtype, f"{name} {op} of {nbytes} bytes ({dtype}), after timing")
         algbw, busbw = bandwidths(op, nbytes, team.size, r.median_ms * 1e-3)
         rows.append({"implementation": name, "op": op, "dtype": dtype, "bytes": nbytes,
                      "calls_per_sample": bench["calls_per_sample"], "timing": "graph" if bench["graph"] else "launches",
@@ -157,10 +159,24 @@ def _measure(team, coll, nccl, op: str, nbytes: int, dtype: str, implementations
     return rows
 
 
-def _check_output(team, out, expected, dtype: str, what: str) -> None:
-    """Every rank's output equals the expected one (within the dtype's rounding), or an AssertionError."""
-    if not all(_on(team.devices[r], lambda r=r: _matches(out[r], expected[r], dtype)) for r in range(team.size)):
+def _check_output(team, op: str, out, expected, dtype: str, what: str) -> None:
+    """Every rank's output the op writes equals the expected one (within the dtype's rounding), and every other
+    rank's (a reduce's off its root, `sweep`'s root 0) still holds the NaNs it was poisoned with; or an
+    AssertionError."""
+    def right(r):
+        if collective(op).writes(r, ROOT):
+            return _matches(out[r], expected[r], dtype)
+        return _poisoned(out[r], dtype)
+
+    if not all(_on(team.devices[r], lambda r=r: right(r)) for r in range(team.size)):
         raise AssertionError(f"{what} disagrees with the expected output")
+
+
+def _poisoned(a, dtype: str) -> bool:
+    """Whether every element of `a` is NaN (what `_measure` fills outputs with)."""
+    import cupy as cp
+
+    return bool(cp.all(cp.isnan(from_bf16_bits(a) if dtype == "bfloat16" else a)))
 
 
 def _expected(team, nccl, op: str, inp, out_shape, dtype: str):
@@ -170,12 +186,15 @@ def _expected(team, nccl, op: str, inp, out_shape, dtype: str):
 
     expected = team.empty(out_shape, dtype)
     if nccl_runs(op):
-        nccl.run(op, expected, inp)
+        nccl.run(op, expected, inp, *((ROOT,) if collective(op).rooted else ()))
     else:
         as_f32 = from_bf16_bits if dtype == "bfloat16" else (lambda x: x)
         inputs = [cp.asnumpy(_on(team.devices[r], lambda r=r: as_f32(inp[r]))) for r in range(team.size)]
         for r in range(team.size):
-            want = collective(op).reference(inputs, r).astype(np.float32)
+            want = collective(op).reference(inputs, r, ROOT)
+            if want is None:  # the op leaves this rank's output alone
+                continue
+            want = want.astype(np.float32)
             with cp.cuda.Device(team.devices[r]):
                 values = cp.asarray(want)
                 expected[r][...] = to_bf16_bits(values) if dtype == "bfloat16" else values

@@ -64,15 +64,14 @@ def init_one_gpu_per_rank() -> tuple[int, int]:
     return rank, world
 
 
-def _torch_call(entry: CollectiveOp, out, inp) -> None:
-    """`entry`'s torch.distributed call: into `out` from `inp`, or on `inp` where torch runs it in place."""
+def _torch_call(entry: CollectiveOp, out, inp, root: int = 0) -> None:
+    """`entry`'s torch.distributed call: into `out` from `inp`, or on `inp` where torch runs it in place; a rooted op
+    from or to rank `root` (torch's `src` or `dst`)."""
     import torch.distributed as dist
 
     function = getattr(dist, entry.torch)
-    if entry.torch_in_place:
-        function(inp)
-    else:
-        function(out, inp)
+    tensors = (inp,) if entry.torch_in_place else (out, inp)
+    function(*tensors, *(() if entry.rooted is None else (root,)))
 
 
 def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
@@ -88,7 +87,7 @@ def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
     for op in OPS:
         inp_count, out_count = COLLECTIVES[op].counts(count, world)
         tensors[op] = torch.randn(inp_count, device=dev).to(dtype), torch.empty(out_count, device=dev, dtype=dtype)
-    for op, (inp, out) in tensors.items():
+    for op, (inp, out) in tensors.items():  # a rooted op from or to rank 0, as the one-process sweep runs it
         yield "torch_nccl", op, partial(_torch_call, COLLECTIVES[op], out, inp), None
     for op, (inp, _) in tensors.items():
         if op in pdist.OPS:

@@ -21,6 +21,7 @@ struct SMCall {
   const u64* flags;  // peer table of team.barrier_flags
   int rank;
   int size;
+  int root;          // a rooted op's root (broadcast, reduce); the others ignore it
 
   __device__ pkit::PeerTable<vec16> inputs() const { return {inp, rank, size}; }
   __device__ pkit::PeerTable<vec16> outputs() const { return {out, rank, size}; }
@@ -28,15 +29,35 @@ struct SMCall {
   __device__ void barrier(pkit::Site site) const { pkit::block_barrier(flags, rank, size, site); }
 };
 
-// out[q][rank * n16 + i] = in[i] for every rank q.
-__global__ void all_gather(const SMCall c) {
+// out[q][at + i] = in[i] for every rank q: this rank's input stored into every rank's output, itself first.
+__device__ void store_everywhere(const SMCall& c, u64 at) {
   const auto in = c.inputs().local();
   const auto out = c.outputs();
-  c.barrier(PKIT_SITE);
   for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
     const vec16 v = pkit::load16(in + i);
-    for (int q = 0; q < c.size; ++q) pkit::store16(out[out.ring(q)] + c.rank * c.n16 + i, v);
+    for (int q = 0; q < c.size; ++q) pkit::store16(out[out.ring(q)] + at + i, v);
   }
+}
+
+// out[i] = sum over ranks q of in[q][i], into this rank's own output.
+template <typename T>
+__device__ void sum_into_own_output(const SMCall& c) {
+  const auto out = c.outputs().local();
+  for (u64 i = thread_index(); i < c.n16; i += thread_count()) pkit::store16(out + i, pkit::sum_pack<T>(c.inp, c.size, i));
+}
+
+// out[q][rank * n16 + i] = in[i] for every rank q.
+__global__ void all_gather(const SMCall c) {
+  c.barrier(PKIT_SITE);
+  store_everywhere(c, c.rank * c.n16);
+  c.barrier(PKIT_SITE);
+}
+
+// out[q][i] = in[root][i] for every rank q: the root stores its input into every output; the other ranks only meet
+// it at the barriers (their inputs are not read).
+__global__ void broadcast(const SMCall c) {
+  c.barrier(PKIT_SITE);
+  if (c.rank == c.root) store_everywhere(c, 0);
   c.barrier(PKIT_SITE);
 }
 
@@ -68,9 +89,16 @@ __global__ void reduce_scatter(const SMCall c) {
 // One shot: every rank reads all inputs whole and writes the sum to its own output.
 template <typename T>
 __global__ void all_reduce_one_shot(const SMCall c) {
-  const auto out = c.outputs().local();
   c.barrier(PKIT_SITE);
-  for (u64 i = thread_index(); i < c.n16; i += thread_count()) pkit::store16(out + i, pkit::sum_pack<T>(c.inp, c.size, i));
+  sum_into_own_output<T>(c);
+  c.barrier(PKIT_SITE);
+}
+
+// out[root] = sum over ranks q of in[q]: the root reads every input whole; the other ranks' outputs are not written.
+template <typename T>
+__global__ void reduce(const SMCall c) {
+  c.barrier(PKIT_SITE);
+  if (c.rank == c.root) sum_into_own_output<T>(c);
   c.barrier(PKIT_SITE);
 }
 

@@ -29,6 +29,7 @@ struct LLCall {
   u32 shift;         // group shift g
   int rank;
   int size;
+  int root;          // a rooted op's root (broadcast, reduce); the others ignore it
 };
 
 // One call: its arguments, its epoch, and the staging addressing they imply.
@@ -45,6 +46,16 @@ struct Packets : LLCall {
   }
   __device__ vec16 receive(int sender, u64 i, pkit::Site site) const {
     return pkit::ll_receive(line(rank, sender, i, 0), line(rank, sender, i, 1), epoch, site);
+  }
+  // A rooted op's token: one pack from each thread to each peer it sends no data, at the thread's index, so every
+  // rank still hears from every peer in every call (see broadcast_ll). `except_rank` gets none (-1: every peer gets one).
+  __device__ void send_tokens(int except_rank) const {
+    for (int d = 1; d < size; ++d)
+      if ((rank + d) % size != except_rank) send((rank + d) % size, thread_index(), vec16{});
+  }
+  __device__ void wait_tokens(int except_rank, pkit::Site site) const {
+    for (int d = 1; d < size; ++d)
+      if ((rank + d) % size != except_rank) receive((rank + d) % size, thread_index(), site);
   }
   // Sum over ranks q (in rank order, so every rank gets the same bits) of q's pack i; own pack is `mine`.
   template <typename T>
@@ -119,5 +130,46 @@ __global__ void all_gather_ll(const LLCall call) {
 __global__ void all_to_all_ll(const LLCall call) {
   const Packets c = begin_call(call);
   exchange_ll(c, c.n16);
+  end_call(c);
+}
+
+// The rooted ops. A staging half is reused two calls later without a barrier because in every call each rank hears
+// from every peer: a sender that finished call k + 1 heard from its receiver in k + 1, so the receiver had finished
+// call k. Data of a rooted op flows one way only, so every pair of ranks that exchanges no data exchanges a token
+// per thread instead (all ranks launch the same grid); a thread still waits for one link crossing.
+
+// out[i] = in[root][i] on every rank: the root sends its packs to every peer and keeps its own; the peers store
+// what arrives and send tokens to every peer.
+__global__ void broadcast_ll(const LLCall call) {
+  const Packets c = begin_call(call);
+  if (c.rank == c.root) {
+    for (u64 i = thread_index(); i < c.n16; i += thread_count()) {
+      const vec16 v = pkit::load16(c.inp + i);
+      for (int d = 1; d < c.size; ++d) c.send((c.rank + d) % c.size, i, v);
+      pkit::store16(c.out + i, v);
+    }
+    c.wait_tokens(-1, PKIT_SITE);
+  } else {
+    c.send_tokens(-1);
+    for (u64 i = thread_index(); i < c.n16; i += thread_count()) pkit::store16(c.out + i, c.receive(c.root, i, PKIT_SITE));
+    c.wait_tokens(c.root, PKIT_SITE);
+  }
+  end_call(c);
+}
+
+// out[i] = sum over ranks q of in[q][i] on the root only: the peers send their packs to the root and tokens to
+// every other peer; the root sends tokens to every peer and sums what arrives. Other ranks' outputs are not written.
+template <typename T>
+__global__ void reduce_ll(const LLCall call) {
+  const Packets c = begin_call(call);
+  if (c.rank == c.root) {
+    c.send_tokens(-1);
+    for (u64 i = thread_index(); i < c.n16; i += thread_count())
+      pkit::store16(c.out + i, c.sum<T>(i, pkit::load16(c.inp + i), PKIT_SITE));
+  } else {
+    for (u64 i = thread_index(); i < c.n16; i += thread_count()) c.send(c.root, i, pkit::load16(c.inp + i));
+    c.send_tokens(c.root);
+    c.wait_tokens(-1, PKIT_SITE);
+  }
   end_call(c);
 }

@@ -41,11 +41,14 @@ class NcclCollectives:
         self.team, self._nccl = team, nccl
         self.comms = nccl.NcclCommunicator.initAll(list(team.devices))
 
-    def run(self, op: str, out, inp) -> None:
-        """Registered op `op` by the NCCL call its entry names (`CollectiveOp.nccl`)."""
+    def run(self, op: str, out, inp, root: int | None = None) -> None:
+        """Registered op `op` by the NCCL call its entry names (`CollectiveOp.nccl`); a rooted op from or to `root`
+        (default 0), as NCCL runs it: a broadcast writes every rank's output, a reduce the root's alone."""
         if not runs(op):
             raise ValueError(f"op: the NCCL baseline runs {[name for name in COLLECTIVES if runs(name)]}, got {op!r}")
-        NCCL_CALLS[collective(op).nccl](self, out, inp)
+        entry = collective(op)
+        root = entry.root(root, self.team.size)
+        NCCL_CALLS[entry.nccl](self, out, inp, *(() if root is None else (root,)))
 
     def _each(self, call) -> None:
         import cupy as cp
@@ -71,7 +74,7 @@ class NcclCollectives:
         self._each(lambda r, c, s: c.allGather(buffer.address(r) + r * step, buffer.address(r), share, dt, s))
 
 
-# Each NCCL call the baseline makes, by its name in the registry (`CollectiveOp.nccl`): call(nccl, out, inp).
+# Each NCCL call the baseline makes, by its name in the registry (`CollectiveOp.nccl`).
 
 def _all_reduce(nccl: NcclCollectives, out, inp) -> None:
     n, dt = int(np.prod(inp.shape)), nccl._dtype(inp)
@@ -102,18 +105,33 @@ def _send_recv(nccl: NcclCollectives, out, inp) -> None:
     nccl._each(exchange)
 
 
+def _broadcast(nccl: NcclCollectives, out, inp, root: int) -> None:
+    n, dt = int(np.prod(inp.shape)), nccl._dtype(inp)
+    nccl._each(lambda r, c, s: c.broadcast(inp[r].data.ptr, out[r].data.ptr, n, dt, root, s))
+
+
+def _reduce(nccl: NcclCollectives, out, inp, root: int) -> None:
+    n, dt = int(np.prod(inp.shape)), nccl._dtype(inp)
+    nccl._each(lambda r, c, s: c.reduce(inp[r].data.ptr, out[r].data.ptr, n, dt, NCCL_SUM, root, s))
+
+
 NCCL_CALLS = {"allReduce": _all_reduce, "allGather": _all_gather, "reduceScatter": _reduce_scatter,
-              "send/recv": _send_recv}
+              "send/recv": _send_recv, "broadcast": _broadcast, "reduce": _reduce}
+"""call(nccl, out, inp), with the root after them for a rooted op's call."""
 
 
 def _method(entry: CollectiveOp):
-    """NcclCollectives.<op>(out, inp): `run` of a registered op."""
+    """NcclCollectives.<op>(out, inp), with `root=0` for a rooted op: `run` of a registered op."""
     def call(self, out, inp) -> None:
         self.run(entry.name, out, inp)
 
-    call.__name__ = call.__qualname__ = entry.name
-    call.__doc__ = f"{entry.description}, by NCCL's {entry.nccl} (`run`)."
-    return call
+    def rooted(self, out, inp, root: int = 0) -> None:
+        self.run(entry.name, out, inp, root)
+
+    method = rooted if entry.rooted else call
+    method.__name__ = method.__qualname__ = entry.name
+    method.__doc__ = f"{entry.description}, by NCCL's {entry.nccl} (`run`)."
+    return method
 
 
 for _entry in COLLECTIVES.values():

@@ -25,6 +25,9 @@ from ..vocabulary import families
 REDUCIBLE = {"float32": "float", "bfloat16": "__nv_bfloat16"}  # dtype -> the C++ type the kernels sum in
 MECHANISMS = ("auto", *families("sm", "ll", "ce"))  # `mechanism` of Collectives (pkit.vocabulary's families)
 LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the staging buffer)
+ROOTED = {"source": "only the root's input moves: every rank gets it",
+          "sink": "only the root's output is written: other ranks' outputs are left as they were"}
+"""`rooted` of a CollectiveOp: how a rooted op uses its root (NCCL's `root`, torch.distributed's `src` or `dst`)."""
 KERNEL_FILES = {"sm": "collectives.cu", "ll": "ll_collectives.cu", "staged": "staged_collectives.cu"}
 """Kernel family -> its file under pkit/kernels/: register-level kernels (Collectives' "sm"), LL packets ("ll"),
 and the staged kernels pkit.dist runs on plain torch tensors."""
@@ -36,7 +39,7 @@ class CollectiveOp:
 
     name: str  # key of COLLECTIVES, `op` column of results, method of Collectives and function of pkit.dist
     description: str  # one line: what each rank's output holds
-    reference: Callable[[list, int], np.ndarray]  # rank r's output from every rank's input (NumPy, see below)
+    reference: Callable[[list, int, int], np.ndarray | None]  # rank r's output from every input, given the root
     bus_factor: Callable[[int], float]  # nccl-tests' busbw / algbw for n ranks: the link bytes per GPU over S
     traffic: str  # what each GPU moves over its links, in words (the roofline explorer shows it)
     kernels: Mapping[str, tuple[str, ...]]  # family (KERNEL_FILES) -> kernel names, one per algorithm it runs
@@ -44,18 +47,39 @@ class CollectiveOp:
     output_by_rank: bool = False  # the output holds one piece per rank, else one piece
     reduces: bool = False  # sums float32 or bfloat16 (REDUCIBLE); its kernels are templates over the summed type
     summands: str | None = None  # a reduction's move that brings rank r, in rank order, every part r sums
-    torch: str | None = None  # the torch.distributed function, called (output, input)
+    torch: str | None = None  # the torch.distributed function, called (output, input), then the root if rooted
     torch_in_place: bool = False  # ... or on one tensor that is both
     nccl: str | None = None  # the NCCL call of the one-process baseline (pkit.ops.baselines.NCCL_CALLS)
     mechanisms: tuple[str, ...] = MECHANISMS[1:]  # Collectives' mechanisms that run it; "sm" is auto's fallback
     algorithms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # mechanism or family -> algorithms
     ll_auto_max_bytes: int = -1  # "auto" picks "ll" up to this many bytes per peer (-1: never)
     ce_auto_min_bytes: float = math.inf  # "auto" picks "ce" from this many bytes per peer (one process only)
+    rooted: str | None = None  # ROOTED: "source" (only the root's input moves) or "sink" (only its output is written)
 
     def __post_init__(self):
+        if not self.name.isidentifier():
+            raise ValueError(f"name: expected a Python identifier (it names a method of Collectives), got {self.name!r}")
+        if self.rooted not in (None, *ROOTED):
+            raise ValueError(f"rooted: expected None or one of {list(ROOTED)}, got {self.rooted!r}")
         picks = ["sm"] + ["ll"] * (self.ll_auto_max_bytes >= 0) + ["ce"] * (self.ce_auto_min_bytes < math.inf)
         if not set(picks) <= set(self.mechanisms):
             raise ValueError(f"mechanisms: {self.name} needs {picks} (what auto may pick), got {self.mechanisms}")
+
+    def root(self, root: int | None, ranks: int) -> int | None:
+        """The root a call runs with: `root` (default 0) checked to be a rank of `ranks` for a rooted op, None for
+        another (which takes none)."""
+        if self.rooted is None:
+            if root is not None:
+                raise ValueError(f"root: expected None ({self.name} has no root), got {root!r}")
+            return None
+        root = 0 if root is None else root
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < ranks:
+            raise ValueError(f"root: expected a rank of the team, 0 to {ranks - 1}, got {root!r}")
+        return int(root)
+
+    def writes(self, rank: int, root: int | None) -> bool:
+        """Whether a call rooted at `root` writes rank `rank`'s output (all but a "sink" op's non-root ranks)."""
+        return self.rooted != "sink" or rank == root
 
     def per_peer(self, total: int, ranks: int) -> int:
         """One piece: what one rank sends one peer in the one-shot form, for S = `total` (elements or bytes)."""
@@ -110,7 +134,8 @@ def fits(mechanism: str, nbytes: int) -> bool:
 
 
 # References: rank r's output from every rank's input (a list, rank order) as NumPy arrays whose dimension 0 splits
-# into shares. Sums add in rank order in the inputs' dtype, as the kernels do in fp32.
+# into shares, for a call rooted at `root` (unrooted ops ignore it); None where the call leaves rank r's output as it
+# was. Sums add in rank order in the inputs' dtype, as the kernels do in fp32.
 
 def _share(x: np.ndarray, rank: int, ranks: int) -> np.ndarray:
     """The `rank`-th of `ranks` equal shares of `x` along dimension 0."""
@@ -118,20 +143,32 @@ def _share(x: np.ndarray, rank: int, ranks: int) -> np.ndarray:
     return x[rank * share:(rank + 1) * share]
 
 
-def _sum(inputs, rank):
+def _sum(inputs, rank, root=0):
     return reduce(np.add, inputs)
 
 
-def _sum_share(inputs, rank):
+def _sum_share(inputs, rank, root=0):
     return _share(_sum(inputs, rank), rank, len(inputs))
 
 
-def _concatenation(inputs, rank):
+def _concatenation(inputs, rank, root=0):
     return np.concatenate(inputs)
 
 
-def _transposition(inputs, rank):
+def _transposition(inputs, rank, root=0):
     return np.concatenate([_share(x, rank, len(inputs)) for x in inputs])
+
+
+def _root_input(inputs, rank, root=0):
+    return inputs[root]
+
+
+def _sum_at_root(inputs, rank, root=0):
+    return _sum(inputs, rank) if rank == root else None
+
+
+def _whole(ranks: int) -> float:
+    return 1.0
 
 
 def _peers_share(ranks: int) -> float:
@@ -168,6 +205,16 @@ COLLECTIVES = {c.name: c for c in (
                  kernels={"sm": ("all_to_all",), "ll": ("all_to_all_ll",), "staged": ("staged_all_to_all",)},
                  input_by_rank=True, output_by_rank=True, torch="all_to_all_single", nccl="send/recv",
                  ll_auto_max_bytes=512 << 10),
+    # The rooted ops: auto keeps to "sm" until a measurement on two GPUs or more says where "ll" and "ce" win.
+    CollectiveOp("broadcast", "every rank gets the root's buffer", _root_input, _whole,
+                 "the root sends its whole message to every peer (a pipelined ring: the message once per GPU)",
+                 kernels={"sm": ("broadcast",), "ll": ("broadcast_ll",)}, torch="broadcast", torch_in_place=True, nccl="broadcast",
+                 rooted="source"),
+    CollectiveOp("reduce", "the root gets the sum of every rank's buffer; other ranks' outputs are left as they were",
+                 _sum_at_root, _whole,
+                 "every peer sends its whole message towards the root (a pipelined ring: the message once per GPU)",
+                 kernels={"sm": ("reduce",), "ll": ("reduce_ll",)}, reduces=True, summands="all_gather",
+                 torch="reduce", torch_in_place=True, nccl="reduce", rooted="sink"),
 )}
 
 
@@ -226,7 +273,8 @@ def choose(op: str, nbytes: int, mechanism: str, single_process: bool = True) ->
 
 
 def bus_bandwidth_factor(op: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw factor: all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all (n−1)/n."""
+    """nccl-tests' busbw / algbw factor (the entry's `bus_factor`): e.g. all-reduce 2(n−1)/n, all-gather (n−1)/n,
+    broadcast 1."""
     if ranks < 1:
         raise ValueError(f"ranks: expected a positive team size, got {ranks}")
     return collective(op).bus_factor(ranks)

@@ -1,10 +1,12 @@
-"""Collectives over a `pkit.Team`: all-gather, reduce-scatter, all-reduce (one-shot, two-shot), all-to-all.
+"""Collectives over a `pkit.Team`: every op of the collective registry (`COLLECTIVES`, `list_collectives()`).
 
 Inputs and outputs are SymmetricArrays (float32 or bfloat16 for reductions; any dtype to move). Each call
 enqueues its work on the current stream of every local GPU (kernels, or for "ce" copies on side streams
 that those streams wait for) and returns; `team.synchronize()` waits. docs/collectives.md is the guide. Sizes count elements
 of the whole collective as nccl-tests does: all-gather's output and reduce-scatter's input hold
-`size × share` elements; all-reduce and all-to-all buffers are equal on every rank.
+`size × share` elements; all-reduce and all-to-all buffers are equal on every rank. A rooted op (broadcast,
+reduce: `CollectiveOp.rooted`) takes `root=` a rank (default 0) and follows NCCL: a broadcast leaves the root's
+buffer in every rank's output; a reduce writes the sum to the root's output only.
 
 Each op is an entry of the collective registry (pkit/ops/collective_ops.py; its names, COLLECTIVES, `collective`,
 `choose`, `bandwidths` and the rest, import from here too): `Collectives.run(name, ...)` runs any registered op,
@@ -21,8 +23,9 @@ Mechanisms (the `mechanism` argument; "auto" picks by op and size, see `choose`)
 
 Example (the registry on any machine, then a collective on the GPUs):
     >>> from pkit.ops.collectives import collective, list_collectives
-    >>> list_collectives()["name"].tolist()
-    ['all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all']
+    >>> from pkit.ops.collectives import COLLECTIVES
+    >>> list_collectives()["name"].tolist() == list(COLLECTIVES)  # one row per registered op
+    True
     >>> ag = collective("all_gather")  # S = 1024 elements on 4 GPUs: (input, output) counts, piece, busbw factor
     >>> ag.counts(1024, 4), ag.per_peer(1024, 4), ag.bus_factor(4)
     ((256, 1024), 256, 0.75)
@@ -45,7 +48,7 @@ from ..compiler import Kernel
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
 from ..team import _BARRIER_BLOCKS
-from .collective_ops import LL_MAX_BYTES, REDUCIBLE, CollectiveOp, choose, collective, fits, kernel_names
+from .collective_ops import LL_MAX_BYTES, REDUCIBLE, ROOTED, CollectiveOp, choose, collective, fits, kernel_names
 # The registry's other names, which callers import from here (pkit.ops.overlap, pkit.lesson, the cli, scripts):
 from .collective_ops import (COLLECTIVES, MECHANISMS, bandwidths, bus_bandwidth_factor,  # noqa: F401
                              list_collectives, listing, lookup, per_peer_bytes)
@@ -125,15 +128,16 @@ class Collectives:
         share a GPU."""
         return max(1, min(self._sms, -(-n16 // threads)))
 
-    def _launch_ll(self, name: str, inp, out, n16: int) -> None:
-        """Launch LL kernel `name` on every local rank; each call takes its epoch from the rank's device state."""
+    def _launch_ll(self, name: str, inp, out, n16: int, root: int = 0) -> None:
+        """Launch LL kernel `name` on every local rank; each call takes its epoch from the rank's device state.
+        `root`: a rooted op's root (the others ignore it)."""
         team, staging, state = self.team, self._ll_staging, self._ll_state
         threads = ll_threads(n16, self._sms)
         team.launch(self._kernel(name, self._ll_module), (self._grid(n16, threads),), (threads,),
                     lambda r: (LL_CALL.pack(inp=inp.address(r), out=out.address(r), n16=n16,
                                             bases=staging.table(r).data.ptr, cap_lines=_ll_lines_per_sender(),
                                             state=state.address(r), shift=LL_GROUP_SHIFT[threads], rank=r,
-                                            size=team.size),))
+                                            size=team.size, root=root),))
 
     def _mechanism(self, op: str, nbytes: int, mechanism: str) -> str:
         """The mechanism to use, checked against the LL size limit."""
@@ -143,13 +147,13 @@ class Collectives:
                              f"sends {nbytes}; use 'sm' or 'auto'")
         return chosen
 
-    def _launch(self, name: str, inp, out, n16: int) -> None:
-        """Launch SM kernel `name` on every local rank over `n16` packs per loop."""
+    def _launch(self, name: str, inp, out, n16: int, root: int = 0) -> None:
+        """Launch SM kernel `name` on every local rank over `n16` packs per loop (`root`: as for `_launch_ll`)."""
         team, flags = self.team, self.team.barrier_flags
         grid = min(_BARRIER_BLOCKS, self._grid(n16, THREADS))  # one barrier flag row per block
         team.launch(self._kernel(name), (grid,), (THREADS,),
                     lambda r: (SM_CALL.pack(inp=inp.table(r).data.ptr, out=out.table(r).data.ptr, n16=n16,
-                                            flags=flags.table(r).data.ptr, rank=r, size=team.size),))
+                                            flags=flags.table(r).data.ptr, rank=r, size=team.size, root=root),))
 
     def _check_pair(self, out, inp) -> None:
         """Both buffers belong to this team and differ (no collective runs in place)."""
@@ -183,9 +187,10 @@ class Collectives:
             raise ValueError(f"dtype: reductions support {sorted(REDUCIBLE)}, got {array.dtype}")
         return REDUCIBLE[array.dtype]
 
-    def _collective(self, entry: CollectiveOp, out, inp, mechanism: str = "auto") -> None:
+    def _collective(self, entry: CollectiveOp, out, inp, mechanism: str = "auto", root: int | None = None) -> None:
         """Op `entry`, one kernel per family, from its layout (`CollectiveOp.pieces`): each buffer is one piece or
-        one per rank, and one piece is what a rank sends each peer."""
+        one per rank, and one piece is what a rank sends each peer. A rooted op runs from or to `root`."""
+        root = entry.root(root, self.team.size)
         self._check_pair(out, inp)
         ins, outs = entry.pieces(self.team.size)
         given, checked_arg, checked = (out, "inp", inp) if outs < ins else (inp, "out", out)  # the smaller sets S
@@ -199,18 +204,23 @@ class Collectives:
         chosen = self._mechanism(entry.name, nbytes, mechanism)
         if chosen == "ce" and entry.reduces:
             return self._ce_reduce(self._copy_engines, out, inp, nbytes, ctype, entry.input_by_rank,
-                                   entry.output_by_rank)
+                                   entry.output_by_rank, owners=[root] if entry.rooted == "sink" else None)
         if chosen == "ce":
+            senders = {root} if entry.rooted == "source" else range(self.team.size)
             return self._copy_engines.move(out, inp, nbytes, lambda r, q: (q, q * nbytes * entry.input_by_rank,
-                                                                           r * nbytes * entry.output_by_rank))
+                                                                           r * nbytes * entry.output_by_rank)
+                                           if r in senders else None)
         launch = self._launch_ll if chosen == "ll" else self._launch
-        launch(entry.kernel(chosen, ctype), inp, out, nbytes // 16)
+        launch(entry.kernel(chosen, ctype), inp, out, nbytes // 16, root or 0)
 
-    def _ce_reduce(self, engines, out, inp, nbytes: int, ctype: str, by_rank_in: bool, by_rank_out: bool) -> None:
+    def _ce_reduce(self, engines, out, inp, nbytes: int, ctype: str, by_rank_in: bool, by_rank_out: bool,
+                   owners=None) -> None:
         """Copy-engine reduction on `engines` of pieces of `nbytes`: rank r sums piece r of every input (the whole
-        input unless `by_rank_in`) into its output, and with `by_rank_out` into piece r of every rank's output."""
+        input unless `by_rank_in`) into its output, and with `by_rank_out` into piece r of every rank's output; only
+        the ranks of `owners` (default: every rank) sum."""
         engines.reduce(out, inp, nbytes, self._kernel(f"reduce_staged<{ctype}>"), gather=by_rank_out,
-                       src_offset=lambda r: r * nbytes * by_rank_in, out_offset=lambda r: r * nbytes * by_rank_out)
+                       src_offset=lambda r: r * nbytes * by_rank_in, out_offset=lambda r: r * nbytes * by_rank_out,
+                       owners=owners)
 
     def all_reduce(self, out, inp, algorithm: str = "auto", mechanism: str = "auto") -> None:
         """out[r] = sum over ranks q of inp[q].
@@ -257,8 +267,9 @@ class Collectives:
         return nbytes
 
     def run(self, op: str, out, inp, **options) -> None:
-        """Collective `op` by name (a key of COLLECTIVES), e.g. run("all_gather", out, inp, mechanism="sm"). An op
-        whose mechanisms run several algorithms has a method of its own that picks one (all_reduce)."""
+        """Collective `op` by name (a key of COLLECTIVES), e.g. run("all_gather", out, inp, mechanism="sm"), or
+        run("broadcast", out, inp, root=1) for a rooted op. An op whose mechanisms run several algorithms has a
+        method of its own that picks one (all_reduce)."""
         entry = collective(op)
         if entry.algorithms:
             return getattr(self, op)(out, inp, **options)
@@ -266,13 +277,18 @@ class Collectives:
 
 
 def _method(entry: CollectiveOp):
-    """Collectives.<op>(out, inp, mechanism="auto"): `run` of a registered op."""
+    """Collectives.<op>(out, inp, mechanism="auto"), with `root=0` for a rooted op: `run` of a registered op."""
     def call(self, out, inp, mechanism: str = "auto") -> None:
         self._collective(entry, out, inp, mechanism)
 
-    call.__name__ = call.__qualname__ = entry.name
-    call.__doc__ = f"{entry.description} (`Collectives.run`; `mechanism`: one of {entry.mechanisms} or 'auto')."
-    return call
+    def rooted(self, out, inp, root: int = 0, mechanism: str = "auto") -> None:
+        self._collective(entry, out, inp, mechanism, root)
+
+    method = rooted if entry.rooted else call
+    method.__name__ = method.__qualname__ = entry.name
+    method.__doc__ = (f"{entry.description} (`Collectives.run`; `mechanism`: one of {entry.mechanisms} or 'auto'"
+                      + (f"; `root`: a rank, {ROOTED[entry.rooted]}" if entry.rooted else "") + ").")
+    return method
 
 
 for _entry in COLLECTIVES.values():
@@ -285,10 +301,10 @@ for _entry in COLLECTIVES.values():
 SM_KERNELS = (*kernel_names("sm"), *(f"reduce_staged<{ctype}>" for ctype in REDUCIBLE.values()))
 LL_KERNELS = kernel_names("ll")
 SM_CALL = KernelArgs("SMCall", (("inp", "ptr"), ("out", "ptr"), ("n16", "u64"), ("flags", "ptr"), ("rank", "i32"),
-                                ("size", "i32")))
+                                ("size", "i32"), ("root", "i32")))
 LL_CALL = KernelArgs("LLCall", (("inp", "ptr"), ("out", "ptr"), ("n16", "u64"), ("bases", "ptr"),
                                 ("cap_lines", "u64"), ("state", "ptr"), ("shift", "u32"), ("rank", "i32"),
-                                ("size", "i32")))
+                                ("size", "i32"), ("root", "i32")))
 
 
 def next_epoch(epoch: int) -> int:

@@ -21,7 +21,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -87,26 +87,31 @@ class CopyEngines:
         """Each role's side streams, one per rank (what Team.fork and Team.join take)."""
         return [[self._stream(r, role) for r in range(self.team.size)] for role in roles]
 
-    def move(self, out, inp, nbytes: int, plan: Callable[[int, int], tuple[int, int, int]]) -> None:
+    def move(self, out, inp, nbytes: int, plan: Callable[[int, int], tuple[int, int, int] | None]) -> None:
         """Rank r copies `nbytes` from inp[r] + src_off to out[q] + dst_off for each q, where
-        plan(r, q) = (q, src_off, dst_off); the peer copies go first, starting with the next rank."""
+        plan(r, q) = (q, src_off, dst_off), or None where r sends q nothing (a broadcast: every rank but the root);
+        the peer copies go first, starting with the next rank."""
         n = self.team.size
         self.team.fork(*self._lanes(("push",)))  # inputs ready, outputs free
         for r in range(n):
             for step in range(1, n + 1):
-                q, src_off, dst_off = plan(r, (r + step) % n)
-                self._copy(out[q].data.ptr + dst_off, q, inp[r].data.ptr + src_off, r, nbytes, r, "push")
+                if (copy := plan(r, (r + step) % n)) is not None:
+                    q, src_off, dst_off = copy
+                    self._copy(out[q].data.ptr + dst_off, q, inp[r].data.ptr + src_off, r, nbytes, r, "push")
         self.team.join(*self._lanes(("push",)))  # all writes landed, inputs read
 
     def reduce(self, out, inp, share: int, kernel: Callable, src_offset: Callable[[int], int],
-               out_offset: Callable[[int], int], gather: bool) -> None:
-        """Sum rank r's part (`share` bytes at src_offset(r) of every inp[q]) into out[r] + out_offset(r); with
-        `gather`, also copy it to every peer's out[q] + out_offset(r). `kernel` is reduce_staged for the dtype."""
+               out_offset: Callable[[int], int], gather: bool, owners: Sequence[int] | None = None) -> None:
+        """Sum rank r's part (`share` bytes at src_offset(r) of every inp[q]) into out[r] + out_offset(r) for every
+        rank r of `owners` (default: every rank; a reduce to a root: the root alone, the others' outputs left as they
+        were); with `gather`, also copy it to every peer's out[q] + out_offset(r). `kernel` is reduce_staged for the
+        dtype."""
         import cupy as cp
 
         import pkit
 
         team, n = self.team, self.team.size
+        owners = range(n) if owners is None else owners
         sms = [pkit.devices()[d].sms for d in team.devices]
         chunk = min(self.chunk_bytes, share)  # staging stride
         roles = ("push", "gather") if gather else ("push",)
@@ -119,12 +124,14 @@ class CopyEngines:
                 stream = self._stream(q, "push")
                 for step in range(1, n):
                     r = (q + step) % n
+                    if r not in owners:
+                        continue
                     if c >= self.slots:
                         stream.wait_event(reduced[r, c - self.slots])
                     self._copy(self._stage(r) + (slot * (n - 1) + (q - r) % n - 1) * chunk, r,
                                inp[q].data.ptr + src_offset(r) + start, q, size, q, "push")
                 pushed.append(self._record(q, stream))
-            for r in range(n):
+            for r in owners:
                 dst = out[r].data.ptr + out_offset(r) + start
                 with cp.cuda.Device(team.devices[r]):
                     for q in range(n):
