@@ -62,8 +62,8 @@ def refusals(device, size: int) -> list[str]:
                                (lambda: pdist.reduce_scatter(torch.ones(size * 8 + 1, device=device)),
                                 ValueError, "x: expected dimension 0 to split"),
                                (lambda: pdist.all_gather([1.0, 2.0]), TypeError, "x: expected a torch.Tensor"),
-                               (lambda: pdist.run("broadcast", torch.ones(16, device=device)), ValueError,
-                                "op: expected one of ['all_reduce'")):
+                               (lambda: pdist.run("no-such-op", torch.ones(16, device=device)), ValueError,
+                                f"op: expected one of {list(pdist.OPS)}")):
         try:
             call()
             bad.append(f"no {error.__name__} for {words!r}")

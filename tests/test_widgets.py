@@ -62,7 +62,7 @@ def test_roofline_html_and_figure():
 
 
 @pytest.mark.parametrize("kwargs, match", [({"gpu": "V100"}, "gpu: expected one of"),
-                                           ({"collective": "broadcast"}, "collective: expected"),
+                                           ({"collective": "no-such-op"}, "collective: expected"),
                                            ({"world_size": 1}, "world_size: expected an integer >= 2"),
                                            ({"flops": -1.0}, "flops: expected a finite number >= 0"),
                                            ({"message_bytes": float("nan")}, "message_bytes"),
