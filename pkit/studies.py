@@ -192,9 +192,14 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
            Part("interference_partition", optional=True),
            *(Part(e, **_PEER, optional=True) for e in ("overlap_ag_gemm", "overlap_gemm_rs", "overlap_gemm_ar")),
            *(Part(e, **_NCCL, optional=True) for e in ("overlap_torch_ag_gemm", "overlap_torch_gemm_rs")),
-           Part("overlap_timeline", **_PEER, optional=True)), gpus=1,
+           Part("overlap_timeline", **_PEER, optional=True),
+           Part("overlap_emulated", optional=True, description="one rank of every overlap schedule on one GPU, its "
+                "peers' bytes paced through the copy engine at a link's rate (W = 2, 8)"),
+           Part("overlap_emulated_link", optional=True, description="the emulation's copies alone: paced rate held, "
+                "HBM traffic per byte, an SM copy on sm_pull's SMs")), gpus=1,
           record="python -m pkit.experiments.interference --record; python -m pkit.experiments.overlap gemm gemm_fp8 gemm_plans ag_gemm "
-                 "gemm_rs gemm_ar torch_ag_gemm torch_gemm_rs timeline --record"),
+                 "gemm_rs gemm_ar torch_ag_gemm torch_gemm_rs timeline --record; python -m "
+                 "pkit.experiments.overlap_emulated --record"),
     Study("roofline_gap", "how far the PyTorch + NCCL references sit from their communication-aware roofline, and "
           "how much pkit's solutions close", "pkit.experiments.roofline_gap", "06_roofline_gap",
           (Part("ceilings", **_NCCL), Part("baselines", **_NCCL), Part("pkit_solutions", **_NCCL)), gpus=0,

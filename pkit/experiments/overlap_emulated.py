@@ -1,0 +1,404 @@
+"""Overlap on one GPU: one rank of each overlap schedule runs its exact work while its peers' bytes arrive from
+stand-in buffers on the same GPU through the copy engine, paced at a link's rate.
+
+A rank of a W-GPU team is emulated on a one-GPU team of W ranks sharing the GPU (`Team([d] * W, share_gpus=True)`):
+the schedules of `pkit.ops.overlap` run as they are, only for rank 0 (`op.working`), the other ranks' buffers on
+the same GPU standing in for the peers. Where a schedule moves bytes by copy engine (ce_chunks, ce_flags, and the
+serial schedules' collective) each copy goes from the stand-in to rank 0's buffer in pieces that the host releases
+at the link's rate (`Pacer`): a piece is enqueued when a link of that rate, started with the call, would have
+delivered its last byte (at once when the host is late, so the average holds). A host-paced copy takes no SM; spin
+kernels between copies would wait for SMs the GEMM holds. A real rank's HBM is read for what it sends and written
+for what it receives; one local copy-engine copy of the bytes it receives reads and writes as many, so the emulated
+traffic matches. Serial is emulated the same way (the collective's bus bytes, CollectiveOp's factor, at the link
+rate, then the GEMM), so every speedup over serial is measured on equal terms.
+
+Schedules whose communication runs on SMs (sm_pull, tma_pull, tma_add) load and store the stand-ins in local HBM,
+seeing neither NVLink's latency nor its rate: their rows say `faithful` False, and `comm_GBps` says what rate their
+communication reached (link bytes over the schedule's time, a lower bound) against the link's; `link_checks`
+measures the paced copy alone (held to its rate), the unpaced local copy (its HBM traffic) and an SM copy on
+sm_pull's SMs.
+
+Example:
+    >>> piece_bytes(400e9), piece_bytes(64e9) >> 10                     # bytes per paced piece
+    (8000000, 1250)
+    >>> [n >> 20 for n in split(40 << 20, 16 << 20)]
+    [16, 16, 8]
+    >>> link_rate("h200x8")[0], link_rate(300)
+    (450.0, (300.0, 'given'))
+    >>> emulated(device=0)                                                                  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..ops.collective_ops import bus_bandwidth_factor
+from ..ops.overlap import AllGatherGemm, PartialGemm
+from ..ops.overlap_patterns import PATTERNS
+from . import overlap_model as M
+
+INNER = M.INNER  # the overlap sweep's N_local (AG+GEMM) and K_local (GEMM+RS/AR)
+WORLD_SIZES = (2, 8)
+ROUNDS = 3  # timed rounds per point, every schedule once a round, the order reversed every other round
+PERIOD_S = 20e-6  # a paced piece every 20 µs at least
+MIN_PIECE = 1 << 20
+LINK_MACHINE = "h200x2-nv18"  # whose recorded copy-engine rate is the default link
+CHECK_BYTES = 256 << 20  # the link checks' copies
+EXPERIMENTS = ("overlap_emulated", "overlap_emulated_link")
+
+
+def link_rate(link, root=None) -> tuple[float, str]:
+    """(GB/s one way, its source) of `link`: 'h200x2' (the copy engine's peer rate recorded on 2×H200,
+    results/h200x2-nv18/mechanisms_size_sweep), 'h200x8' (the H200 datasheet's NVLink per GPU, one way), 'pcie'
+    (the H200 datasheet's PCIe Gen5, one way), or a rate in GB/s ('given')."""
+    from ..hardware import GPUS, route_ceiling
+
+    if isinstance(link, (int, float, np.integer, np.floating)) and not isinstance(link, bool) and link > 0:
+        return float(link), "given"
+    if link == "h200x2":
+        two = M.recorded_link(LINK_MACHINE, root=root)
+        return two.ce_GBps, two.ceiling_source
+    if link == "h200x8":
+        sheet = GPUS["H200"]
+        return sheet.nvlink_gbps_per_direction, f"NVLink one way per GPU (H200 datasheet: {sheet.source})"
+    if link == "pcie":
+        return route_ceiling("H200", "h2d")
+    raise ValueError(f"link: expected 'h200x2', 'h200x8', 'pcie' or a positive rate in GB/s, got {link!r}")
+
+
+def piece_bytes(rate_Bps: float, period_s: float = PERIOD_S) -> int:
+    """Bytes per paced piece at `rate_Bps`: one piece per `period_s`, at least MIN_PIECE, a multiple of 16."""
+    if not rate_Bps > 0:
+        raise ValueError(f"rate_Bps: expected a positive rate, got {rate_Bps!r}")
+    return max(MIN_PIECE, int(rate_Bps * period_s) // 16 * 16)
+
+
+def split(nbytes: int, piece: int) -> list[int]:
+    """`nbytes` as pieces of `piece` bytes, the last one shorter where they do not divide."""
+    if nbytes < 0 or piece <= 0:
+        raise ValueError(f"nbytes, piece: expected nbytes >= 0 and piece > 0, got {nbytes} and {piece}")
+    return [min(piece, nbytes - at) for at in range(0, nbytes, piece)]
+
+
+def _memcpy(dst: int, src: int, nbytes: int, stream) -> None:
+    import cupy as cp
+
+    cp.cuda.runtime.memcpyAsync(dst, src, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+
+
+@dataclass
+class Pacer:
+    """Copies released from the host at `rate_Bps`: after `start()`, a piece is enqueued (by `enqueue(dst, src,
+    nbytes, stream)`) when a link of that rate started then would have delivered its last byte; at once where the
+    host is late. `releases` holds (seconds after start, bytes) per piece; with `events`, a CUDA event after each
+    copy (`last_end`) tells when the paced bytes landed."""
+
+    rate_Bps: float
+    period_s: float = PERIOD_S
+    clock: Callable[[], float] = time.perf_counter
+    enqueue: Callable = _memcpy
+    events: bool = True
+    moved: int = 0
+    releases: list = field(default_factory=list)
+    last_end: object = None
+    _t0: float = 0.0
+
+    def start(self) -> None:
+        self._t0, self.moved, self.releases, self.last_end = self.clock(), 0, [], None
+
+    def copy(self, dst: int, src: int, nbytes: int, stream) -> None:
+        """Enqueue `nbytes` from address `src` to `dst` on `stream` (a CuPy stream), piece by piece at the rate."""
+        offset = 0
+        for n in split(nbytes, piece_bytes(self.rate_Bps, self.period_s)):
+            due = self._t0 + (self.moved + n) / self.rate_Bps
+            while self.clock() < due:
+                pass
+            self.releases.append((self.clock() - self._t0, n))
+            self.enqueue(dst + offset, src + offset, n, stream)
+            offset += n
+            self.moved += n
+        if self.events:
+            import cupy as cp
+
+            self.last_end = cp.cuda.Event()
+            self.last_end.record(stream)
+
+
+class _EmulatedGather(AllGatherGemm):
+    """AllGatherGemm's rank 0 with its peers standing in: each chunk it receives is a paced local copy from the
+    peer's buffer; the serial schedule's all-gather is those chunks, in the same order, on the current stream."""
+
+    def __init__(self, team, pacer: Pacer, **shape):
+        super().__init__(team, **shape)
+        self.working, self.pacer = (0,), pacer
+
+    def _copy_rows(self, rank: int, peer: int, row: int, stream) -> None:
+        offset, nbytes = row * self.k * 2, self.chunk_rows * self.k * 2
+        self.pacer.copy(self.gathered.address(rank) + offset, self.gathered.address(peer) + offset, nbytes, stream)
+
+    def _collective(self) -> None:
+        import cupy as cp
+
+        stream = cp.cuda.get_current_stream()
+        for q, row in self._peer_chunks(0):
+            self._copy_rows(0, q, row, stream)
+
+
+class _EmulatedPartial(PartialGemm):
+    """PartialGemm's rank 0 with its peers standing in: the serial schedule's collective is its bus bytes
+    (CollectiveOp's factor: W − 1 pieces of M/W rows for reduce-scatter, 2(W − 1) for all-reduce), paced local
+    copies from the peers' partial products into rank 0's output."""
+
+    def __init__(self, team, pacer: Pacer, **shape):
+        super().__init__(team, **shape)
+        self.working, self.pacer = (0,), pacer
+
+    def _collective(self) -> None:
+        import cupy as cp
+
+        stream, w = cp.cuda.get_current_stream(), self.team.size
+        piece = self.m // w * self.n * 2
+        steps = round(bus_bandwidth_factor(PATTERNS[self.pattern].nccl_op, w) * w)
+        slots = self.out_rows * self.n * 2 // piece
+        for i in range(steps):
+            src = self.partials.address(1 + i % (w - 1)) + (i % w) * piece
+            self.pacer.copy(self.outputs.address(0) + (i % slots) * piece, src, piece, stream)
+
+
+def _op(pattern: str, team, pacer: Pacer, inner: int):
+    """The emulated op of `pattern` at the overlap sweep's point `inner`, inputs random on the GPU."""
+    m, k, n = M.shape_of(pattern, inner, team.size)
+    if PATTERNS[pattern].flow == "in":
+        op = _EmulatedGather(team, pacer, m=m, k=k, n_local=n)
+        for r in range(team.size):
+            op.shard(r).normal_()
+        op.weight(0).normal_()
+        return op
+    op = _EmulatedPartial(team, pacer, m=m, k_local=k // team.size, n=n, scatter=PATTERNS[pattern].op_options["scatter"])
+    for buffer in (op.lhs(0), op.weight(0), *(op.partials.torch(r) for r in range(1, team.size))):
+        buffer.normal_()
+    return op
+
+
+def _timed(op, schedule: str, options: dict, pacer: Pacer, device: int) -> tuple[float, float]:
+    """(ms of one call from an idle GPU, GB/s the paced copies reached in it; NaN where it made none)."""
+    import cupy as cp
+
+    cp.cuda.Device(device).synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    pacer.start()
+    op.run(schedule, **options)
+    end.record()
+    end.synchronize()
+    ms = cp.cuda.get_elapsed_time(start, end)
+    landed = cp.cuda.get_elapsed_time(start, pacer.last_end) if pacer.moved else float("nan")
+    return ms, pacer.moved / (landed * 1e-3) / 1e9 if pacer.moved else float("nan")
+
+
+def _poison(op) -> None:
+    """NaN in rank 0's output and in the rows its peers send it, so a check after the next call sees what it did."""
+    import torch
+
+    op.out(0).fill_(float("nan"))
+    for q in range(1, op.team.size):
+        op._a[0][q * op.shard_rows:(q + 1) * op.shard_rows].fill_(float("nan"))
+    torch.cuda.synchronize()
+
+
+def _check_gather(op) -> tuple[bool, float]:
+    """Rank 0's output against the float32 product of every rank's own rows (each in its own buffer) and its
+    weight."""
+    import torch
+
+    from .overlap_checks import bf16_match
+
+    rows = torch.cat([op.shard(q).float() for q in range(op.team.size)])
+    return bf16_match(op.out(0), rows @ op.weight(0).float().T, terms=op.k)
+
+
+def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequence[int] = WORLD_SIZES,
+             inner: Sequence[int] = INNER, patterns: Sequence[str] = M.PATTERNS, rounds: int = ROUNDS,
+             root=None) -> pd.DataFrame:
+    """Every schedule of each pattern (its registry grid) at the overlap sweep's shapes (`inner`), one rank of
+    W = each of `world_sizes` on GPU `device`, peers emulated at each of `links` (`link_rate`). Each point: a
+    warm-up call (AG+GEMM's output checked against float32), then `rounds` rounds timing every schedule once from
+    an idle GPU, the order reversed every other round; speedup_vs_serial is the median of the rounds' ratios.
+
+    Rows: link, link_GBps, link_source, pattern, schedule, comm_sms, gpus, m, k, n, inner, time_median_us,
+    time_min_us, time_max_us, speedup_vs_serial, link_bytes (what one rank moves over its link: the schedule's
+    structure, `overlap_model.link_bytes`), hbm_bytes (the HBM traffic those bytes make on a real rank: read where
+    sent, written where received; the emulated copy makes as much), comm_GBps (the paced copies' rate within the
+    call, or for SM-driven communication link_bytes over the time), comm_over_link, faithful (its bytes move by the
+    paced copy engine), verified (AG+GEMM rank 0 against float32; None where its output sums stand-ins)."""
+    import cupy as cp
+
+    import pkit
+
+    rates = [(link, *link_rate(link, root)) for link in links]
+    rows = []
+    with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True):
+        points = [(r, w, p, x) for r in rates for w in world_sizes for p in patterns for x in inner]
+        teams = {w: pkit.Team([device] * w, share_gpus=True) for w in world_sizes}
+        for (link, gbps, source), w, pattern, x in tqdm(points, desc="emulated overlap points"):
+            pacer = Pacer(gbps * 1e9)
+            op = _op(pattern, teams[w], pacer, x)
+            variants = [(s, o) for s in PATTERNS[pattern].names for o in PATTERNS[pattern].schedule(s).variants()]
+            verdicts = {}
+            gather = PATTERNS[pattern].flow == "in"
+            for s, o in variants:
+                if gather:
+                    _poison(op)
+                _timed(op, s, o, pacer, device)
+                verdicts[s] = _check_gather(op) if gather else (None, float("nan"))
+            times = {v: [] for v in range(len(variants))}
+            rates_seen = {v: [] for v in range(len(variants))}
+            for r in range(rounds):
+                order = range(len(variants)) if r % 2 == 0 else reversed(range(len(variants)))
+                for v in order:
+                    ms, comm = _timed(op, *variants[v], pacer, device)
+                    times[v].append(ms)
+                    rates_seen[v].append(comm)
+            serial = np.array(times[0])
+            for v, (s, o) in enumerate(variants):
+                rows.append(_row(link, gbps, source, pattern, s, o, w, op, x, np.array(times[v]), serial,
+                                 rates_seen[v], verdicts[s]))
+            del op
+    return pd.DataFrame(rows)
+
+
+def _row(link, gbps, source, pattern, schedule, options, w, op, inner, times, serial, seen, verdict) -> dict:
+    m, k, n = M.shape_of(pattern, inner, w)
+    entry = PATTERNS[pattern].schedule(schedule)
+    moved = M.link_bytes(pattern, schedule, m, k, n, w)
+    ms = float(np.median(times))
+    faithful = entry.transfer in ("ce", "nccl")
+    comm = float(np.median(seen)) if faithful else moved / (ms * 1e-3) / 1e9
+    return {"link": str(link), "link_GBps": gbps, "link_source": source, "pattern": pattern, "schedule": schedule,
+            "comm_sms": options.get("comm_sms", 0), "gpus": w, "m": m, "k": k, "n": n, "inner": inner,
+            "time_median_us": ms * 1e3, "time_min_us": float(times.min()) * 1e3,
+            "time_max_us": float(times.max()) * 1e3, "speedup_vs_serial": float(np.median(serial / times)),
+            "link_bytes": moved, "hbm_bytes": moved * M.describe(pattern, schedule).structure.hbm_per_link_byte,
+            "comm_GBps": comm, "comm_over_link": comm / gbps, "faithful": faithful, "verified": verdict[0]}
+
+
+def link_checks(device: int = 0, links: Sequence = ("h200x2",), nbytes: int = CHECK_BYTES, comm_sms: int = 16,
+                reps: int = 5, root=None) -> pd.DataFrame:
+    """What the emulation's copies are, measured alone on GPU `device`, per link of `links`: the paced copy of
+    `nbytes` (paced_GBps, held = paced over the rate asked), the same copy unpaced (free_GBps) and the HBM traffic it
+    makes per byte copied (hbm_bytes_per_byte: HBM's read + write rate recorded for a local copy,
+    results/<this machine>/hierarchy_matrix where recorded, over free_GBps; 2 for a copy that reads and writes each
+    byte once), and an SM copy on `comm_sms` SMs (sm_pull's), which an emulated sm_pull runs at locally
+    (sm_GBps, sm_over_link)."""
+    import cupy as cp
+
+    from .. import results
+    from ..ops.transfers import peer_copy
+    from ..timing import bench
+
+    hbm = float("nan")
+    machine = results.machine_slug()
+    if results.is_recorded("hierarchy_matrix", machine, root=root):
+        matrix = results.load("hierarchy_matrix", machine, root=root).frame
+        local = matrix[matrix["testcase"] == "device_local_copy"]
+        hbm = float(local["bandwidth_GBps"].iloc[0]) if len(local) else hbm
+    rows = []
+    with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True) as stream:
+        src = cp.random.randint(0, 256, nbytes, dtype=cp.uint8)
+        dst = cp.empty(nbytes, dtype=cp.uint8)
+        free = bench(lambda: peer_copy(dst, src, "ce"), devices=[device], warmup=2, reps=reps).median_ms
+        sm = bench(lambda: peer_copy(dst, src, "sm", comm_sms), devices=[device], warmup=2, reps=reps).median_ms
+        for link in links:
+            gbps, source = link_rate(link, root)
+            pacer = Pacer(gbps * 1e9)
+            paced = []
+            for _ in range(reps):
+                stream.synchronize()
+                start = cp.cuda.Event()
+                start.record(stream)
+                pacer.start()
+                pacer.copy(dst.data.ptr, src.data.ptr, nbytes, stream)
+                pacer.last_end.synchronize()
+                paced.append(nbytes / (cp.cuda.get_elapsed_time(start, pacer.last_end) * 1e-3) / 1e9)
+            verified = bool(cp.array_equal(src, dst))
+            free_GBps, sm_GBps = nbytes / (free * 1e-3) / 1e9, nbytes / (sm * 1e-3) / 1e9
+            rows.append({"link": str(link), "link_GBps": gbps, "link_source": source, "bytes": nbytes,
+                         "paced_GBps": float(np.median(paced)), "held": float(np.median(paced)) / gbps,
+                         "free_GBps": free_GBps, "hbm_recorded_GBps": hbm, "hbm_bytes_per_byte": hbm / free_GBps,
+                         "comm_sms": comm_sms, "sm_GBps": sm_GBps, "sm_over_link": sm_GBps / gbps,
+                         "verified": verified})
+    return pd.DataFrame(rows)
+
+
+def parameters(device: int, links: Sequence, world_sizes: Sequence[int], rounds: int) -> dict:
+    """The parameters recorded with both experiments.
+
+    >>> parameters(0, ["h200x2", 300.0], (2, 8), 3)
+    {'device': 0, 'links': ['h200x2', '300.0'], 'world_sizes': [2, 8], 'rounds': 3}
+    """
+    return {"device": int(device), "links": [str(x) for x in links], "world_sizes": [int(w) for w in world_sizes],
+            "rounds": int(rounds)}
+
+
+def _link_arg(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def measure(experiment: str, device: int = 0, links: Sequence = ("h200x2",), world_sizes=WORLD_SIZES,
+            rounds: int = ROUNDS) -> pd.DataFrame:
+    """One of EXPERIMENTS: 'overlap_emulated' (`emulated`) or 'overlap_emulated_link' (`link_checks`)."""
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"experiment: expected one of {EXPERIMENTS}, got {experiment!r}")
+    if experiment == "overlap_emulated":
+        return emulated(device, links, world_sizes, rounds=rounds)
+    return link_checks(device, links)
+
+
+def main(argv=None) -> None:
+    """Measure both experiments on one GPU and print them; --record writes results/<machine>/<experiment>.*."""
+    import argparse
+
+    from .. import results
+    from ..studies import require_part
+
+    parser = argparse.ArgumentParser(prog="python -m pkit.experiments.overlap_emulated", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--links", nargs="+", type=_link_arg, default=["h200x2"],
+                        help="h200x2 (recorded), h200x8 (datasheet), pcie (datasheet) or GB/s")
+    parser.add_argument("--world-sizes", type=int, nargs="+", default=list(WORLD_SIZES))
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--record", action="store_true", help="write results/<machine>/overlap_emulated*.{csv,json}")
+    args = parser.parse_args(argv)
+    for experiment in EXPERIMENTS:
+        require_part(experiment, prog=parser.prog)
+    params = parameters(args.device, args.links, args.world_sizes, args.rounds)
+    for experiment in EXPERIMENTS:
+        frame = measure(experiment, args.device, args.links, args.world_sizes, args.rounds)
+        with pd.option_context("display.width", 200, "display.max_columns", None):
+            print(frame.round(3), flush=True)
+        if args.record:
+            print(f"recorded {results.record(experiment, frame, params).csv_path}", flush=True)
+
+
+def recorded(experiment: str, *, mode: str, machine: str, device: int = 0, links: Sequence = ("h200x2",),
+             world_sizes=WORLD_SIZES, rounds: int = ROUNDS):
+    """One of EXPERIMENTS through `pkit.studies.measure_or_replay` (measured on one GPU and recorded, or replayed
+    from `machine`); None, after a line saying why, where it is not recorded there."""
+    from ..studies import measure_or_replay
+
+    return measure_or_replay(experiment, lambda: measure(experiment, device, links, world_sizes, rounds), mode=mode,
+                             machine=machine,
+                             parameters=parameters(device, links, world_sizes, rounds) if mode == "measure" else None)
+
+
+if __name__ == "__main__":
+    main()
