@@ -1,0 +1,78 @@
+"""The one-GPU emulation of a rank's overlap: pacing logic on CPU, the paced copy and a tiny study on a GPU."""
+import pytest
+
+from pkit.experiments import overlap_emulated as E
+
+
+class FakeClock:
+    """A clock that moves `step` seconds each time it is read (a host busy-waiting on it gets there)."""
+
+    def __init__(self, step=1e-7):
+        self.now, self.step = 0.0, step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+def test_pieces_are_released_when_the_link_would_have_delivered_them():
+    sent = []
+    pacer = E.Pacer(100e9, clock=FakeClock(), enqueue=lambda d, s, n, st: sent.append((d, s, n)), events=False)
+    pacer.start()
+    pacer.copy(1000, 5000, 10 << 20, stream=None)
+    piece = E.piece_bytes(100e9)
+    assert [n for _, _, n in sent] == E.split(10 << 20, piece) and pacer.moved == 10 << 20
+    assert [d - 1000 for d, _, _ in sent] == [s - 5000 for _, s, _ in sent] == list(range(0, 10 << 20, piece))
+    done = 0
+    for at, n in pacer.releases:
+        done += n
+        assert done / 100e9 <= at <= done / 100e9 + 1e-6  # never early, and on time
+    pacer.copy(0, 0, 4 << 20, stream=None)  # a second copy in the same call continues the link's clock
+    assert pacer.releases[-1][0] >= (14 << 20) / 100e9
+
+
+def test_a_late_host_catches_up_at_once_and_the_average_holds():
+    clock = FakeClock()
+    pacer = E.Pacer(50e9, clock=clock, enqueue=lambda *a: None, events=False)
+    pacer.start()
+    clock.now += 1e-3  # the host was busy for 1 ms: 50 MB were due
+    pacer.copy(0, 0, 40 << 20, stream=None)
+    assert all(at < 1.01e-3 for at, _ in pacer.releases)  # all due already: released back to back
+    pacer.copy(0, 0, 40 << 20, stream=None)
+    assert pacer.releases[-1][0] == pytest.approx((80 << 20) / 50e9, rel=1e-3)
+
+
+def test_pieces_and_links_are_checked():
+    assert E.piece_bytes(1e9) == E.MIN_PIECE and E.piece_bytes(1e12) % 16 == 0
+    assert sum(E.split(123456, 1000)) == 123456 and E.split(0, 10) == []
+    with pytest.raises(ValueError, match="rate_Bps: expected a positive rate"):
+        E.piece_bytes(0)
+    with pytest.raises(ValueError, match="link: expected 'h200x2', 'h200x8', 'pcie' or a positive rate"):
+        E.link_rate("carrier pigeon")
+    rate, source = E.link_rate("h200x2")
+    assert 300 < rate < 450 and "results/h200x2-nv18/mechanisms_size_sweep" in source  # the recorded rate, not typed
+    assert "datasheet" in E.link_rate("h200x8")[1] and "PCIe" in E.link_rate("pcie")[1]
+
+
+@pytest.mark.gpu
+def test_the_paced_copy_alone_holds_the_asked_rate():
+    checks = E.link_checks(links=("h200x2", 100.0), nbytes=256 << 20, reps=3)
+    print(checks.round(3).to_string())
+    assert checks["verified"].all()
+    assert ((checks["held"] - 1).abs() <= 0.10).all(), checks
+    assert (checks["hbm_bytes_per_byte"].dropna().between(1.8, 2.2)).all()  # a local copy reads and writes each byte
+
+
+@pytest.mark.gpu
+def test_the_emulated_study_runs_on_a_tiny_shape(monkeypatch):
+    monkeypatch.setattr(E.M, "shape_of", lambda pattern, inner, gpus, m=2048, k=1024, n=1024:
+                        (m, k, inner) if E.PATTERNS[pattern].flow == "in" else (m, inner * gpus, n))
+    frame = E.emulated(links=(200.0,), world_sizes=(2,), inner=(256,), rounds=2)
+    print(frame.round(3).to_string())
+    for pattern in E.M.PATTERNS:
+        assert list(frame.loc[frame["pattern"] == pattern, "schedule"]) == list(E.PATTERNS[pattern].names)
+    gather = frame[frame["pattern"] == "ag_gemm"]
+    assert gather["verified"].all() and (frame["time_median_us"] > 0).all()
+    serial = frame[frame["schedule"] == "serial"]
+    assert (serial["speedup_vs_serial"] == 1).all() and serial["faithful"].all()
+    assert not frame.loc[frame["schedule"].isin(["sm_pull", "tma_pull", "tma_add"]), "faithful"].any()
