@@ -60,6 +60,7 @@ COLORS = {
     "sm": BLUE, "ll": VERMILLION, "tma": GREEN, "auto": BLACK,
     "nccl": BLACK, "pkit_sm": BLUE, "pkit_sm_one_shot": SKY, "pkit_sm_two_shot": GREEN, "pkit_ll": VERMILLION,
     "pkit_ce": ORANGE, "torch_nccl": GREY, "torch_symm_one_shot": WINE, "torch_symm_two_shot": PURPLE,
+    "torch_symm": WINE,
     "empty_kernel": GREY, "pkit_gemm": BLUE, "cublas": BLACK,
     **{name: HUES[s.look.hue] for name, s in _DRAWN.items()},
     "torch_distributed": BLACK, "nvshmem": WINE, "multicast": VERMILLION, "none": GREY, "unknown": PURPLE,
@@ -72,11 +73,12 @@ COLORS = {
 MARKERS = {
     "ce": "P", "sm_push": "s", "sm_pull": "D", "tma_push": "^", "tma_pull": "v", "sm": "s", "tma": "^",
     "nccl": "o", "pkit_sm": "s", "pkit_sm_one_shot": "^", "pkit_sm_two_shot": "v", "pkit_ll": "D", "pkit_ce": "P",
-    "torch_nccl": "x", "torch_symm_one_shot": "<", "torch_symm_two_shot": ">", "pkit_gemm": "s", "cublas": "o",
+    "torch_nccl": "x", "torch_symm_one_shot": "<", "torch_symm_two_shot": ">", "torch_symm": "<", "pkit_gemm": "s",
+    "cublas": "o",
     **{name: s.look.marker for name, s in _DRAWN.items()},
 }
-LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_shot": "--", "sm_pull": "--",
-              "tma_pull": "--", **{name: "--" for name, s in _DRAWN.items() if s.look.dashed}}
+LINESTYLES = {"torch_nccl": "--", "torch_symm_one_shot": "--", "torch_symm_two_shot": "--", "torch_symm": "--",
+              "sm_pull": "--", "tma_pull": "--", **{name: "--" for name, s in _DRAWN.items() if s.look.dashed}}
 
 # How figures name pkit's identifiers: transfer mechanisms (pkit.ops.transfers), collective mechanisms
 # (pkit.ops.collectives) and implementations (pkit.experiments.collectives, the torch baselines), GEMMs and
@@ -89,6 +91,7 @@ LABELS = {
     "nccl": "NCCL", "pkit_sm": "pkit SM", "pkit_sm_one_shot": "pkit SM one-shot", "pkit_sm_two_shot": "pkit SM two-shot",
     "pkit_ll": "pkit LL packets", "pkit_ce": "pkit copy engine", "torch_nccl": "torch.distributed (NCCL)",
     "torch_symm_one_shot": "torch symm. memory one-shot", "torch_symm_two_shot": "torch symm. memory two-shot",
+    "torch_symm": "torch symm. memory",
     "empty_kernel": "empty kernel", "pkit_gemm": "pkit GEMM", "cublas": "cuBLAS",
     **{name: s.label for name, s in _DRAWN.items()}, **{p.name: p.title for p in _OVERLAP_PATTERNS.values()},
     "torch_distributed": "torch.distributed", "nvshmem": "NVSHMEM", "multicast": "NVLink multicast",

@@ -76,8 +76,9 @@ def suptitle(fig, text: str, provenance: dict | None = None, *, world_size: int 
 
 def caption(fig, text: str, width: int | None = None):
     """A caption under `fig` (what the marks, bars and terms mean), wrapped to the figure's width; returns
-    its Text. `width`: characters per line (default: about 17 per inch of figure width)."""
-    width = width or int(fig.get_figwidth() * 17)
+    its Text. `width`: characters per line (default: 15 per inch of figure width, room for 8-point text whose
+    letters run wider than average)."""
+    width = width or int(fig.get_figwidth() * 15)
     lines = [textwrap.fill(part, width) for part in text.split("\n")]
     return fig.supxlabel("\n".join(lines), x=0.01, ha="left", multialignment="left", fontsize=8, color="#333333")
 
