@@ -10,6 +10,7 @@ import pytest
 
 from pkit.ops import overlap as O
 from pkit.ops.overlap_patterns import GEMMS, OPTIONS, PATTERNS, TORCH, gemm_of, schedules
+from pkit.ops.transfers import MECHANISMS as PEER_MECHANISMS
 from pkit.tolerance import bf16_gemm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def test_every_schedule_is_a_method_of_its_patterns_op():
         assert (own.fget(SimpleNamespace(**pattern.op_options)) if isinstance(own, property) else own) == pattern.name
         for s in pattern.schedules:
             assert callable(getattr(pattern.op, s.name, None)), f"{pattern.op_class} has no method {s.name}"
-            assert s.gemm in GEMMS and s.transfer in {"nccl", "ce", "sm_pull", "tma_pull", "tma_push"}
+            assert s.gemm in GEMMS and s.transfer in {"nccl", *PEER_MECHANISMS}
             assert s.communication in ("none", "NCCL's", *s.options)
     assert OPTIONS == ("comm_sms",) and PATTERNS["ag_gemm"].schedule("sm_pull").variants() == [{"comm_sms": 16}]
     assert PATTERNS["gemm_rs"].schedule("tma_add").variants() == [{}]
@@ -75,7 +76,10 @@ def test_patterns_say_their_cost_flops_collective_and_swept_size():
     # the serial schedules' collective, by the name NCCL's recorded times carry (the overlap model looks it up)
     recorded = set(pd.read_csv(ROOT / "results/h200x2-nv18/collectives_pkit_nccl.csv")["op"])
     assert {p.nccl_op for p in PATTERNS.values()} <= recorded
-    assert [p.name for p in PATTERNS.values() if p.torch_fused] == ["ag_gemm", "gemm_rs"]
+    import torch
+    import torch.distributed._symmetric_memory  # noqa: F401  (registers torch.ops.symm_mem)
+
+    assert all(callable(getattr(torch.ops.symm_mem, p.torch_fused)) for p in PATTERNS.values() if p.torch_fused)
 
 
 def test_figures_draw_each_patterns_schedules_apart_and_name_them():
@@ -244,7 +248,7 @@ def test_torch_schedules_are_checked_and_timed():
     import pkit
     from pkit.experiments import overlap as E
 
-    for pattern in ("ag_gemm", "gemm_rs"):  # one process per GPU of the machine; M = 1680 splits over 1 to 8
+    for pattern in E.TORCH_PATTERNS:  # one process per GPU of the machine; M = 1680 splits over 1 to 8
         frame = E.torch_sweep([512], pattern=pattern, m=1680, k=256, n=512, reps=3)
         assert frame["schedule"].tolist() == [s.name for s in TORCH] and frame["verified"].all()
         assert (frame["time_median_us"] > 0).all() and set(frame["gpus"]) == {len(pkit.devices())}

