@@ -8,7 +8,7 @@
 #   make figures     every notebook through papermill; MODE=auto measures each study this machine has the GPUs
 #                    for (rewriting results/<machine>/) and replays the rest (`pkit list studies` says which);
 #                    figures go to figures/, or figures/<machine>/ for a machine other than the committed set's
-#   make lab         JupyterLab on notebooks/ (LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888" adds options)
+#   make lab         JupyterLab on notebooks/ (LAB_ARGS="--no-browser --ip=127.0.0.1 --port=8888" adds options)
 # CUDA_VISIBLE_DEVICES picks the GPUs. scripts/gpu_run.sh runs the GPU tests and chosen notebooks in one batch.
 PY ?= python3
 VENV ?= .venv

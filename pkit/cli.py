@@ -37,7 +37,7 @@ def info(args: argparse.Namespace) -> int:
 
 # What `pkit list` shows: name -> (module, function returning a DataFrame, one line on what it lists)
 LISTINGS = {
-    "studies": ("pkit.studies", "list_studies", "studies: what each records, its notebook, what it needs of this machine"),
+    "studies": ("pkit.studies", "list_studies", "what each study records, its notebook, what it needs of this machine"),
     "collectives": ("pkit.ops.collectives", "list_collectives", "collective ops and the mechanisms that run them"),
     "schedules": ("pkit.ops.overlap", "list_schedules", "compute/communication overlap schedules per pattern"),
     "systems": ("pkit.experiments.projection", "list_systems", "systems the roofline projection models (datasheets)"),
@@ -72,11 +72,16 @@ def figures(args: argparse.Namespace) -> int:
     # papermill validates notebooks with nbformat, which imports jsonschema, which compiles the grammar of IRIs
     # (rfc3987_syntax, 1.5-2 s) for a format check nothing here makes: this process goes without it.
     sys.modules.setdefault("rfc3987_syntax", None)
-    from .notebooks import NotebookFailed, run_all
+    from .notebooks import NotebookFailed, check_arguments, run_all
 
     try:
+        check_arguments(args.mode, args.only, args.machine)
+    except ValueError as e:
+        print(f"pkit figures: error: {e}", file=sys.stderr)
+        return 2
+    try:
         runs = run_all(args.mode, args.only, args.machine, verbose=args.verbose)
-    except (NotebookFailed, ValueError) as e:
+    except NotebookFailed as e:
         print(f"pkit figures: {e}", file=sys.stderr)
         return 1
     counts = {what: sum(1 for r in runs if test(r)) for what, test in (
@@ -98,12 +103,19 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="pkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="GPUs, links, peer access, versions").set_defaults(func=info)
-    listing = sub.add_parser("list", help="one of pkit's registries: " + "; ".join(
-        f"{name}: {what}" for name, (_, _, what) in LISTINGS.items()))
-    listing.add_argument("registry", choices=tuple(LISTINGS))
+    sub.add_parser("info", help="GPUs, links, peer access, versions",
+                   description="Show this machine's GPUs, their links and peer access, and the versions of the "
+                               "software pkit uses; without a GPU, say so (exit 0).").set_defaults(func=info)
+    listing = sub.add_parser("list", help=f"one of pkit's registries ({', '.join(LISTINGS)})",
+                             description="Print one of pkit's registries as a table: " + "; ".join(
+                                 f"{name}: {what}" for name, (_, _, what) in LISTINGS.items()) + ".")
+    listing.add_argument("registry", choices=tuple(LISTINGS), help="which registry")
     listing.set_defaults(func=list_registry)
-    fig = sub.add_parser("figures", help="run the notebooks through papermill and regenerate figures/")
+    fig = sub.add_parser("figures", help="run the notebooks through papermill and regenerate figures/",
+                         description="Run the notebooks through papermill: measure what this machine can, replay "
+                                     "the recorded results (results/<machine>/) for the rest, and write figures/ "
+                                     "(another machine's in figures/<machine>/) and the executed copies in "
+                                     "build/notebooks/.")
     fig.add_argument("--mode", choices=("auto", "measure", "replay"), default="auto",
                      help="auto: measure what this machine can (pkit list studies), replay the rest; measure: "
                           "the same, but say what each study that only replays would need")

@@ -2,12 +2,17 @@
 any worker starts; runs that would select nothing say so; what a newcomer trips over says so in one line.
 
 Each case runs `pkit.harness.cli.main(argv)` in a temporary working directory holding a folder `runs/`, a file
-`README.md` and an empty folder `empty_root/`; `evaluate` and `baselines` are replaced by functions that fail
-the test, so a case that got as far as starting workers fails.
+`README.md`, an empty folder `empty_root/`, a FIFO `fifo` and a shard file `shard.jsonl`; `evaluate` and `baselines`
+are replaced by functions that fail the test, so a case that got as far as starting workers fails. The `pkit` command's
+own checks (`pkit figures`, the help texts) follow.
 """
 from __future__ import annotations
 
+import json
+import os
+import resource
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -23,8 +28,15 @@ OUT = ("--out", "runs/x.jsonl")
 FIXTURES = ("--problems-root", str(FIXTURE_PROBLEMS))
 
 BAD_INPUTS = [  # (argv, the start of the one line after "pkit <command>: error: ")
-    (["eval", "--out", "runs"], "--out: expected a file to write, got runs, a folder"),
+    (["eval", "--out", "runs"], "--out: expected a regular file or a new file, got runs, a folder"),
+    (["eval", "--out", "/dev/zero"], "--out: expected a regular file or a new file, got /dev/zero, a character device"),
+    (["eval", "--out", "/dev/null"], "--out: expected a regular file or a new file, got /dev/null, a character device"),
+    (["eval", "--out", "fifo"], "--out: expected a regular file or a new file, got fifo, a FIFO"),
+    (["eval", "--out", "/proc/no_such_folder/x.jsonl"], "--out: expected a path this user can write, got "
+                                                        "/proc/no_such_folder/x.jsonl"),
     (["eval", "--out", "README.md/x.jsonl"], "--out: expected a path under folders, got README.md/x.jsonl"),
+    (["eval", "--output-mib", "-1", *OUT], "--output-mib: expected MiB >= 0, got -1"),
+    (["eval", "--fresh-mib", "inf", *OUT], "--fresh-mib: expected MiB > 0, got inf"),
     (["eval", *FIXTURES], "--out: expected a JSONL file to write, got none"),
     (["eval", "--atol", "-1", *OUT], "--atol: expected a number >= 0, got -1"),
     (["eval", "--rtol", "-1", *OUT], "--rtol: expected a number >= 0, got -1"),
@@ -51,7 +63,17 @@ BAD_INPUTS = [  # (argv, the start of the one line after "pkit <command>: error:
     (["problems", "--ceilings", "Z9000"], "--ceilings: expected a GPU of pkit.hardware.GPUS"),
     (["problems", "--dtype", "float128"], "--dtype: expected a dtype of the selected problems"),
     (["problems", "--problems", "99"], "--problems: expected a problem's folder name, META name or number, got '99'"),
+    (["eval", "merge", "runs/x.jsonl", "/dev/zero"], "SHARD: expected JSONL files written by pkit eval --out, got "
+                                                     "/dev/zero (a character device)"),
+    (["eval", "merge", "runs/x.jsonl", "fifo"], "SHARD: expected JSONL files written by pkit eval --out, got fifo (a FIFO)"),
+    (["eval", "merge", "runs/x.jsonl", "shard.jsonl", "runs"], "SHARD: expected JSONL files written by pkit eval --out, "
+                                                               "got runs (a folder)"),
+    (["eval", "merge", "/dev/null", "shard.jsonl"], "OUT: expected a regular file or a new file, got /dev/null"),
+    (["eval", "merge", "fifo", "shard.jsonl"], "OUT: expected a regular file or a new file, got fifo, a FIFO"),
+    (["eval", "merge", "/proc/no_such_folder/x.jsonl", "shard.jsonl"], "OUT: expected a path this user can write"),
 ]
+RECORD = {"problem": "01_sum", "solution": "a.py", "model": None, "world_size": 2, "size": "tiny", "dtype": "float32",
+          "device": "cpu", "seed": 0, "status": "timeout"}
 
 
 def _never(*args, **kwargs):
@@ -64,11 +86,14 @@ def newcomer(tmp_path, monkeypatch):
     (tmp_path / "runs").mkdir()
     (tmp_path / "README.md").write_text("# readme\n")
     (tmp_path / "empty_root").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "shard.jsonl").write_text(json.dumps(RECORD) + "\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(cli, "gpu_count", lambda: 0)
-    monkeypatch.setattr("pkit.harness.runner.evaluate", _never)
+    # baseline first: imported here for the first time, it binds runner's evaluate as it is (restored after the test)
     monkeypatch.setattr("pkit.harness.baseline.evaluate", _never)
+    monkeypatch.setattr("pkit.harness.runner.evaluate", _never)
     return tmp_path
 
 
@@ -77,7 +102,8 @@ def test_a_bad_input_is_one_line_naming_the_option(argv, line, newcomer, capsys)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith(f"pkit {argv[0]}: error: {line}"), err
+    command = " ".join(argv[:2]) if argv[:2] == ["eval", "merge"] else argv[0]
+    assert err.startswith(f"pkit {command}: error: {line}"), err
     assert not (newcomer / "runs" / "x.jsonl").exists() and not (newcomer / "results").exists()
 
 
@@ -156,3 +182,104 @@ def test_what_argparse_refuses_is_one_line_too(argv, line, capsys):
         pkit_main(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and err.startswith(line), err
+
+
+def test_a_large_out_is_read_line_by_line(newcomer, capsys):
+    """Resuming reads --out a line at a time: a 1 GiB file without a newline (sparse) is refused in one line after
+    its first MiB, and this process's peak memory grows by far less than the file."""
+    import torch  # noqa: F401 - imported by pkit eval before it reads --out, in before the baseline is taken
+
+    big = newcomer / "runs" / "big.jsonl"
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)
+    try:  # reset the peak, so an earlier, higher peak of this process cannot hide the growth
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    before = _rss_kib("VmRSS")
+    assert main(["eval", *FIXTURES, "--reference-as-candidate", "--solutions", str(newcomer / "empty_root"),
+                 "--dry-run", "--out", str(big)]) == 2
+    grown_mb = (_rss_kib("VmHWM") - before) / 1024
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a line of at most 1 MiB" in err, err
+    assert grown_mb < 100, f"peak RSS grew by {grown_mb:.0f} MB reading a 1 GiB --out"
+
+
+def _rss_kib(field: str) -> int:
+    """VmRSS (now) or VmHWM (peak) of this process in KiB; the peak falls back to getrusage's ru_maxrss."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_merge_writes_out_with_the_mode_of_a_new_out(newcomer, umask, capsys):
+    """`pkit eval merge` makes OUT with the mode `pkit eval --out` gives a new file (0666 less the umask)."""
+    from pkit.harness.resume import sole_writer
+
+    saved = os.umask(umask)
+    try:
+        with sole_writer(newcomer / "runs" / "eval.jsonl"):
+            pass
+        assert main(["eval", "merge", "runs/merged.jsonl", "shard.jsonl"]) == 0
+    finally:
+        os.umask(saved)
+    modes = {name: stat.S_IMODE((newcomer / "runs" / name).stat().st_mode) for name in ("eval.jsonl", "merged.jsonl")}
+    assert modes == {"eval.jsonl": 0o666 & ~umask, "merged.jsonl": 0o666 & ~umask}, {k: oct(v) for k, v in modes.items()}
+
+
+# --- the pkit command: pkit figures, help texts ------------------------------------------------------------------
+
+@pytest.fixture
+def no_notebook_runs(tmp_path, monkeypatch):
+    """Figures and builds go to tmp_path; running a notebook fails the test; no GPU here."""
+    from pkit import notebooks, studies
+
+    monkeypatch.setenv("PKIT_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setattr(notebooks, "BUILD_DIR", tmp_path / "build")
+    monkeypatch.setattr(notebooks, "run_all", _never)
+    monkeypatch.setattr(studies.Machine, "here", classmethod(lambda cls: studies.Machine("cpu", 0)))
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--only", "42"], "--only: expected notebook stems or prefixes (00_"),
+    (["--machine", "nosuch"], "--machine: expected a machine with recorded results ("),
+    (["--mode", "measure"], "--mode: expected a machine with GPUs for measure, got none here"),
+])
+def test_a_bad_figures_argument_is_one_line_before_any_notebook_runs(argv, line, no_notebook_runs, capsys):
+    from pkit.cli import main as pkit_main
+
+    assert pkit_main(["figures", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"pkit figures: error: {line}"), err
+    assert not any(no_notebook_runs.iterdir()), sorted(no_notebook_runs.iterdir())
+
+
+def test_every_command_has_a_description_and_the_top_help_says_each_once(capsys):
+    from pkit.cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if a.choices and "figures" in a.choices]
+    parsers = dict(commands.choices)
+    (merge,) = [a.choices["merge"] for a in parsers["eval"]._actions if a.choices and "merge" in a.choices]
+    for name, sub in {**parsers, "eval merge": merge}.items():
+        assert sub.description and len(sub.description) > 20, name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    top = capsys.readouterr().out
+    assert "studies: studies:" not in top and top.count("studies") == 1, top
+
+
+def test_the_problems_table_fits_100_columns(newcomer, capsys):
+    """`pkit problems` for a terminal: every line within `TABLE_WIDTH` (100) characters, the notes under it too."""
+    assert main(["problems"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert cli.TABLE_WIDTH == 100 and max(map(len, lines)) <= cli.TABLE_WIDTH, max(lines, key=len)
+    assert any(line.startswith("left out to fit") for line in lines), lines[-3:]
+
+
+def test_the_makefile_suggests_a_local_address_for_lab():
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    assert "--ip=0.0.0.0" not in makefile and "--ip=127.0.0.1" in makefile

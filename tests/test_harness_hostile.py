@@ -31,7 +31,9 @@ Classes (candidate → what the harness must give):
     every escaped process gone when the run returns.
 11. SIGTERM / SIGINT / SIGHUP to `pkit eval` (a hanging candidate): it exits within 15 s, every process it started
     is gone and its temp folders are removed.
-12. loud.py: 200 MB on stdout → correct, and the evaluating process's peak memory grows by under 100 MB.
+12. loud.py: 200 MB on stdout at import; loud_per_call.py: 1 MiB on stdout and 1 MiB on stderr per call. Under
+    --output-mib 2 → correct, flagged loud_output with at least what they printed past the cap counted as dropped,
+    no rank's log on disk ever over 2 MiB, and the evaluating process's peak memory grown by under 100 MB.
 13. Benign oddities (leaves_thread.py, calls_reference.py, prints_a_lot.py, stalls_once.py) → correct;
     stalls_once.py stalls 0.5 s outside its calls in its first timed window (a loaded machine), so the reference
     and it are timed again side by side and that pair is believed.
@@ -60,6 +62,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -191,19 +194,64 @@ def rss_kib(field: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def test_loud_output_is_not_held_in_memory(tmp_path):
+LOUD_CAP_MIB = 2
+"""--output-mib of the loud run: small, so that the per-call printer passes it many times over."""
+
+
+@pytest.fixture(scope="module")
+def loud(tmp_path_factory):
+    """(records by file name, the largest log file seen in the run's temp folders, peak RSS growth in MB)."""
     from pkit.harness import runner  # noqa: F401 - what `pkit eval` imports (torch), in before the baseline is taken
+
+    out = tmp_path_factory.mktemp("loud") / "loud.jsonl"
+    largest, done = [0], threading.Event()
+
+    def watch():  # the logs live in the run's private temp folders, made and removed as it goes
+        while not done.is_set():
+            for folder, _, files in os.walk(out.parent / "tmp"):
+                for name in files:
+                    try:
+                        if name.endswith(".log"):
+                            largest[0] = max(largest[0], os.stat(os.path.join(folder, name)).st_size)
+                    except OSError:
+                        pass
+            time.sleep(0.02)
 
     try:  # reset the peak, so an earlier, higher peak of this process cannot hide the growth
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
     before = rss_kib("VmRSS")
-    recs = evaluate(tmp_path / "loud.jsonl", FIXTURES / "hostile_loud")
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        recs = evaluate(out, FIXTURES / "hostile_loud", "--output-mib", str(LOUD_CAP_MIB))
+    finally:
+        done.set()
+        watcher.join()
     grown_mb = (rss_kib("VmHWM") - before) / 1024
-    r = recs["01_sum/loud.py"]
+    return {Path(k).name: r for k, r in recs.items()}, largest[0], grown_mb
+
+
+def test_loud_output_is_not_held_in_memory(loud):
+    assert loud[2] < 100, f"peak RSS of the evaluating process grew by {loud[2]:.0f} MB for 200 MB of output"
+
+
+@pytest.mark.parametrize("name, printed_per_rank", [
+    ("loud.py", 20 * ((10 << 20) + 1)),  # at import
+    ("loud_per_call.py", (2 + 3 * 10) * (2 << 20)),  # at least 2 trials and 3 windows of 10 timed calls
+])
+def test_loud_output_is_capped_on_disk_and_flagged(loud, name, printed_per_rank):
+    r = loud[0][name]
     assert r["status"] in CORRECT, (r["status"], r["error"])
-    assert grown_mb < 100, f"peak RSS of the evaluating process grew by {grown_mb:.0f} MB for 200 MB of output"
+    assert "loud_output" in r["flags"], r["flags"]
+    assert r["output_dropped_bytes"] >= 2 * (printed_per_rank - (LOUD_CAP_MIB << 20)), r["output_dropped_bytes"]
+    assert 0 < loud[1] <= LOUD_CAP_MIB << 20, f"a log of {loud[1]} bytes on disk under --output-mib {LOUD_CAP_MIB}"
+
+
+def test_a_quiet_candidate_drops_no_output(hostile):
+    r = hostile[0]["prints_a_lot.py"]
+    assert r["output_dropped_bytes"] == 0 and "loud_output" not in r["flags"], (r["output_dropped_bytes"], r["flags"])
 
 
 # --- 1-9, 13, 15: one run over tests/fixtures/hostile/01_sum -------------------------------------------------

@@ -214,7 +214,7 @@ def test_replayed_notebooks_share_one_kernel_and_each_starts_as_in_a_new_one(tmp
 
 
 def test_runner_argument_errors():
-    with pytest.raises(ValueError, match="only: no notebook matches"):
+    with pytest.raises(ValueError, match="--only: expected notebook stems or prefixes"):
         notebooks.discover(["does_not_exist"])
     with pytest.raises(ValueError, match="mode: expected"):
         notebooks.resolve_mode("fast", 0)

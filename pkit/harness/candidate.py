@@ -143,7 +143,8 @@ class CandidateRun:
 
 def run_candidate(problem: Problem, candidate: Candidate, reference: Reference, options: EvalOptions, device: str,
                   folder: Path, log=None) -> tuple[dict, float]:
-    """(record fields, wall seconds) of one candidate against a started reference."""
+    """(record fields, wall seconds) of one candidate against a started reference; flagged `loud_output` when its
+    ranks printed more than `options.output_mib` each (`output_dropped_bytes`: the bytes dropped, all ranks)."""
     start = time.monotonic()
     run = CandidateRun(problem, candidate, reference, options, device, folder, log)
     failure = reference_failed = None
@@ -155,20 +156,29 @@ def run_candidate(problem: Problem, candidate: Candidate, reference: Reference, 
         reference_failed = e
     finally:
         ranks = run.workers.close()
+    fields = verdict_fields(run, ranks, failure or reference_failed, device)
+    dropped = sum(r.output_dropped for r in ranks)
+    if dropped:
+        fields["flags"] = {*fields["flags"], "loud_output"}
+    return dict(fields, output_dropped_bytes=dropped), time.monotonic() - start
+
+
+def verdict_fields(run: CandidateRun, ranks: list, failure: Exception | None, device: str) -> dict:
+    """The record fields of a candidate whose workers are gone (`ranks`: their final states), given how its run
+    stopped early (`failure`: RunFailed, RunTimeout or ReferenceFailed; None when it ran through)."""
     fields = dict(trial_fields(run.checks), phase_s={k: round(v, 3) for k, v in ranks[0].phase_s.items()})
-    if reference_failed is not None:
-        return dict(fields, **reference_failure(reference_failed)), time.monotonic() - start
+    if isinstance(failure, ReferenceFailed):
+        return dict(fields, **reference_failure(failure))
     if failure is not None:
-        return failed_fields(fields, failure, ranks, options.timeout_s), time.monotonic() - start
+        return failed_fields(fields, failure, ranks, run.options.timeout_s)
     if not run.passed:
         last = run.checks[-1]
         return dict(fields, status="wrong_result", error=excerpt(
-            "; ".join(f"rank {r}: {c.note}" for r, c in enumerate(last) if c.note))), time.monotonic() - start
+            "; ".join(f"rank {r}: {c.note}" for r, c in enumerate(last) if c.note)))
     try:
-        verdict = judged_fields(run, fields, device)
+        return judged_fields(run, fields, device)
     except ReferenceFailed as e:
-        return dict(fields, **reference_failure(e)), time.monotonic() - start
-    return verdict, time.monotonic() - start
+        return dict(fields, **reference_failure(e))
 
 
 def judged_fields(run: CandidateRun, fields: dict, device: str) -> dict:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
-import os
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from ..studies import FIGURES_MACHINE
 from . import pkb, ray_pool, shards, solutions
 from .contain import Interrupted
 from .merge import merge, write
+from .paths import check_out
 from .problem import Problem, describe_sizes
 from .problems import cost_table, default_root, discover, narrow, not_problems, select
 from .records import read_lines, status_counts
@@ -38,8 +39,10 @@ from .options import EvalOptions, pick_device, unsupported
 from .shards import Shard
 from .solutions import by_problem, reference_candidate
 
-TABLE_WIDTH = 120
-"""Characters per line the default `pkit problems` table fits (`--wide`: every column, whatever the width)."""
+TABLE_WIDTH = 100
+"""Characters per line the default `pkit problems` output fits (`--wide`: every column, whatever the width)."""
+LEFT_OUT_FIRST = ("category", "sync_steps", "roofline_measured_bound", "bound")
+"""Columns the default `pkit problems` table leaves out, in this order, while it is wider than `TABLE_WIDTH`."""
 SHOWN = 3
 """How many names a one-line message lists before '... (N in all)'."""
 
@@ -71,6 +74,9 @@ def register(subparsers) -> None:
     ev.add_argument("--fresh-mib", type=float, default=None,
                     help="MiB of distinct timed input sets a rank holds at once; past it the timed calls come back "
                          "to sets already used (default 4096 on GPUs, 512 on CPUs)")
+    ev.add_argument("--output-mib", type=float, default=EvalOptions.output_mib,
+                    help="MiB of one rank's stdout and stderr kept on disk; past it the output is counted and dropped "
+                         f"and the record flagged loud_output (default {EvalOptions.output_mib:g})")
     ev.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: by dtype)")
     ev.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
     ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -116,7 +122,8 @@ def register(subparsers) -> None:
                          f"(default {FIGURES_MACHINE})")
     pr.add_argument("--wide", action="store_true",
                     help=f"the table with every column (default: fits {TABLE_WIDTH} characters: repeated and empty "
-                         "columns left out, what every row shares said once under it)")
+                         "columns left out, what every row shares said once under it, then the least needed columns "
+                         "left out until it fits)")
     pr.set_defaults(func=run_problems)
 
 
@@ -206,9 +213,38 @@ def run_problems(args) -> int:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     else:
         shown, notes = narrow(table)
-        print(text_table(shown))
-        print("\n".join(f"every row's {note}" for note in notes))
+        text, left_out = fitted(shown, TABLE_WIDTH)
+        notes = [f"every row's {note}" for note in notes]
+        if left_out:
+            notes.append(f"left out to fit {TABLE_WIDTH} columns: {', '.join(left_out)} (--wide: every column)")
+        print(text)
+        for note in notes:  # a long path stays whole on a line of its own
+            print(textwrap.fill(note, TABLE_WIDTH, subsequent_indent="  ", break_long_words=False,
+                                break_on_hyphens=False))
     return 0
+
+
+def fitted(frame, width: int) -> tuple[str, list[str]]:
+    """(`text_table` of `frame` in at most `width` characters where leaving out `LEFT_OUT_FIRST` columns, in that
+    order, makes it fit; the columns left out).
+
+    >>> import pandas as pd
+    >>> text, left_out = fitted(pd.DataFrame({"problem": ["01_a"], "category": ["collectives"]}), 12)
+    >>> print(text.strip()); left_out
+    problem
+    01_a
+    ['category']
+    """
+    left_out = []
+    text = text_table(frame)
+    for name in LEFT_OUT_FIRST:
+        if max(map(len, text.splitlines())) <= width:
+            break
+        if name in frame.columns:
+            frame = frame.drop(columns=name)
+            left_out.append(name)
+            text = text_table(frame)
+    return text, left_out
 
 
 def text_table(frame) -> str:
@@ -273,7 +309,7 @@ def plan_eval(args) -> EvalPlan:
     options = EvalOptions(world_size=args.world_size, size=args.size, dtype=args.dtype, trials=args.trials,
                           seed=args.seed, perf=args.perf, warmup=args.warmup, iters=args.iters,
                           timeout_s=args.timeout, atol=args.atol, rtol=args.rtol, device=args.device,
-                          ceilings=args.ceilings, fresh_mib=args.fresh_mib)
+                          ceilings=args.ceilings, fresh_mib=args.fresh_mib, output_mib=args.output_mib)
     options.validate(option_name)
     if args.baselines and args.pkb_root is not None:
         raise ValueError("--baselines: records pkit problems only; drop --pkb-root")
@@ -313,18 +349,6 @@ def check_sharding(args) -> Shard | None:
     if args.baselines:
         raise ValueError("--shard: only for candidates, got --baselines too (split a baseline sweep with --problems)")
     return Shard.parse(args.shard)
-
-
-def check_out(path: Path, name: str = "--out") -> None:
-    """ValueError naming the argument `name` unless a file can be written at `path`: not a folder, no file where
-    a folder of its path should be, and the nearest existing folder writable."""
-    if path.is_dir():
-        raise ValueError(f"{name}: expected a file to write, got {path}, a folder (e.g. {name} {path / 'run.jsonl'})")
-    existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
-    if not existing.is_dir():
-        raise ValueError(f"{name}: expected a path under folders, got {path}: {existing} is a file")
-    if not os.access(existing, os.W_OK):
-        raise ValueError(f"{name}: expected a path this user can write, got {path}: {existing} is not writable")
 
 
 def runnable(problems: list[Problem], options: EvalOptions) -> list[Problem]:

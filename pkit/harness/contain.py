@@ -4,17 +4,15 @@ The evaluating process makes itself a child subreaper (`prctl(PR_SET_CHILD_SUBRE
 process that a worker forks and detaches (`setsid`, double fork) is re-parented to it rather than to init.
 `kill_tree` then finds everything below a set of roots (by the parent links in /proc) plus every adopted
 orphan, and SIGKILLs it, round after round until nothing is left. `interruptible` turns SIGINT, SIGTERM and
-SIGHUP into an exception, so `finally` blocks kill workers and remove temp folders. `tail` reads the end of
-a log by seeking (bounded memory, whatever the log's size).
-
-Example:
-    >>> from pkit.harness.contain import tail
-    >>> tail("/nonexistent/log")
-    ''
+SIGHUP into an exception, so `finally` blocks kill workers and remove temp folders. A worker's stdout and stderr
+go to a pipe that this process drains (`CappedOutput`): the first bytes up to a cap are written to the log, the
+rest counted and dropped, and the output's end kept in memory, so a candidate that prints without end fills
+neither the disk nor this process's memory.
 """
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
 import time
@@ -24,6 +22,12 @@ from pathlib import Path
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 TAIL_BYTES = 4000
+OUTPUT_BYTES = 16 << 20
+"""Bytes of a worker's stdout and stderr written to its log by default; the rest is counted and dropped."""
+PIPE_BYTES = 1 << 20
+"""Capacity asked for a worker's output pipe (Linux grants up to /proc/sys/fs/pipe-max-size), so a worker that
+prints while this process is busy elsewhere rarely waits."""
+READ_BYTES = 1 << 20
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -152,12 +156,71 @@ def interruptible():
             signal.signal(s, h)
 
 
-def tail(path: str | Path, nbytes: int = TAIL_BYTES) -> str:
-    """The last `nbytes` bytes of a file as text ('' when it cannot be read), read by seeking."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - nbytes))
-            return f.read(nbytes).decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+class CappedOutput:
+    """One worker's stdout and stderr: a pipe whose write end (`write_fd`) the worker gets, drained here into the
+    log at `path`. The first `cap` bytes are written, later ones counted in `dropped`; the last `TAIL_BYTES` are
+    kept in memory whatever was dropped (a traceback printed after a flood still shows).
+
+    >>> import os, tempfile
+    >>> out = CappedOutput(os.path.join(tempfile.mkdtemp(), "rank0.log"), cap=4)
+    >>> os.write(out.write_fd, b"hello world"); out.close_write(); out.close()
+    11
+    >>> open(out.path, "rb").read(), out.dropped, out.tail()
+    (b'hell', 7, 'hello world')
+    """
+
+    def __init__(self, path: str | Path, cap: int = OUTPUT_BYTES):
+        self.path, self.cap = Path(path), cap
+        self.read_fd, self.write_fd = os.pipe()
+        try:
+            fcntl.fcntl(self.read_fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:  # over the user's pipe budget: the default capacity
+            pass
+        os.set_blocking(self.read_fd, False)
+        self.log = open(self.path, "wb")
+        self.kept = self.dropped = 0
+        self.last = b""
+        self.ended = False
+
+    def fileno(self) -> int:
+        return self.read_fd
+
+    def close_write(self) -> None:
+        """Close this process's copy of the write end (once the worker holds its own)."""
+        if self.write_fd is not None:
+            os.close(self.write_fd)
+            self.write_fd = None
+
+    def drain(self, limit: int = 4 * READ_BYTES) -> None:
+        """Read what the pipe holds, at most `limit` bytes (so a flood cannot hold this process here); `ended`
+        once every writer has closed it."""
+        done = 0
+        while not self.ended and done < limit:
+            try:
+                chunk = os.read(self.read_fd, READ_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not chunk:
+                self.ended = True
+                return
+            done += len(chunk)
+            room = max(0, self.cap - self.kept)
+            if room:
+                self.log.write(chunk[:room])
+                self.kept += min(room, len(chunk))
+            self.dropped += max(0, len(chunk) - room)
+            self.last = (self.last + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
+
+    def tail(self) -> str:
+        """The last `TAIL_BYTES` of the output as text."""
+        return self.last.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        """Drain what is left (bounded: a writer outside the run may still hold the pipe) and close."""
+        self.close_write()
+        if self.read_fd is None:
+            return
+        self.drain(limit=2 * PIPE_BYTES)
+        os.close(self.read_fd)
+        self.read_fd = None
+        self.log.close()

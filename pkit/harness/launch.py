@@ -1,7 +1,8 @@
 """Start one worker process per rank, talk to them, wait with deadlines, and never leave a process behind.
 
 A `WorkerSet` runs `python -m pkit.harness.worker SPEC RANK FD` for each rank, each in its own process
-session, with one end of a socket pair (pkit.harness.channel) and its output in a log file. Ranks meet over
+session, with one end of a socket pair (pkit.harness.channel) and its stdout and stderr in a pipe drained here
+into a log file, capped at the spec's `output_bytes` (pkit.harness.contain.CappedOutput). Ranks meet over
 a free TCP port on 127.0.0.1. Every worker gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 NVSHMEM_DISABLE_NVLS=1 (pkit never uses NVLink multicast) and its own
 TORCH_EXTENSIONS_DIR (ranks building the same extension at once would corrupt a shared cache).
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from .channel import ProtocolError, pair
-from .contain import kill_tree, tail
+from .contain import OUTPUT_BYTES, CappedOutput, kill_tree
 from .zygote import Zygote
 
 PKIT_PARENT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,8 @@ PKIT_PARENT = Path(__file__).resolve().parents[2]
 @dataclass
 class RankState:
     """What the parent knows of one rank: its process, last phase, error report (as the worker sent it),
-    exit code (negative: killed by that signal), order of exit among the ranks and the end of its log."""
+    exit code (negative: killed by that signal), order of exit among the ranks, the end of its output and the
+    bytes of output dropped past the cap."""
 
     rank: int
     pid: int
@@ -45,6 +47,7 @@ class RankState:
     returncode: int | None = None
     exit_order: int | None = None
     log_tail: str = ""
+    output_dropped: int = 0
     inbox: list = field(default_factory=list)
     phase_s: dict = field(default_factory=dict)  # seconds per phase stem (phase_stem), by the parent's clock
     phase_since: float = field(default_factory=time.monotonic)
@@ -119,30 +122,31 @@ class WorkerSet:
         spec_path.write_text(json.dumps(spec))
         self.world_size, self.role = spec["world_size"], spec["role"]
         self.selector = selectors.DefaultSelector()
-        self.procs, self.channels, self.ranks, self.logs = [], [], [], []
+        self.procs, self.channels, self.ranks, self.outputs = [], [], [], []
         self.exits = 0
         port = free_port()
         WorkerSet.open_sets.add(self)
         for rank in range(self.world_size):
             end, fd = pair()
-            log_path = self.folder / f"{self.role}{rank}.log"
+            output = CappedOutput(self.folder / f"{self.role}{rank}.log", spec.get("output_bytes", OUTPUT_BYTES))
+            self.outputs.append(output)
             env = worker_env(rank, self.world_size, port, spec["device"])
             try:
                 if zygote is not None:
-                    proc = zygote.spawn([str(spec_path), str(rank)], env, str(log_path), fd)
+                    proc = zygote.spawn([str(spec_path), str(rank)], env, output.write_fd, fd)
                 else:
-                    with open(log_path, "wb") as log:
-                        proc = subprocess.Popen(
-                            [sys.executable, "-m", "pkit.harness.worker", str(spec_path), str(rank), str(fd)],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, pass_fds=(fd,),
-                            env=env, start_new_session=True)
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", "pkit.harness.worker", str(spec_path), str(rank), str(fd)],
+                        stdout=output.write_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, pass_fds=(fd,),
+                        env=env, start_new_session=True)
             finally:
                 os.close(fd)
+                output.close_write()
             self.procs.append(proc)
             self.channels.append(end)
-            self.logs.append(log_path)
             self.ranks.append(RankState(rank, proc.pid))
             self.selector.register(end, selectors.EVENT_READ, rank)
+            self.selector.register(output, selectors.EVENT_READ, output)
 
     def send(self, message: dict, ranks=None) -> None:
         """Send `message` to every rank (or those listed)."""
@@ -193,6 +197,11 @@ class WorkerSet:
 
     def _pump(self, timeout: float) -> None:
         for key, _ in self.selector.select(timeout):
+            if isinstance(key.data, CappedOutput):
+                key.data.drain()
+                if key.data.ended:
+                    self.selector.unregister(key.data)
+                continue
             rank = key.data
             state, channel = self.ranks[rank], self.channels[rank]
             try:
@@ -238,7 +247,9 @@ class WorkerSet:
             if state.returncode is None:
                 state.returncode, state.exit_order = proc.returncode, self.exits
                 self.exits += 1
-            state.log_tail = tail(self.logs[state.rank])
+        for state, output in zip(self.ranks, self.outputs):
+            output.close()
+            state.log_tail, state.output_dropped = output.tail(), output.dropped
         for channel in self.channels:
             channel.close()
         self.selector.close()

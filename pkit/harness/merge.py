@@ -23,10 +23,11 @@ Example:
 from __future__ import annotations
 
 import os
-import tempfile
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .paths import check_input
 from .records import describe_key, read_lines, record_key, write_line
 from .versions import conflict
 
@@ -72,12 +73,13 @@ class Merged:
 
 
 def merge(paths: list[Path]) -> Merged:
-    """The records of the JSONL files `paths`, one per key; ValueError for records that may not be merged."""
+    """The records of the JSONL files `paths`, one per key; ValueError for records that may not be merged, and
+    for a path that is not a regular file (every path checked before any is read)."""
+    paths = [Path(p) for p in paths]
+    for path in paths:
+        check_input(path)
     sources, entries = [], []
-    for path in map(Path, paths):
-        if not path.is_file():
-            why = "a folder" if path.is_dir() else "no such file"
-            raise ValueError(f"SHARD: expected JSONL files written by pkit eval --out, got {path} ({why})")
+    for path in paths:
         lines, partial = read_lines(path)
         source = Source(path, partial_bytes=partial)
         sources.append(source)
@@ -107,16 +109,20 @@ def merge(paths: list[Path]) -> Merged:
 
 
 def write(records: list[dict], out: Path) -> None:
-    """Write `records` to `out` as JSONL, replacing it at once (a temporary file beside it, then a rename)."""
+    """Write `records` to `out` as JSONL, replacing it at once (a temporary file beside it, then a rename). The
+    file gets the mode `pkit eval --out` gives one: that of the file replaced, or a new file's (0666 less the
+    umask)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out.parent, prefix=f".{out.name}.",
-                                         delete=False)
+    temporary = out.parent / f".{out.name}.{os.urandom(4).hex()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with handle:
+        if out.exists():
+            os.chmod(fd, stat.S_IMODE(out.stat().st_mode))
+        with open(fd, "w", encoding="utf-8") as handle:
             for record in records:
                 write_line(handle, record)
-        os.replace(handle.name, out)
+        os.replace(temporary, out)
     finally:
-        if os.path.exists(handle.name):
-            os.unlink(handle.name)
+        if temporary.exists():
+            temporary.unlink()

@@ -8,9 +8,11 @@ Example:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
+from .contain import OUTPUT_BYTES
 from .problems import Problem
 
 QUICK_TIMING = {"warmup": 2, "iters": 10}
@@ -23,7 +25,8 @@ class EvalOptions:
     large+cuda with them; `dtype` None takes each problem's first dtype; `atol`/`rtol` None use the
     dtype table of pkit.tolerance (or the problem's own tolerance); `fresh_mib` caps the distinct timed input
     sets a rank holds at once, in MiB (None: `worker.FRESH_BYTES`, 4 GiB on GPUs, 512 MiB on CPUs); past it the
-    timed calls come back to sets already used."""
+    timed calls come back to sets already used; `output_mib` caps the stdout and stderr of one rank kept on disk,
+    in MiB (the rest is counted and dropped, and the record flagged `loud_output`)."""
 
     world_size: int = 2
     size: str = "auto"
@@ -39,6 +42,7 @@ class EvalOptions:
     device: str = "auto"
     ceilings: str = "H200"
     fresh_mib: float | None = None
+    output_mib: float = OUTPUT_BYTES / (1 << 20)
 
     def validate(self, spell: Callable[[str], str] = str) -> None:
         """Raise ValueError naming the first option out of range; `spell` turns a field name into the name the
@@ -59,7 +63,8 @@ class EvalOptions:
                  ("atol", self.atol is None or self.atol >= 0, "a number >= 0"),
                  ("rtol", self.rtol is None or self.rtol >= 0, "a number >= 0"),
                  ("device", self.device in ("auto", "cpu", "cuda"), "one of auto, cpu, cuda"),
-                 ("fresh_mib", self.fresh_mib is None or self.fresh_mib > 0, "MiB > 0"),
+                 ("fresh_mib", self.fresh_mib is None or 0 < self.fresh_mib < math.inf, "MiB > 0"),
+                 ("output_mib", 0 <= self.output_mib < math.inf, "MiB >= 0"),
                  ("ceilings", self.ceilings in GPUS, f"a GPU of pkit.hardware.GPUS ({', '.join(GPUS)})"))
         for name, ok, expected in rules:
             if not ok:
@@ -102,7 +107,8 @@ def spec_for(problem: Problem, options: EvalOptions, device: str) -> dict:
     dtype = problem_dtype(problem, options.dtype)
     return {"source": problem.source, "world_size": options.world_size, "device": device, "size": size,
             "dtype": dtype, "pg_timeout_s": options.timeout_s + 60,
-            "fresh_bytes": None if options.fresh_mib is None else int(options.fresh_mib * (1 << 20))}
+            "fresh_bytes": None if options.fresh_mib is None else int(options.fresh_mib * (1 << 20)),
+            "output_bytes": int(options.output_mib * (1 << 20))}
 
 
 def timing_counts(options: EvalOptions) -> dict:

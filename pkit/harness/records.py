@@ -34,14 +34,15 @@ ratio like 1.02 that is no speedup anyone could reproduce."""
 
 FLAGS = ("aliases_input", "equals_input", "all_zero", "mutated_input", "inplace_result", "side_stream", "non_finite",
          "wrong_structure", "wrong_shape", "wrong_dtype", "wrong_device", "wrong_layout", "tensor_subclass",
-         "unreadable_output", "timed_output", "timing_mismatch", "beyond_roofline", "reference_error")
+         "unreadable_output", "timed_output", "timing_mismatch", "beyond_roofline", "reference_error", "loud_output")
 """Diagnostic flags a record may carry; docs/harness.md says which of them make a result wrong."""
 
 FIELDS = ("problem", "category", "solution", "model", "sample", "backend", "world_size", "size", "dtype",
           "device", "status", "error", "max_abs_err", "max_rel_err", "per_rank", "flags", "ref_time_ms",
           "sol_time_ms", "ref_time_cv", "sol_time_cv", "ref_time_min_ms", "sol_time_min_ms", "ref_time_iqr_ms",
           "sol_time_iqr_ms", "speedup", "speedup_low", "speedup_high", "timing_rounds", "roofline_time_ms", "roofline_bound", "roofline_fraction", "rotations",
-          "trials", "trials_passed", "seed", "timing", "wall_s", "phase_s", "provenance")
+          "trials", "trials_passed", "seed", "timing", "wall_s", "phase_s", "output_dropped_bytes",
+          "provenance")
 """Every key of a record, in the order they are written."""
 
 KEY_FIELDS = ("problem", "solution", "model", "world_size", "size", "dtype", "device", "seed")
@@ -50,6 +51,8 @@ size, dtype, device and seed. A resumed run skips the keys its --out holds; `pki
 per key."""
 
 EXCERPT_CHARS = 2000
+MAX_LINE_BYTES = 1 << 20
+"""Longest line `read_lines` takes for a record (records are a few KB); reading stops at a longer one."""
 
 
 def excerpt(text: str | None, limit: int = EXCERPT_CHARS, head: int = 0) -> str | None:
@@ -172,23 +175,28 @@ def describe_key(key: tuple) -> str:
 
 def read_lines(path: str | Path) -> tuple[list[tuple[int, dict]], int]:
     """(line number, record) of every complete line of a `pkit eval` JSONL file, and the length in bytes of a
-    last line cut short (a run killed while writing it leaves one; 0 when the file ends with a newline). A
-    complete line that is not a record is a ValueError naming the file and line."""
-    data = Path(path).read_bytes()
-    end = data.rfind(b"\n") + 1
+    last line cut short (a run killed while writing it leaves one; 0 when the file ends with a newline). Read
+    line by line, at most `MAX_LINE_BYTES` at a time: a complete line that is not a record, or a line longer than
+    that, is a ValueError naming the file and line."""
     found = []
-    for number, line in enumerate(data[:end].split(b"\n")[:-1], 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict) or not {*KEY_FIELDS, "status"} <= set(record):
-            raise ValueError(f"{path}:{number}: expected a record of pkit eval (JSON with {', '.join(KEY_FIELDS)} "
-                             f"and status), got {line[:60].decode(errors='replace')!r}")
-        found.append((number, record))
-    return found, len(data) - end
+    with open(path, "rb") as f:
+        for number, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise ValueError(f"{path}:{number}: expected a record of pkit eval (a line of at most "
+                                 f"{MAX_LINE_BYTES >> 20} MiB), got a longer line")
+            if not line.endswith(b"\n"):
+                return found, len(line)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or not {*KEY_FIELDS, "status"} <= set(record):
+                raise ValueError(f"{path}:{number}: expected a record of pkit eval (JSON with {', '.join(KEY_FIELDS)} "
+                                 f"and status), got {line[:60].decode(errors='replace')!r}")
+            found.append((number, record))
+    return found, 0
 
 
 def status_counts(records: Iterable[dict]) -> dict:

@@ -87,10 +87,15 @@ class Recorded:
 @contextmanager
 def sole_writer(path: str | Path):
     """Hold an exclusive lock on `path` (made, with its folders, when missing) for the block; ValueError naming
-    --out when another process holds it. Where the file system has no locks, the block runs unlocked."""
+    --out when another process holds it or the file cannot be made. Where the file system has no locks, the
+    block runs unlocked."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a", encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"--out: expected a path this user can write, got {path}: {e.strerror}") from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -3,8 +3,8 @@
 Importing torch takes seconds; a worker set of W ranks per candidate plus one per problem would pay it every time.
 The zygote (`python -m pkit.harness.zygote FD`) imports torch, torch.distributed, the worker module and what
 problem modules import (pkit.problem_kit, pkit.roofline) once, initialises neither CUDA nor any process group, and
-then forks one child per request. A child starts its own process session, takes the log file as stdout/stderr and
-the channel descriptor it was sent (SCM_RIGHTS), applies the rank's environment and runs
+then forks one child per request. A child starts its own process session, takes the two descriptors it was sent
+(SCM_RIGHTS) as its stdout/stderr and its channel, applies the rank's environment and runs
 `pkit.harness.worker.main`. The zygote reaps its children and reports each exit code to the evaluating process,
 which holds the `Zygote` object.
 
@@ -86,16 +86,13 @@ class Zygote:
         self.sock = ours
         self._expect("ready", timeout=120.0)
 
-    def spawn(self, argv: list[str], env: dict, log_path: str, channel_fd: int) -> ForkedWorker:
-        """Fork one worker running `python -m pkit.harness.worker *argv` with `env`, output to `log_path`."""
+    def spawn(self, argv: list[str], env: dict, output_fd: int, channel_fd: int) -> ForkedWorker:
+        """Fork one worker running `python -m pkit.harness.worker *argv` with `env`, its stdout and stderr to
+        the descriptor `output_fd`."""
         if not self.alive():
             self._start(env)
-        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            request = json.dumps({"argv": argv, "env": env}).encode()
-            socket.send_fds(self.sock, [request], [channel_fd, log_fd])
-        finally:
-            os.close(log_fd)
+        request = json.dumps({"argv": argv, "env": env}).encode()
+        socket.send_fds(self.sock, [request], [channel_fd, output_fd])
         reply = self._expect("forked", timeout=30.0)
         return ForkedWorker(self, int(reply["pid"]))
 
@@ -174,7 +171,7 @@ def for_evaluation():
     return nullcontext(_SHARED[-1]) if _SHARED else closing(Zygote())
 
 
-def _child(sock: socket.socket, request: dict, channel_fd: int, log_fd: int) -> None:
+def _child(sock: socket.socket, request: dict, channel_fd: int, output_fd: int) -> None:
     """In the forked child: become a worker. Never returns."""
     try:
         sock.close()
@@ -182,10 +179,10 @@ def _child(sock: socket.socket, request: dict, channel_fd: int, log_fd: int) -> 
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
         os.close(null)
-        os.close(log_fd)
+        os.close(output_fd)
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the request's, not the one the zygote started with
@@ -223,12 +220,12 @@ def serve(fd: int) -> None:
         if data is not None and not data:
             os._exit(0)  # the evaluating process has gone
         if data:
-            channel_fd, log_fd = fds
+            channel_fd, output_fd = fds
             pid = os.fork()
             if pid == 0:
-                _child(sock, json.loads(data), channel_fd, log_fd)
+                _child(sock, json.loads(data), channel_fd, output_fd)
             os.close(channel_fd)
-            os.close(log_fd)
+            os.close(output_fd)
             sock.sendall(json.dumps({"op": "forked", "pid": pid}).encode() + b"\n")
         while True:
             try:
