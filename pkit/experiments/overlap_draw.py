@@ -1,13 +1,126 @@
-"""The overlap study's figure: each schedule's time and fraction of its roofline bound, one column per pattern
-(`draw`, from a `pkit.experiments.overlap_analysis.with_bounds` frame)."""
+"""The overlap study's figures (notebook 05): pkit's GEMM against cuBLAS (`draw_gate`), what a copy beside it
+costs the GEMM (`draw_interference`, `draw_partition`), the model's curves (`draw_curves`), and each measured
+schedule's time and fraction of its roofline bound, one column per pattern (`draw`, from a
+`pkit.experiments.overlap_analysis.with_bounds` frame)."""
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..ops.overlap_patterns import PATTERNS
-from .overlap_analysis import SHAPE, TERMS
+from .overlap_analysis import GEMM_GATE, SHAPE, TERMS
+from .overlap_model import partition_traffic
+
+
+def draw_gate(gate: pd.DataFrame, target: float = GEMM_GATE):
+    """pkit's GEMM over cuBLAS per shape (`overlap_analysis.gemm_gate`'s rows) as bars, the gate `target` dashed, the
+    shapes' names tilted so that long ones do not run into each other. Returns the figure.
+
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> gate = pd.DataFrame({"shape": ["8192×8192×8192", "8192×256×8192"], "ratio_to_cublas": [1.02, 0.59]})
+    >>> [t.get_rotation() for t in draw_gate(gate).axes[0].get_xticklabels()]
+    [30.0, 30.0]
+    """
+    from .. import figures
+
+    fig, ax = figures.subplots()
+    ax.bar(gate["shape"], gate["ratio_to_cublas"], color=figures.BLUE, label="pkit GEMM / cuBLAS (TFLOP/s)")
+    ax.axhline(target, color="0.3", ls="--", lw=1, label=f"gate: {target:.0%} of cuBLAS")
+    ax.set(xlabel="shape M×N×K (C = A · Bᵀ, bf16 in, fp32 accumulate)", ylabel="pkit GEMM's rate over cuBLAS's")
+    ax.set_ylim(0, max(1.25, 1.1 * float(gate["ratio_to_cublas"].max())))
+    ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.tick_params(axis="x", labelrotation=30)
+    for text in ax.get_xticklabels():
+        text.set(ha="right", rotation_mode="anchor")
+    ax.legend(loc="upper center", ncols=2)
+    return fig
+
+
+def draw_interference(copies: pd.DataFrame, partition: pd.DataFrame, fits: dict):
+    """GEMM rate beside a copy over its rate alone, against the HBM traffic the copy made: copy-engine copies within
+    the GPU (paced) and from and to the host, SM and TMA copies on the SMs the GEMM gave up (over the GEMM on the
+    same SMs idle, where the partition was measured), one panel per GEMM, the fitted curve drawn. A Figure."""
+    from .. import figures
+
+    gemms = list(fits)
+    fig, axes = figures.subplots(1, len(gemms), figsize=(5.6 * len(gemms), 4.3), sharey=True, squeeze=False)
+    styles = {"ce": ("o", figures.ORANGE), "sm": ("s", figures.BLUE), "tma": ("^", figures.GREEN)}
+    moved = partition_traffic(partition) if len(partition) else partition
+    for ax, gemm in zip(axes[0], gemms):
+        own = copies[copies["gemm"] == gemm]
+        for host, part in own.groupby(own["route"].str.contains("CPU")):
+            ax.errorbar(part["hbm_traffic_GBps"], part["rate_ratio"],
+                        yerr=[part["rate_ratio"] - part["rate_ratio_q1"], part["rate_ratio_q3"] - part["rate_ratio"]],
+                        fmt="D" if host else "o", color=figures.PURPLE if host else figures.ORANGE, capsize=2,
+                        label="copy engine, host ↔ GPU" if host else "copy engine, within the GPU (paced)")
+        for engine, part in (moved[moved["gemm"] == gemm].groupby("engine") if len(moved) else []):
+            marker, color = styles[engine]
+            ax.plot(part["hbm_traffic_GBps"], part["rate_ratio"], marker, color=color, ls="none",
+                    label=f"{figures.label(engine)} copy on the SMs given up")
+        x = np.linspace(0, max(1.0, float(own["hbm_traffic_GBps"].max())), 100)
+        ax.plot(x, [1 / fits[gemm].time_ratio(v) for v in x], color="0.3", lw=1, label="fit: 1 / (1 + a·u + b·u²)")
+        ax.set(title=figures.label(gemm), xlabel="HBM traffic of the copy (GB/s, reads + writes)")
+        ax.legend(fontsize=7.5, loc="lower left")
+    axes[0][0].set_ylabel("GEMM rate beside the copy / alone")
+    return fig
+
+
+def draw_partition(partition: pd.DataFrame, gemms: dict):
+    """GEMM rate on the SMs left over its all-SM rate, against SMs given to a copy: idle and running, one line per
+    GEMM and state, and dashed the wave count's prediction (`GemmFit.rate_on` at the partition's first shape;
+    nothing fitted to these points). A Figure."""
+    from .. import figures
+
+    fig, ax = figures.subplots()
+    colors = figures.colors_for(list(gemms))
+    for (gemm, copy), part in partition.groupby(["gemm", "copy"]):
+        part = part.sort_values("sms_given")
+        ax.plot(part["sms_given"], part["rate_ratio"], marker={"idle": "o", "sm": "s", "tma": "^"}[copy],
+                ls={"idle": "-", "sm": ":", "tma": "-."}[copy], color=colors[gemm],
+                label=f"{figures.label(gemm)}, {'SMs idle' if copy == 'idle' else figures.label(copy) + ' copy on them'}")
+    given = np.arange(0, int(partition["sms_given"].max()) + 1)
+    fit = next(iter(gemms.values()))  # the waves' ratio is the same for every GEMM of the same tiles
+    m, n, k = partition[["m", "n", "k"]].iloc[0]
+    ax.plot(given, [fit.rate_on(m, n, k, fit.sms - v) for v in given], color="0.35", lw=1.0, ls="--",
+            drawstyle="steps-post", label="model: whole waves of tiles")
+    ax.set(xlabel="SMs given to communication (of all the GPU's)", ylabel="GEMM rate / its rate on every SM")
+    ax.legend(fontsize=7.5)
+    return fig
+
+
+def draw_curves(frames: dict, measured: pd.DataFrame | None = None):
+    """The model's fraction of the overlap bound per schedule against the swept size, one column per pattern, one
+    row per system (`frames`: name → `pkit.experiments.overlap_model.curves` frame); measured points
+    (`beside_measured` rows) drawn where given. Each schedule drawn as `pkit.figures.line_look` says (its marker
+    on every point, so a curve lying on another's still shows), the serial one dashed; one legend, right of the
+    panels, naming every schedule drawn. A Figure."""
+    from .. import figures
+
+    names = list(frames)
+    patterns = list(dict.fromkeys(p for frame in frames.values() for p in frame["pattern"]))
+    fig, axes = figures.subplots(len(names), len(patterns), figsize=(4.4 * len(patterns), 3.4 * len(names)),
+                                 sharey=True, squeeze=False)
+    for row, name in zip(axes, names):
+        frame = frames[name]
+        for ax, pattern in zip(row, patterns):
+            for schedule, part in frame[frame["pattern"] == pattern].groupby("schedule", sort=False):
+                look = {**figures.line_look(schedule), **({"ls": "--"} if schedule == "serial" else {})}
+                ax.plot(part["inner"], part["fraction_of_bound"], lw=1.2, ms=4, **look)
+            if measured is not None and len(measured):
+                pts = measured[(measured["pattern"] == pattern) & (measured["gpus"] == frame["gpus"].iloc[0])]
+                for schedule, part in pts.groupby("schedule"):
+                    ax.plot(part["inner"], part["fraction_of_bound"], "o", color=figures.line_look(schedule)["color"],
+                            ms=5, mec="black", mew=0.5)
+            ax.set(xscale="log", title=f"{figures.label(pattern)}\n{name}", ylim=(0, 1.05))
+            ax.title.set_fontsize(9)
+            ax.set_xlabel(PATTERNS[pattern].swept)
+    for row in axes:
+        row[0].set_ylabel("bound / time (1 = at the bound)")
+    handles = {h.get_label(): h for ax in axes.flat for h in ax.get_legend_handles_labels()[0]}  # each name once
+    fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=8)
+    return fig
 
 
 def draw(bounded: pd.DataFrame, schedules: Sequence[str] | None = None):
