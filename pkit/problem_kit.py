@@ -38,8 +38,10 @@ def generator(seed: int, rank: int) -> torch.Generator:
 
 
 def randn(shape, dtype, gen: torch.Generator, device="cpu", scale: float = 1.0) -> torch.Tensor:
-    """Normal(0, scale²) samples drawn on the CPU (so every device gets identical values), then moved."""
-    return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(parse_dtype(dtype)).to(device)
+    """Normal(0, scale²) samples drawn on `device` by a generator there seeded with one draw of `gen` (no host draw
+    and copy of a large tensor), so they depend on `gen`'s stream and the kind of device only."""
+    local = torch.Generator(device).manual_seed(int(torch.randint(0, 1 << 62, (1,), generator=gen)))
+    return (torch.randn(shape, generator=local, device=device, dtype=torch.float32) * scale).to(parse_dtype(dtype))
 
 
 def cost(flops: float = 0, hbm_bytes: float = 0, link_bytes: float = 0, sync_steps: int = 0) -> dict:

@@ -7,6 +7,7 @@ The PKB adapter is tested on a small checkout of ParallelKernelBench's shape tha
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import textwrap
@@ -18,7 +19,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pkit.harness import candidate, checks, contain, failures, integrity, launch, problems, records, runner, solutions
+from pkit.harness import (candidate, checks, contain, failures, integrity, launch, problems, records, runner, solutions,
+                          speedup)
 from pkit.harness.cli import main
 
 pytestmark = [pytest.mark.heavy, pytest.mark.usefixtures("shared_zygote")]
@@ -511,7 +513,7 @@ def test_reference_as_its_own_candidate_is_level_and_sleepers_are_slower_or_fast
     band = 1 + records.TIE_BAND
     for r in recs.values():
         assert r["speedup_low"] <= r["speedup"] <= r["speedup_high"], r
-        assert r["timing_rounds"] >= runner.ROUNDS and r["flags"] == [], r
+        assert runner.MIN_ROUNDS <= r["timing_rounds"] <= runner.MAX_ROUNDS and r["flags"] == [], r
     own = recs["problem.py:reference"]
     assert own["status"] == "correct_level", (own["speedup_low"], own["speedup_high"])
     assert own["speedup_low"] <= band and own["speedup_high"] >= 1 / band
@@ -524,27 +526,71 @@ def test_speed_status_and_interval():
     assert records.speed_status(1.04, 1.3) == "correct_level"  # meets the band
     assert records.speed_status(0.5, 0.94) == "correct_slower"
     assert records.speed_status(0.5, 0.96) == "correct_level"
-    low, high = runner.speedup_interval([[1.0, 1.1, 0.9]] * 3, [[1.0, 1.1, 0.9]] * 3)
+    low, high = runner.speedup_interval([[1.0, 1.1, 0.9], [1.2, 1.1], [0.9, 1.0]], [[1.0, 1.1, 0.9]] * 3)
     assert low < 1 < high
     low, high = runner.speedup_interval([[3.0, 3.1, 2.9], [3.3, 3.2, 3.4]], [[1.0, 1.1, 0.9], [1.05, 1.0, 1.1]])
-    assert 2.5 < low <= high < 3.6
+    assert 2 < low < 3 < high < 5  # two rounds: a wide interval (t with one degree of freedom is 12.7)
+    assert runner.speedup_interval([[2.0, 2.2]], [[1.0, 1.1]]) == (0.0, math.inf)  # one round says nothing
 
 
-def test_speedup_interval_is_the_two_level_bootstrap_written_as_a_loop():
-    """The vectorised interval agrees, within the resampling noise, with the bootstrap written out plainly: draw the
-    rounds, then each drawn round's calls, with replacement; rounds of unequal length included."""
-    rng = np.random.default_rng()
-    refs = [list(rng.lognormal(0.7, 0.2, n)) for n in (12, 12, 7, 20)]
-    sols = [list(rng.lognormal(0.0, 0.3, n)) for n in (12, 12, 7, 20)]
-    ratios = []
-    for _ in range(4000):
-        picked = rng.integers(0, len(refs), len(refs))
-        ref = np.concatenate([rng.choice(refs[k], len(refs[k])) for k in picked])
-        sol = np.concatenate([rng.choice(sols[k], len(sols[k])) for k in picked])
-        ratios.append(np.median(ref) / np.median(sol))
-    plain = np.quantile(ratios, [0.025, 0.975])
-    fast = runner.speedup_interval(refs, sols, resamples=4000, seed=int(rng.integers(1 << 30)))
-    assert fast == pytest.approx(plain, rel=0.06), (fast, plain)
+def test_speedup_interval_is_a_t_interval_over_rounds_not_calls():
+    """The rounds are the samples: many calls in each round do not narrow the interval when the rounds disagree
+    (drift), and it is the t-interval of the rounds' log ratios around the pooled speedup."""
+    rounds = [1.3, 0.8, 1.1, 0.9]  # the reference's time per round; the candidate takes 1.0 throughout
+    few = runner.speedup_interval([[ms] * 3 for ms in rounds], [[1.0] * 3] * 4)
+    many = runner.speedup_interval([[ms] * 300 for ms in rounds], [[1.0] * 300] * 4)
+    assert few == pytest.approx(many) and few[0] < 1 < few[1], (few, many)
+    logs = np.log(rounds)
+    half = speedup.t_quantile(0.95, 3) * logs.std(ddof=1) / math.sqrt(4)
+    pooled = float(np.median(np.repeat(rounds, 3)))
+    assert few == pytest.approx((pooled * math.exp(-half), pooled * math.exp(half)))
+    # the same calls in one steady round each: a narrow interval
+    steady = runner.speedup_interval([[1.0, 1.3, 0.8]] * 4, [[1.0] * 3] * 4)
+    assert steady[1] - steady[0] < 1e-9
+
+
+def _settle(ratio: float, noise: float, rounds: int) -> list:
+    """`rounds` interleaved rounds whose reference takes `ratio` times the candidate's 1 ms, round k's ratio moved by
+    `noise` times a fixed zig-zag."""
+    zigzag = [1, -1, 0.5, -0.5, 0.8, -0.8, 0.2, -0.2, 1, -1, 0.5, -0.5]
+    return [(_timing([ratio * (1 + noise * zigzag[k])] * 10, sets=10), _timing([1.0] * 10, sets=10))
+            for k in range(rounds)]
+
+
+def test_rounds_settle_early_on_a_clear_verdict_and_not_on_an_open_one():
+    assert not candidate.settled(_settle(2.0, 0.05, candidate.MIN_ROUNDS - 1))  # never before MIN_ROUNDS
+    assert candidate.settled(_settle(2.0, 0.05, candidate.MIN_ROUNDS))  # clearly faster: stop at once
+    assert candidate.settled(_settle(0.5, 0.05, candidate.MIN_ROUNDS))  # clearly slower
+    assert candidate.settled(_settle(1.0, 0.002, candidate.MIN_ROUNDS))  # level, and tightly so
+    assert not candidate.settled(_settle(1.0, 0.1, candidate.MIN_ROUNDS))  # level or not: more rounds
+    assert not candidate.settled(_settle(1.06, 0.1, 6))  # near the band's edge: still open
+
+
+def test_a_clearly_faster_candidate_stops_after_the_fewest_rounds_and_identical_code_reads_level(monkeypatch):
+    """`time_rounds` on a stand-in reference and candidate: a candidate twice as fast stops after MIN_ROUNDS; the
+    reference against itself (the same times, with the noise of a few percent each round) goes on until its
+    interval lies inside the tie band or the rounds run out, and reads level."""
+    rng = np.random.default_rng(3)
+
+    def run_with(candidate_ms: float):
+        run = candidate.CandidateRun.__new__(candidate.CandidateRun)
+        run.rounds, run.plans, run.retime_s, run.compared = [], [], None, None
+
+        def timed_round(k, iters, deadline):
+            return (_timing(list(rng.normal(1.0, 0.03, iters)), sets=iters),
+                    _timing(list(rng.normal(candidate_ms, 0.03 * candidate_ms, iters)), sets=iters))
+
+        run.timed_round = timed_round
+        run.options = runner.EvalOptions()
+        run.time_rounds(10, math.inf)
+        return run.rounds
+
+    fast = run_with(0.5)
+    assert len(fast) == candidate.MIN_ROUNDS
+    assert speedup.timing_fields(fast)["status"] == "correct_faster"
+    same = run_with(1.0)
+    assert candidate.MIN_ROUNDS <= len(same) <= candidate.MAX_ROUNDS
+    assert speedup.timing_fields(same)["status"] == "correct_level"
 
 
 def test_a_time_below_the_roofline_is_flagged_not_credited():
@@ -597,10 +643,10 @@ class _Reference:
     """A started reference whose window timed alone is `alone`; None: timing it again fails the test."""
 
     def __init__(self, alone):
-        self.alone = alone
+        self.alone, self.sets = alone, 1
 
-    def retime(self, iters: int):
-        assert self.alone is not None and iters == runner.QUICK_TIMING["iters"]
+    def window(self, plan):
+        assert self.alone is not None and len(plan.fresh) == runner.QUICK_TIMING["iters"] and not plan.kept
         return self.alone
 
 
@@ -609,6 +655,7 @@ class _Run:
 
     def __init__(self, rounds: list, alone=None):
         self.rounds, self.reference, self.options, self.retime_s = rounds, _Reference(alone), runner.EvalOptions(), None
+        self.tolerance, self.phases = {}, {}
 
     def check_timed(self) -> list:
         return []

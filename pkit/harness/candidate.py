@@ -1,30 +1,48 @@
 """One candidate against a started reference: fresh workers driven through the trials and the interleaved timing
-rounds, each output checked here as it arrives, the timed calls checked after the workers are gone, and the
-verdict's record fields (`run_candidate`).
+rounds (as many as the verdict needs, `settled`), each output checked here as it arrives, the timed calls checked
+after the workers are gone, and the verdict's record fields (`run_candidate`).
 """
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from pathlib import Path
 
 from .checks import FingerprintCheck, RankCheck, compare
 from .failures import failed_fields, reference_failure
-from .integrity import judge, reference_slowed, retimes
+from .integrity import Rounds, judge, reference_slowed, timing_mismatch
 from .launch import RunFailed, RunTimeout, WorkerSet
 from .options import EvalOptions, spec_for, timing_counts, tolerances
 from .outcome import trial_fields
 from .problems import Problem
 from .records import add_reason, excerpt
-from .reference import Reference, ReferenceFailed, Timing, timed_phase
+from .reference import Plan, Reference, ReferenceFailed, Timing, timed_phase
 from .snapshot import SnapshotError, load
 from .solutions import Candidate
-from .speedup import gain_on_reused_sets, timing_fields
+from .speedup import decided, gain_on_reused_sets, speedup_interval, timing_fields
 from .timer import input_bytes
 
-ROUNDS = 3
-"""Interleaved timing rounds: each times the reference and the candidate once on fresh input sets, in turn (the
-reference first in even rounds, the candidate first in odd ones, so drift and warm-up fall on both)."""
+MIN_ROUNDS = 3
+"""Interleaved timing rounds before a verdict: each times the reference and the candidate once on the same fresh
+input sets (one `Plan`), in turn (the reference first in even rounds, the candidate first in odd ones, so drift and
+warm-up fall on both)."""
+MAX_ROUNDS = 12
+"""Most interleaved rounds per candidate."""
+ROUNDS_BUDGET_S = 10.0
+"""Seconds of rounds after which no new round starts, once MIN_ROUNDS have run."""
+
+
+def settled(rounds: Rounds) -> bool:
+    """True when more rounds would not change the verdict: at least MIN_ROUNDS rounds fail the timing checks and
+    they outnumber those that pass (a lie repeats: `integrity.judge`), or at least MIN_ROUNDS pass and their
+    speedup's interval is `speedup.decided` (clear of the tie band, or inside it)."""
+    clean = [(r, s) for r, s in rounds if timing_mismatch(r, s) is None]
+    failing = len(rounds) - len(clean)
+    if failing >= MIN_ROUNDS and failing > len(clean):
+        return True
+    return len(clean) >= MIN_ROUNDS and decided(*speedup_interval([r.slowest_ms for r, _ in clean],
+                                                                  [s.slowest_ms for _, s in clean]))
 
 
 class CandidateRun:
@@ -40,6 +58,9 @@ class CandidateRun:
         self.workers = WorkerSet(spec, self.folder, log=log, zygote=reference.zygote)
         self.checks: list[list[RankCheck]] = []
         self.rounds: list[tuple[Timing, Timing]] = []  # (reference, candidate) per interleaved round
+        self.plans: list[Plan] = []  # the plan of each round
+        self.compared: int | None = None  # the round whose kept outputs are compared element by element
+        self.phases = {"parent: reference windows": 0.0, "parent: candidate windows": 0.0}
         self.retime_s: float | None = None
         self.out_cap = 4 * reference.out_bytes + (1 << 20)
 
@@ -65,28 +86,70 @@ class CandidateRun:
             counts = timing_counts(self.options)
             ws.send({"op": "warmup", "n": counts["warmup"]})
             ws.gather("warm", deadline)
-            self.rounds = [self.timed_round(k, counts["iters"], deadline) for k in range(ROUNDS)]
-            bad = retimes(self.rounds)
-            if bad:  # each window under a --timeout of its own (an honest candidate near its limit does not time out)
-                again = time.monotonic()
-                self.rounds += [self.timed_round(ROUNDS + k, counts["iters"], time.monotonic() + self.options.timeout_s)
-                                for k in range(bad)]
-                self.retime_s = time.monotonic() - again
+            self.time_rounds(counts["iters"], deadline)
         ws.send({"op": "quit"})
         ws.wait_exit(2.0)
 
+    def time_rounds(self, iters: int, deadline: float) -> None:
+        """Interleaved rounds of `iters` calls a window until they are `settled`, MAX_ROUNDS have run or
+        ROUNDS_BUDGET_S is spent, never fewer than MIN_ROUNDS; the candidate's windows after the first MIN_ROUNDS
+        rounds each under a --timeout of their own (an honest candidate near its limit does not time out), as the
+        reference's always are. `retime_s`: the seconds of the rounds after the first that failed a timing check."""
+        began, ends = time.monotonic(), []
+        while len(self.rounds) < MAX_ROUNDS:
+            k = len(self.rounds)
+            self.rounds.append(self.timed_round(k, iters, deadline if k < MIN_ROUNDS
+                                                else time.monotonic() + self.options.timeout_s))
+            ends.append(time.monotonic())
+            if k + 1 >= MIN_ROUNDS and (settled(self.rounds) or ends[-1] - began > ROUNDS_BUDGET_S):
+                break
+        failed = [k for k, (r, s) in enumerate(self.rounds) if timing_mismatch(r, s) is not None]
+        if failed:
+            self.retime_s = ends[-1] - ends[failed[0]]
+
     def timed_round(self, k: int, iters: int, deadline: float) -> tuple[Timing, Timing]:
-        """(reference, candidate) timings of round `k`, each on fresh sets; the reference first when k is even."""
+        """(reference, candidate) timings of round `k` on one new `Plan`; the reference first when k is even. The
+        reference's window gives the right answers the candidate's calls are checked against (`check_timed`)."""
         ref = self.reference
+        plan = Plan.new(ref.sets, iters, ref.out_bytes, self.tolerance, f"round{k}")
+
+        def timed(role: str, run):
+            began = time.monotonic()
+            timing = run()
+            self.phases[f"parent: {role} windows"] += time.monotonic() - began
+            return timing
+
+        def theirs():
+            return timed("reference", lambda: ref.window(plan))
 
         def mine():
-            return timed_phase(self.workers, ref.sets, iters, ref.inplace, deadline, ref.out_bytes)
+            return timed("candidate", lambda: timed_phase(self.workers, plan, ref.inplace, deadline))
 
         if k % 2 == 0:
-            theirs = ref.retime(iters)
-            return theirs, mine()
-        own = mine()
-        return ref.retime(iters), own
+            pair = theirs(), mine()
+        else:
+            own = mine()
+            pair = theirs(), own
+        self.plans.append(plan)
+        self.keep_round(k)
+        return pair
+
+    def keep_round(self, k: int) -> None:
+        """Keep the whole outputs saved in round `k` for the element-wise check with probability 1/(k + 1), in
+        place of those kept before, and remove the others' files: the compared round is drawn uniformly from the
+        rounds run, and no worker knows it."""
+        if secrets.randbelow(k + 1) == 0:
+            k, self.compared = self.compared, k
+        if k is None:
+            return
+        for i in self.plans[k].kept:
+            for rank in range(self.options.world_size):
+                tag = f"{self.plans[k].tag}_timed{i}"
+                for path in (self.file(rank, tag), self.reference.file(rank, tag)):
+                    try:
+                        os.remove(path)
+                    except OSError:
+                        pass
 
     @property
     def passed(self) -> bool:
@@ -110,34 +173,35 @@ class CandidateRun:
         return check
 
     def check_timed(self) -> list[str]:
-        """Notes on timed calls of every candidate window whose outputs differ from the reference's for the same
-        inputs, each call's fresh change included (empty: all right): every call by its fingerprint, the kept
-        calls of the last window element by element (each window's saved outputs replace the one's before)."""
-        notes, last = [], len(self.rounds) - 1
-        for k, (_, timing) in enumerate(self.rounds):
-            notes += [f"window {k + 1}, {note}" for note in self.check_window(timing, k == last)]
-        return notes
-
-    def check_window(self, timing: Timing, saved: bool) -> list[str]:
-        kept = timing.kept if saved else set()
-        summaries, expected = self.reference.expected(timing.seeds, timing.fresh, kept, self.tolerance)
-        prints = [[FingerprintCheck(summary) for summary in row] for row in summaries]
+        """Notes on timed calls whose outputs differ from the reference's for the same inputs, each call's change
+        included (empty: all right): every call of every round by its fingerprint, against the reference's
+        `fingerprint_check` of the same call in the same round; the kept calls of the round `keep_round` drew,
+        element by element."""
         notes = []
-        for rank, calls in enumerate(timing.fingerprints):
-            for i, got in enumerate(calls):
-                why = prints[i][rank].mismatch(got)
-                if why:
-                    notes.append(f"rank {rank}, timed call {i}: {why}")
-        for i in sorted(kept):
+        for k, (theirs, mine) in enumerate(self.rounds):
+            for rank, (wants, gots) in enumerate(zip(theirs.checks, mine.checks)):
+                for i, (want, got) in enumerate(zip(wants, gots)):
+                    why = FingerprintCheck(want).mismatch(got.get("want") if isinstance(got, dict) else None)
+                    if why:
+                        notes.append(f"round {k + 1}, rank {rank}, timed call {i}: {why}")
+        if self.compared is None:
+            return notes
+        plan = self.plans[self.compared]
+        for i in sorted(plan.kept):
             for rank in range(self.options.world_size):
+                tag = f"{plan.tag}_timed{i}"
                 try:
-                    got = load(self.file(rank, f"timed{i}"), self.out_cap, "out")
+                    want = self.reference.kept(rank, tag)
                 except SnapshotError as e:
-                    notes.append(f"rank {rank}, timed call {i}: {e}")
+                    raise ReferenceFailed(f"kept output: {e}") from None
+                try:
+                    got = load(self.file(rank, tag), self.out_cap, "out")
+                except SnapshotError as e:
+                    notes.append(f"round {self.compared + 1}, rank {rank}, timed call {i}: {e}")
                     continue
-                check = compare(expected[i][rank], got, **self.tolerance)
+                check = compare(want, got, **self.tolerance)
                 if not check.ok:
-                    notes.append(f"rank {rank}, timed call {i}: {check.note}")
+                    notes.append(f"round {self.compared + 1}, rank {rank}, timed call {i}: {check.note}")
         return notes
 
 
@@ -185,10 +249,13 @@ def judged_fields(run: CandidateRun, fields: dict, device: str) -> dict:
     """`fields` of a candidate whose workers passed every trial and are gone: `wrong_result` when a timed output
     differs from the reference's; else its times, not called faster when a timing check does not believe them
     (`timing_mismatch`), called level when it is faster only on reused input sets (`speedup.gain_on_reused_sets`).
-    On the GPU the reference is timed once more, alone (`integrity.reference_slowed`)."""
+    On the GPU the reference is timed once more, alone (`integrity.reference_slowed`). `phase_s` gains the parent's
+    seconds: each role's windows, the timed calls in them (slowest rank, both roles), the checks."""
     phases, checking = fields["phase_s"], time.monotonic()
     notes = run.check_timed()
     phases["parent: check timed outputs"] = round(time.monotonic() - checking, 3)
+    phases.update({name: round(seconds, 3) for name, seconds in run.phases.items()})
+    phases["parent: timed calls"] = round(sum(sum(t.slowest_ms) for pair in run.rounds for t in pair) / 1e3, 3)
     if run.retime_s is not None:
         phases["parent: both timed again after a mismatch"] = round(run.retime_s, 3)
     if notes:
@@ -199,7 +266,8 @@ def judged_fields(run: CandidateRun, fields: dict, device: str) -> dict:
     rounds, why = judge(run.rounds)
     if why is None and device == "cuda":
         alone = time.monotonic()
-        why = reference_slowed(rounds, run.reference.retime(timing_counts(run.options)["iters"]))
+        iters = timing_counts(run.options)["iters"]
+        why = reference_slowed(rounds, run.reference.window(Plan.new(run.reference.sets, iters, None, run.tolerance)))
         phases["parent: reference timed alone"] = round(time.monotonic() - alone, 3)
     times = timing_fields(rounds)
     if why:

@@ -223,45 +223,50 @@ def chunk_rows(t: torch.Tensor) -> torch.Tensor:
     """`t`'s elements (as `comparable`, float64) in FINGERPRINT_CHUNKS rows of equal length, zero-padded."""
     flat = comparable(t).reshape(-1).to(torch.float64)
     width = -(-flat.numel() // FINGERPRINT_CHUNKS)
-    rows = flat.new_zeros(FINGERPRINT_CHUNKS * width)
-    rows[:flat.numel()] = flat
-    return rows.view(FINGERPRINT_CHUNKS, width)
+    if flat.numel() < FINGERPRINT_CHUNKS * width:
+        flat = torch.nn.functional.pad(flat, (0, FINGERPRINT_CHUNKS * width - flat.numel()))
+    return flat.view(FINGERPRINT_CHUNKS, width)
+
+
+def _chunk_stats(t: torch.Tensor) -> tuple[list, list, list]:
+    """Per chunk of `chunk_rows(t)`: its sum (NaNs left out), its NaN count and the sum of its magnitudes, computed
+    on `t`'s device and copied to the host at once."""
+    rows = chunk_rows(t)
+    sums, nans, magnitudes = torch.stack((rows.nansum(1), rows.isnan().sum(1).to(rows.dtype),
+                                          rows.abs().nansum(1))).tolist()
+    return sums, [int(n) for n in nans], magnitudes
 
 
 def fingerprint(out) -> list:
     """A short summary of an output that a wrong answer can hardly match: per tensor leaf, the float64 sums
     and NaN counts of 16 consecutive chunks of its elements (computed on the tensor's device); other leaves
     by repr. JSON-able; see `FingerprintCheck`."""
-    summary = []
-    for _, leaf in leaves(out):
-        if isinstance(leaf, torch.Tensor):
-            rows = chunk_rows(leaf)
-            summary.append({"n": leaf.numel(), "sums": rows.nansum(1).tolist(), "nans": rows.isnan().sum(1).tolist()})
-        else:
-            summary.append(repr(leaf)[:200])
-    return summary
+    return fingerprint_check(out)["want"]
 
 
 def fingerprint_check(expected, atol: float | None = None, rtol: float | None = None, summands: int = 1) -> dict:
     """What `FingerprintCheck` needs to know about a right answer `expected` (on any device; JSON-able and
     small, so a reference worker can compute it beside its output and send it): per leaf its path, its
-    fingerprint and, per chunk, how far the chunk sum of an output within tolerance can be from it.
+    fingerprint (`want`, as `fingerprint`) and, per chunk, how far the chunk sum of an output within tolerance can
+    be from it.
 
     Element-wise |g - w| <= atol + rtol*|w| implies, per chunk, |sum g - sum w| <= sum(atol + rtol*|w|).
     """
-    paths, bounds = [], []
+    paths, want, bounds = [], [], []
     for path, leaf in leaves(expected):
         paths.append(path)
         if isinstance(leaf, torch.Tensor):
             a_tol, r_tol = tolerance(leaf.dtype, atol, rtol, summands)
-            rows = chunk_rows(leaf).abs()
-            width, elements = rows.shape[1], leaf.numel() * (2 if leaf.is_complex() else 1)  # as `comparable`
+            sums, nans, magnitudes = _chunk_stats(leaf)
+            want.append({"n": leaf.numel(), "sums": sums, "nans": nans})
+            elements = leaf.numel() * (2 if leaf.is_complex() else 1)  # as `comparable`
+            width = -(-elements // FINGERPRINT_CHUNKS)
             counts = [min(max(elements - c * width, 0), width) for c in range(FINGERPRINT_CHUNKS)]
-            sums = rows.nansum(1).tolist()
-            bounds.append([(a_tol * n + r_tol * s) * (1 + 1e-9) + 1e-12 for n, s in zip(counts, sums)])
+            bounds.append([(a_tol * n + r_tol * m) * (1 + 1e-9) + 1e-12 for n, m in zip(counts, magnitudes)])
         else:
+            want.append(repr(leaf)[:200])
             bounds.append(None)
-    return {"paths": paths, "want": fingerprint(expected), "bounds": bounds}
+    return {"paths": paths, "want": want, "bounds": bounds}
 
 
 class FingerprintCheck:

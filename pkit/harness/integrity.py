@@ -1,6 +1,6 @@
 """Can a candidate's times be believed? The timing checks, all made in the parent from what it saw: the reported
 times against the wall time and the reference's harness work (`timing_mismatch`), the interleaved rounds' verdict
-(`retimes`, `judge`), the reference slowed beside the candidate's processes (`reference_slowed`) and the roofline
+(`judge`), the reference slowed beside the candidate's processes (`reference_slowed`) and the roofline
 wall (`roofline_wall`). A candidate whose times fail them is correct but not called faster.
 
 Example:
@@ -91,12 +91,6 @@ def timing_mismatch(ref: Timing, sol: Timing) -> str | None:
         return (f"the candidate reported {reported * 1e3:.3g} ms over its timed calls, but its timed window took "
                 f"{max(sol.window_s) * 1e3:.3g} ms here (the reference's overhead: {overhead * 1e3:.3g} ms)")
     return None
-
-
-def retimes(rounds: Rounds) -> int:
-    """How many rounds to time again: one per round whose pair fails `timing_mismatch` (a load spike on this
-    machine or a lie; a lie repeats, a spike does not)."""
-    return sum(timing_mismatch(r, s) is not None for r, s in rounds)
 
 
 def judge(rounds: Rounds) -> tuple[Rounds, str | None]:

@@ -2,11 +2,11 @@
 
 `Reference.start` launches reference workers for one problem and keeps them for all of its candidates:
 they compute the trial outputs (kept in this process, the files deleted at once), show which inputs the
-reference updates in place, and time the reference alone. Later, `expected(seeds, fresh, full)` computes the
-reference's outputs for the calls a candidate was timed on (each on its input set with that call's change,
-pkit.harness.fresh): what every call's fingerprint is checked against (computed on the reference's device, a
-few numbers per chunk) and, for the calls in `full`, the whole outputs for the element-wise check of the
-sampled calls. If a candidate killed the reference workers, they are started again.
+reference updates in place, and are warmed up. Then each interleaved round times the reference and the
+candidate on the same `Plan` (input sets, each call's change, the calls whose whole outputs are kept): the
+reference's window doubles as the right answers the candidate's calls are checked against, every call by the
+`fingerprint_check` the reference worker computes on its device, the kept calls element by element. If a
+candidate killed the reference workers, they are started again.
 
 `timed_phase` runs the timing protocol for either role: the input sets' seeds are revealed only when the
 window opens, each call's change seed only just before the call (with the answer to the call before it),
@@ -76,15 +76,16 @@ def keep_plan(iters: int, sets: int, out_bytes: int) -> set[int]:
 @dataclass
 class Timing:
     """One role's timed phase: per-rank samples (ms); per rank, as this process saw them, the time to build
-    the input sets (s) and the window of the calls from then on (s); the input sets' seeds and, per call, the
-    seed of its change (`fresh`)."""
+    the input sets (s) and the window of the calls from then on (s); the input sets' seeds, the kept calls, per
+    rank and call the gap before it (ms) and the worker's `fingerprint_check` summary of its output (`checks`),
+    the time to build, and per call the seed of its change (`fresh`)."""
 
     samples_ms: list[list[float]]
     window_s: list[float]
     seeds: list[int]
     kept: set[int] = field(default_factory=set)
     gaps_ms: list[list[float]] = field(default_factory=list)
-    fingerprints: list[list] = field(default_factory=list)
+    checks: list[list] = field(default_factory=list)
     build_s: list[float] = field(default_factory=list)
     fresh: list[int] = field(default_factory=list)
 
@@ -101,17 +102,34 @@ class Timing:
         return [max(s) for s in zip(*self.samples_ms)]
 
 
-def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: float,
-                out_bytes: int | None) -> Timing:
-    """Time `iters` calls on `sets` fresh input sets, each call's set changed with a seed of its own sent just
-    before it (`go`, then with each answer); answers each call with keep or drop (`keep_plan` for outputs of
-    `out_bytes`; None keeps none: the reference's outputs come from `Reference.expected`)."""
-    seeds, fresh = random_seeds(sets), random_seeds(iters)
-    kept = keep_plan(iters, sets, out_bytes) if out_bytes is not None else set()
+@dataclass
+class Plan:
+    """What the windows of one round share: the input sets' seeds, each call's change seed (`fresh`), the calls
+    whose whole outputs are kept, the tolerance (`options.tolerances`) the outputs' checks are computed for, and
+    the tag of the kept outputs' files (`<role><rank>_<tag>_timed<i>.pt`)."""
+
+    seeds: list[int]
+    fresh: list[int]
+    kept: set[int]
+    tolerance: dict
+    tag: str = "timed"
+
+    @classmethod
+    def new(cls, sets: int, iters: int, out_bytes: int | None, tolerance: dict, tag: str = "timed") -> "Plan":
+        """Fresh seeds for `sets` input sets and `iters` calls; `keep_plan` for outputs of `out_bytes` (None
+        keeps none)."""
+        kept = keep_plan(iters, sets, out_bytes) if out_bytes is not None else set()
+        return cls(random_seeds(sets), random_seeds(iters), kept, tolerance, tag)
+
+
+def timed_phase(workers: WorkerSet, plan: Plan, inplace, deadline: float) -> Timing:
+    """Time `len(plan.fresh)` calls on the `plan`'s fresh input sets, each call's set changed with a seed of its own
+    sent just before it (`go`, then with each answer); answers each call with keep or drop (`plan.kept`)."""
+    seeds, fresh, kept, iters = plan.seeds, plan.fresh, plan.kept, len(plan.fresh)
     answered: dict[int, int] = {}
     ranks = range(workers.world_size)
     gaps: list[list[float]] = [[] for _ in ranks]
-    prints: list[list] = [[] for _ in ranks]
+    checks: list[list] = [[] for _ in ranks]
     replied: dict[int, float] = {}
 
     def answer(rank: int, message: dict) -> None:
@@ -119,7 +137,7 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
             raise RunFailed(f"rank {rank}: unexpected message {message['op']!r} while timing")
         if rank in replied:
             gaps[rank].append((message["_at"] - replied[rank]) * 1e3)
-        prints[rank].append(message.get("fingerprint"))
+        checks[rank].append(message.get("check"))
         after = message["i"] + 1
         workers.send({"op": "keep", "keep": message["i"] in kept, "fresh": fresh[after] if after < iters else None},
                      ranks=[rank])
@@ -127,7 +145,8 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
         answered[rank] = message["i"] + 1
 
     opened = time.monotonic()
-    workers.send({"op": "time", "seeds": seeds, "iters": iters, "inplace": sorted(inplace)})
+    workers.send({"op": "time", "seeds": seeds, "iters": iters, "inplace": sorted(inplace),
+                  "tolerance": plan.tolerance, "tag": plan.tag})
     built = [m["_at"] for m in workers.gather("built", deadline)]
     workers.send({"op": "go", "fresh": fresh[0]})
     done = workers.gather("timed", deadline, answer)
@@ -137,7 +156,7 @@ def timed_phase(workers: WorkerSet, sets: int, iters: int, inplace, deadline: fl
                 or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s)):
             raise RunFailed(f"rank {rank}: timing report does not match the {iters} calls it was asked for")
     workers.gather("saved", deadline)
-    return Timing(samples, [m["_at"] - b for m, b in zip(done, built)], seeds, kept, gaps, prints,
+    return Timing(samples, [m["_at"] - b for m, b in zip(done, built)], seeds, set(kept), gaps, checks,
                   [b - opened for b in built], fresh)
 
 
@@ -159,7 +178,6 @@ class Reference:
         self.spec, self.folder, self.timeout_s, self.log, self.zygote = spec, Path(folder), timeout_s, log, zygote
         self.trials: list[list[TrialRecord]] = []
         self.inplace: set[str] = set()
-        self.timing: Timing | None = None
         self.sets = 1
         self.workers: WorkerSet | None = None
 
@@ -181,7 +199,8 @@ class Reference:
             _remove(path)
 
     def start(self, seeds: list[int], declared_inplace, warmup: int, iters: int) -> "Reference":
-        """Trials on `seeds`, in-place detection, then the reference's own timing; ReferenceFailed on failure."""
+        """Trials on `seeds`, in-place detection, the timed sets' count, then `warmup` calls; ReferenceFailed on
+        failure."""
         try:
             deadline = self._launch()
             self.workers.send({"op": "trials", "seeds": seeds})
@@ -201,21 +220,24 @@ class Reference:
             self.sets = max(int(m["sets"]) for m in self.workers.gather("plan", deadline))
             self.workers.send({"op": "warmup", "n": warmup})
             self.workers.gather("warm", deadline)
-            self.timing = timed_phase(self.workers, self.sets, iters, self.inplace, deadline, None)
         except (RunFailed, RunTimeout, SnapshotError, OSError) as e:
             raise ReferenceFailed(f"{type(e).__name__}: {e}", self.close()) from None
         return self
 
-    def retime(self, iters: int) -> Timing:
-        """Time the reference again (warm workers: no warm-up; restarted ones if they died), on fresh sets: for a
-        candidate whose timing did not add up, so that both are judged on times taken side by side."""
+    def window(self, plan: Plan) -> Timing:
+        """Time the reference on `plan` (warm workers: no warm-up; restarted ones if they died), with a --timeout of
+        its own."""
         try:
             if self.workers is None or self.workers.failed():
                 self.close()
                 self._launch()
-            return timed_phase(self.workers, self.sets, iters, self.inplace, time.monotonic() + self.timeout_s, None)
+            return timed_phase(self.workers, plan, self.inplace, time.monotonic() + self.timeout_s)
         except (RunFailed, RunTimeout, SnapshotError, OSError) as e:
-            raise ReferenceFailed(f"timing again: {type(e).__name__}: {e}", self.close()) from None
+            raise ReferenceFailed(f"timing: {type(e).__name__}: {e}", self.close()) from None
+
+    def kept(self, rank: int, tag: str) -> Snapshot:
+        """The whole output a window kept under `tag` (`<plan tag>_timed<i>`) on `rank`; its file is removed."""
+        return self._take(rank, tag, "out")
 
     def _inplace(self, declared) -> set[str]:
         """Input paths the reference changed in any trial, plus those under the declared input indices."""
@@ -233,36 +255,6 @@ class Reference:
     def out_bytes(self) -> int:
         """The largest trial output's snapshot size (bytes), on any rank."""
         return max(rec.out_bytes for row in self.trials for rec in row)
-
-    def expected(self, seeds: list[int], fresh: list[int], full: set[int], tolerance: dict
-                 ) -> tuple[list[list[dict]], dict[int, list[Snapshot]]]:
-        """For the timed calls of a candidate (call i on the input set of seeds[i % len(seeds)], changed with
-        fresh[i]): [call][rank] `fingerprint_check` summaries of the reference's outputs (`tolerance`: atol,
-        rtol, summands as `options.tolerances`), and {call: [rank] whole outputs} for the call indices in `full`.
-        Restarts dead reference workers."""
-        for attempt in (1, 2):
-            try:
-                if self.workers is None or self.workers.failed():
-                    self.close()
-                    deadline = self._launch()
-                else:
-                    deadline = time.monotonic() + self.timeout_s
-                self.workers.send({"op": "expect", "seeds": seeds, "fresh": fresh, "full": sorted(full),
-                                   "inplace": sorted(self.inplace), "tolerance": tolerance})
-                checks: list = [None] * len(fresh)
-                for _ in fresh:  # in the workers' order: set by set
-                    messages = self.workers.gather("expected", deadline)
-                    call = messages[0]["call"]
-                    if checks[call] is not None or any(m["call"] != call for m in messages):
-                        raise RunFailed(f"expected outputs out of step at call {call}")
-                    checks[call] = [m["check"] for m in messages]
-                ranks = range(self.spec["world_size"])
-                return checks, {i: [self._take(r, f"expect{i}", "out") for r in ranks] for i in sorted(full)}
-            except (RunFailed, RunTimeout, SnapshotError, OSError) as e:
-                self.close()
-                if attempt == 2:
-                    raise ReferenceFailed(f"expected outputs: {type(e).__name__}: {e}") from None
-        raise AssertionError("unreachable")
 
     def close(self):
         """Stop the reference workers; returns their final states."""

@@ -2,7 +2,7 @@
 record each.
 
 For each problem `evaluations` starts the reference's workers once (pkit.harness.reference: trial outputs,
-in-place contract, reference timing), then runs every candidate of that problem in fresh worker processes
+in-place contract, warm-up), then runs every candidate of that problem in fresh worker processes
 (pkit.harness.candidate), and yields each record as soon as it is known (pkit.harness.outcome); `evaluate`
 writes them, so a crash, hang or wedged GPU context of one candidate costs only that candidate.
 
@@ -26,7 +26,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .candidate import ROUNDS, run_candidate
+from .candidate import MAX_ROUNDS, MIN_ROUNDS, run_candidate
 from .contain import become_subreaper, interruptible
 from .failures import reference_failure
 from .integrity import reuse_ratio, roofline_wall, timing_mismatch
@@ -40,15 +40,15 @@ from .solutions import Candidate, by_problem, reference_candidate
 from .speedup import speedup_interval
 from .zygote import Zygote, for_evaluation
 
-__all__ = ["COMPILER_LINES", "QUICK_TIMING", "ROUNDS", "EvalOptions", "by_problem", "evaluate", "evaluate_one",
-           "evaluations", "pick_device", "problem_dtype", "progress_line", "reference_candidate", "reuse_ratio",
+__all__ = ["COMPILER_LINES", "MAX_ROUNDS", "MIN_ROUNDS", "QUICK_TIMING", "EvalOptions", "by_problem", "evaluate",
+           "evaluate_one", "evaluations", "pick_device", "problem_dtype", "progress_line", "reference_candidate", "reuse_ratio",
            "roofline_ms", "roofline_wall", "slowest_phases", "spec_for", "speedup_interval", "start_reference",
            "timing_mismatch", "tolerances", "unsupported"]
 
 
 def start_reference(problem: Problem, options: EvalOptions, device: str, folder: Path,
                     log: Callable[[str], None] | None = None, zygote: Zygote | None = None) -> Reference:
-    """The problem's reference workers with their trials and timing done (ReferenceFailed otherwise)."""
+    """The problem's reference workers with their trials and warm-up done (ReferenceFailed otherwise)."""
     counts = timing_counts(options)
     ref = Reference(spec_for(problem, options, device), folder, options.timeout_s, log=log, zygote=zygote)
     return ref.start([options.seed + t for t in range(options.trials)], problem.inplace_inputs,

@@ -1,22 +1,22 @@
 """The timing fields of a correct candidate from interleaved (reference, candidate) rounds: pooled medians and
-spread, the speedup, its bootstrap confidence interval and the status that interval gives.
+spread, the speedup, its confidence interval over the rounds and the status that interval gives; and when the
+rounds have said enough (`decided`).
 
 Example:
     >>> from pkit.harness.reference import Timing
-    >>> ref, sol = Timing([[2.0, 2.1, 1.9]], [0.01], [1]), Timing([[1.0, 1.05, 0.95]], [0.01], [1])
-    >>> fields = timing_fields([(ref, sol)] * 3)
-    >>> fields["status"], fields["speedup"], fields["timing_rounds"]
-    ('correct_faster', 2.0, 3)
+    >>> ref = lambda ms: Timing([[ms, ms * 1.05, ms * 0.95]], [0.01], [1])
+    >>> fields = timing_fields([(ref(2.0), ref(1.0)), (ref(2.1), ref(1.0)), (ref(1.9), ref(1.0))])
+    >>> fields["status"], round(fields["speedup"], 2), fields["timing_rounds"]
+    ('correct_faster', 1.99, 3)
 """
 from __future__ import annotations
 
 import math
+import statistics
 
 from .integrity import Rounds
-from .records import speed_status
+from .records import TIE_BAND, speed_status
 
-BOOTSTRAP = 2000
-"""Resamples of the speedup's confidence interval (`speedup_interval`)."""
 CONFIDENCE = 0.95
 """Coverage of the speedup's confidence interval."""
 
@@ -62,44 +62,64 @@ def gain_on_reused_sets(rounds: Rounds) -> str | None:
             f"[{low:.3g}, {high:.3g}], so the gain is not credited")
 
 
-def speedup_interval(refs: list[list[float]], sols: list[list[float]], resamples: int = BOOTSTRAP,
-                     confidence: float = CONFIDENCE, seed: int = 0) -> tuple[float, float]:
-    """Percentile interval of the speedup (median reference time / median candidate time, ms per call) by a
-    two-level bootstrap over interleaved rounds (`refs[k]`, `sols[k]`: round k's per-call times): each resample
-    draws the rounds with replacement (drift between rounds widens the interval), then within each drawn round the
-    reference's and the candidate's calls with replacement (noise between calls), and takes the ratio of the pooled
-    medians. Deterministic (`seed`).
+def speedup_interval(refs: list[list[float]], sols: list[list[float]], confidence: float = CONFIDENCE
+                     ) -> tuple[float, float]:
+    """Confidence interval of the speedup (median of all reference calls / median of all candidate calls, ms per
+    call) over interleaved rounds (`refs[k]`, `sols[k]`: round k's per-call times): the speedup times
+    exp(± t·s/√n), s the standard deviation over the n rounds of each round's log ratio (its reference median over
+    its candidate median), t Student's two-sided `confidence` quantile with n − 1 degrees of freedom. The rounds
+    are the samples, so drift between rounds widens the interval, and calls within a round, which share the
+    round's conditions, count once. Fewer than two rounds say nothing: (0, inf).
 
-    >>> low, high = speedup_interval([[2.0, 2.1, 1.9]] * 3, [[1.0, 1.05, 0.95]] * 3)
-    >>> 1.7 < low < 2.0 < high < 2.3
+    >>> low, high = speedup_interval([[2.0, 2.1], [2.2, 2.1], [1.9, 2.0]], [[1.0, 1.05], [1.0, 1.0], [1.0, 0.95]])
+    >>> 1.6 < low < 2.0 < high < 2.5
     True
     """
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    picked = rng.integers(0, len(refs), (resamples, len(refs)))
-    ref, sol = _resampled_medians(refs, picked, rng), _resampled_medians(sols, picked, rng)
-    ratios = np.divide(ref, sol, out=np.full(resamples, math.inf), where=sol > 0)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(ratios, [tail, 1 - tail])
-    return float(low), float(high)
+    pooled = statistics.median(v for r in refs for v in r) / statistics.median(v for s in sols for v in s)
+    logs = [math.log(statistics.median(r) / statistics.median(s)) for r, s in zip(refs, sols)]
+    if len(logs) < 2:
+        return 0.0, math.inf
+    half = t_quantile(confidence, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return pooled * math.exp(-half), pooled * math.exp(half)
 
 
-def _resampled_medians(rounds: list[list[float]], picked, rng, cells: int = 1 << 22):
-    """Per resample (a row of `picked`, the rounds it drew), the median of the drawn rounds' calls, each drawn
-    round's calls drawn with replacement; vectorised over resamples, `cells` values at a time."""
-    import numpy as np
+def decided(low: float, high: float, band: float = TIE_BAND) -> bool:
+    """True when more rounds would not change the verdict of the interval [low, high]: it lies clear of the tie
+    band (faster or slower) or inside it (level).
 
-    sizes = np.array([len(r) for r in rounds])
-    table = np.full((len(rounds), sizes.max()), np.nan)
-    for k, times in enumerate(rounds):
-        table[k, :len(times)] = times
-    medians = np.empty(len(picked))
-    step = max(1, cells // picked[0].size // table.shape[1])
-    for start in range(0, len(picked), step):
-        rows = picked[start:start + step]
-        drawn = sizes[rows][..., None]  # (resamples, rounds, 1): the size of each drawn round
-        calls = (rng.random((*rows.shape, table.shape[1])) * drawn).astype(np.int64)  # below each round's size
-        values = np.where(np.arange(table.shape[1]) < drawn, table[rows[..., None], calls], np.nan)
-        medians[start:start + step] = np.nanmedian(values.reshape(len(rows), -1), axis=1)
-    return medians
+    >>> decided(1.2, 1.4), decided(0.97, 1.03), decided(0.97, 1.3)
+    (True, True, False)
+    """
+    return speed_status(low, high, band) != "correct_level" or (low >= 1 / (1 + band) and high <= 1 + band)
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """t with P(|T| <= t) = `confidence` for Student's T with `df` (an integer >= 1) degrees of freedom.
+
+    >>> [round(t_quantile(0.95, df), 3) for df in (1, 2, 4, 30)]
+    [12.706, 4.303, 2.776, 2.042]
+    """
+    low, high = 0.0, 1.0
+    while _t_within(high, df) < confidence:
+        high *= 2
+    for _ in range(100):  # bisection: the closed form below is increasing in t
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_within(mid, df) < confidence else (low, mid)
+    return (low + high) / 2
+
+
+def _t_within(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's T with integer `df` degrees of freedom (Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:  # odd: (2/π)(θ + sinθ cosθ (1 + 2/3 cos²θ + 2·4/(3·5) cos⁴θ + ...)), df − 1 terms in all
+        term = total = 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        return 2 / math.pi * (theta + s * math.cos(theta) * total)
+    term = total = 1.0  # even: sinθ (1 + 1/2 cos²θ + 1·3/(2·4) cos⁴θ + ...)
+    for k in range(1, df // 2):
+        term *= c2 * (2 * k - 1) / (2 * k)
+        total += term
+    return s * total

@@ -10,8 +10,7 @@ serves commands from the parent until `quit`:
 | `trials` seeds | per seed: fresh inputs, one call, outputs and inputs saved for the parent; waits for its verdict | `trial` per seed, `trials_done` |
 | `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
 | `warmup` n | n calls on copies of the last trial's inputs | `warm` |
-| `time` seeds, iters, inplace | builds one input set per seed (says `built`), then `iters` timed calls rotating over them, each on its set changed with the seed the parent sent with the call (`go` for the first, each `keep` answer for the next; pkit.harness.fresh), the change made and undone outside the timed sample; after each call sends its time and the output's fingerprint and asks whether to keep the whole output (copied on the device, saved after the window) | `built`, `called` per call, `timed` with samples (ms), `saved` |
-| `expect` seeds, fresh, full, inplace, tolerance | reference only: the timed calls again, call i on set i mod len(seeds) changed with fresh[i], one set at a time; sends what each call's fingerprint is checked against, saves the whole outputs of the calls at indices `full` | `expected` per call |
+| `time` seeds, iters, inplace, tolerance, tag | builds one input set per seed (says `built`), then `iters` timed calls rotating over them, each on its set changed with the seed the parent sent with the call (`go` for the first, each `keep` answer for the next; pkit.harness.fresh), the change made and undone outside the timed sample; after each call sends its time and the output's `fingerprint_check` under `tolerance` (the reference's is what the candidate's calls are checked against, the candidate's fingerprint is its `want`) and asks whether to keep the whole output (copied on the device, saved after the window as `<tag>_timed<i>`) | `built`, `called` per call, `timed` with samples (ms), `saved` |
 
 Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
 candidate file after the timer has bound its clocks). The worker judges nothing: outputs go to files in the
@@ -34,7 +33,7 @@ import torch.distributed as dist
 from ..errors import CompileError, PkitError
 from . import snapshot
 from .channel import WorkerEnd
-from .checks import aliased_paths, clone_tree, fingerprint, fingerprint_check, leaves
+from .checks import aliased_paths, clone_tree, fingerprint_check, leaves
 from .contain import make_undumpable
 from .fresh import FreshSet
 from .problems import load_module, open_source
@@ -182,8 +181,7 @@ class Worker:
         self.channel.send({"op": "ready"})
 
     def serve(self) -> None:
-        handlers = {"trials": self.trials, "plan": self.plan, "warmup": self.warmup, "time": self.time,
-                    "expect": self.expect}
+        handlers = {"trials": self.trials, "plan": self.plan, "warmup": self.warmup, "time": self.time}
         while True:
             message = self.channel.recv()
             if message["op"] == "quit":
@@ -232,7 +230,7 @@ class Worker:
         role = self.spec["role"]
         self.last_inputs = None  # warm-up is over: free the trial inputs before building the timed sets
         self.enter(f"timing_{role}, building inputs")
-        inplace = set(message.get("inplace", ()))
+        inplace, tolerance = set(message.get("inplace", ())), message.get("tolerance") or {}
         sets = [FreshSet(self.problem, self.inputs(seed), inplace) for seed in message["seeds"]]
         synchronize(self.device)
         self.channel.send({"op": "built"})
@@ -243,7 +241,7 @@ class Worker:
             current = sets[i % len(sets)]
             out, ms = timed_call(self.fn, current.prepare(fresh), self.device)
             samples.append(ms)
-            self.channel.send({"op": "called", "i": i, "ms": ms, "fingerprint": fingerprint(out)})
+            self.channel.send({"op": "called", "i": i, "ms": ms, "check": fingerprint_check(out, **tolerance)})
             answer = self.channel.recv()
             if answer.get("keep"):
                 kept[i] = clone_tree(out)  # a device copy now; written to disk once the window has closed
@@ -253,29 +251,10 @@ class Worker:
         del sets
         self.channel.send({"op": "timed", "samples_ms": samples})
         for i, out in kept.items():
-            snapshot.save(self.file(f"timed{i}"), out)
+            snapshot.save(self.file(f"{message['tag']}_timed{i}"), out)
         del kept
         release_memory(self.device)
         self.channel.send({"op": "saved"})
-
-    def expect(self, message: dict) -> None:
-        if self.spec["role"] != "reference":
-            raise PkitError("expect: only a reference worker computes expected outputs")
-        full, seeds, fresh = set(message["full"]), message["seeds"], message["fresh"]
-        for k, seed in enumerate(seeds):
-            self.enter(f"expect, set {k}")
-            inputs = FreshSet(self.problem, self.inputs(seed), set(message["inplace"]))
-            for i in range(k, len(fresh), len(seeds)):
-                out = self.fn(*inputs.prepare(fresh[i]))
-                synchronize(self.device)
-                if i in full:
-                    snapshot.save(self.file(f"expect{i}"), out)
-                self.channel.send({"op": "expected", "call": i,
-                                   "check": fingerprint_check(out, **message["tolerance"])})
-                del out
-                inputs.revert()
-            del inputs
-        release_memory(self.device)
 
 
 def main(argv: list[str] | None = None) -> int:
