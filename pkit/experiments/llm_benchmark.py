@@ -50,7 +50,8 @@ def share_of(total_problems: int | None) -> str:
 
 def draw_published(published: pd.DataFrame):
     """The published numbers (`pkit.analysis.published`): a bar per setting and metric from the talk, its count
-    of the 87 problems written above ('not reported' where it gives none), and the write-up's numbers as crosses."""
+    of the 87 problems written at its foot ('not reported' where it gives none), and the write-up's numbers as
+    crosses, which the counts no longer print over."""
     talk = published[published.source_key == "talk"].set_index(["setting", "metric"])
     writeup = published[published.source_key == "writeup"]
     shares = talk["fraction"].unstack().reindex(index=list(SETTINGS), columns=list(PUBLISHED_METRICS))
@@ -60,7 +61,8 @@ def draw_published(published: pd.DataFrame):
     labels = PUBLISHED_METRICS
     bars = figures.grouped_bars(ax, shares.rename(columns=labels), {labels["correct"]: figures.BLUE,
                                 labels["correct_and_faster"]: figures.ORANGE},
-                                texts=texts.reindex_like(shares).rename(columns=labels), missing="not\nreported")
+                                texts=texts.reindex_like(shares).rename(columns=labels), texts_at="base",
+                                missing="not\nreported")
     ax.scatter([bars[(s, labels[m])] for s, m in zip(writeup.setting, writeup.metric)], writeup.fraction, marker="x",
                color="black", zorder=3, label="write-up (GPT-5.5)")
     ax.set_xticks(range(len(SETTINGS)), list(SETTINGS.values()))
