@@ -7,7 +7,8 @@
 #   make test-gpu    only the GPU tests: `gpu` needs one CUDA GPU, `multigpu` two with peer access
 #   make figures     every notebook through papermill; MODE=auto measures each study this machine has the GPUs
 #                    for (rewriting results/<machine>/) and replays the rest (`pkit list studies` says which);
-#                    figures go to figures/, or figures/<machine>/ for a machine other than the committed set's
+#                    figures go to figures/, or figures/<machine>/ for a machine other than the committed set's;
+#                    then every figures/<machine>/ is replayed from results/<machine>/
 #   make lab         JupyterLab on notebooks/ (LAB_ARGS="--no-browser --ip=127.0.0.1 --port=8888" adds options)
 # CUDA_VISIBLE_DEVICES picks the GPUs. scripts/gpu_run.sh runs the GPU tests and chosen notebooks in one batch.
 PY ?= python3
@@ -37,8 +38,12 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
+# The machines with figures of their own (figures/<machine>/), each replayed after the committed set.
+MACHINE_FIGURES = $(notdir $(patsubst %/,%,$(wildcard figures/*/)))
+
 figures: install
 	$(NO_MULTICAST) $(BIN)/pkit figures --mode $(MODE)
+	for machine in $(MACHINE_FIGURES); do $(BIN)/pkit figures --mode replay --machine $$machine || exit 1; done
 
 test: install
 	$(BIN)/python -m pytest -q $(TEST_ARGS)
