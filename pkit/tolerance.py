@@ -82,3 +82,19 @@ def bf16_gemm(terms: int, roundings: int = 1) -> dict:
     {'rtol': 0.0078125, 'atol': 0.064}
     """
     return {"rtol": roundings * 2 ** -7, "atol": roundings * 1e-3 * terms ** 0.5}
+
+
+# Hopper's FP8 tensor-core MMA keeps about 14 bits of its running sum (DeepSeek-V3 Technical Report, arXiv 2412.19437,
+# section 3.3.2), i.e. about 13 below the leading bit; fast accumulation (cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+# pkit's FP8 GEMM) adds every step's products into that sum.
+FP8_ACCUMULATOR_BITS = 13
+FP8_STEP = 32  # K per FP8 MMA step (wgmma m64nNk32)
+
+
+def fp8_fast_accum_bound(a, b, scale: float, want):
+    """Elementwise bound on |C - want| for an FP8 GEMM with fast accumulation, C = scale · A · Bᵀ rounded to bf16,
+    against its float32 product `want`: the bf16 rounding (2⁻⁷ relative, with margin) plus, per MMA step of K,
+    one truncation of the running sum (2^-FP8_ACCUMULATOR_BITS of at most Σ|a||b|)."""
+    magnitude = (a.float().abs() @ b.float().abs().T) * scale
+    steps = -(-a.shape[1] // FP8_STEP)
+    return 2 ** -7 * want.abs() + steps * 2.0 ** -FP8_ACCUMULATOR_BITS * magnitude

@@ -89,6 +89,7 @@ def _slice_cost(block_n: int, m: int, n: int, k: int, splits: int, sms: int, row
     return math.ceil(units / sms) * per_unit * block_n / TILE_WIDTHS[0]
 
 
+@lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, sms: int, itemsize: int = 2) -> Plan:
     """The plan with the least estimated time for an M × N × K GEMM of `itemsize`-byte inputs (2: bf16, 1: FP8)
     on `sms` blocks: the widest tiles, no split, unless narrower tiles or split-K fill the SMs better (ties go
