@@ -1,6 +1,7 @@
 """pkit.figures on CPU: the house style (a fixed, colour-blind-safe colour per name, legend words for every recorded
 name, titles naming machine and world size, heatmaps that mask empty cells) and the faceted sweep helper."""
 import itertools
+import json
 from pathlib import Path
 
 import matplotlib
@@ -213,3 +214,71 @@ def test_size_axis_ticks_powers_of_two_in_range():
     figures.size_axis(ax, [4096, 1 << 30])
     assert [t.get_text() for t in ax.get_xticklabels()] == ["4 KiB", "32 KiB", "256 KiB", "2 MiB", "16 MiB",
                                                             "128 MiB", "1 GiB"]
+
+
+def test_drawn_from_reads_the_machines_a_title_names_and_save_logs_them(tmp_path, monkeypatch):
+    """`pkit figures` says which machine each figure shows from what `save` logs: the machines of its title."""
+    fig, _ = figures.subplots(figsize=(2.0, 2.0))  # a narrow figure: the title wraps inside the machine's words
+    figures.suptitle(fig, "Copies", {"machine": "h200x1", "gpus": ["NVIDIA H200"]},
+                     note="links: " + figures.machine({"machine": "h200x2-nv18", "gpus": ["NVIDIA H200"] * 2}))
+    assert figures.drawn_from(fig) == ["h200x1", "h200x2-nv18"]
+    trend, _ = figures.subplots()
+    figures.suptitle(trend, "Growth", note="vendor datasheets, nothing measured")
+    assert figures.drawn_from(trend) == [] and figures.drawn_from(figures.subplots()[0]) == []
+    log = tmp_path / "figures.jsonl"
+    monkeypatch.setenv(figures.LOG_VARIABLE, str(log))
+    figures.save(fig, "copies", root=tmp_path)
+    figures.save(trend, "trend", root=tmp_path)
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [
+        {"figure": "copies", "folder": str(tmp_path), "drawn_from": ["h200x1", "h200x2-nv18"]},
+        {"figure": "trend", "folder": str(tmp_path), "drawn_from": []}]
+
+
+def test_captions_fit_the_figure():
+    """A caption's longest line, as drawn, stays inside its figure (it once ran past a wide figure's edge)."""
+    for width in (5.0, 11.2, 15.0):
+        fig, _ = figures.subplots(figsize=(width, 4.0))
+        text = figures.caption(fig, "Each point: median over 5 alternating pairs (GEMM alone, GEMM beside the copy) "
+                                    "of the rate ratio, bars the quartiles; shapes 8192×2048×8192, bf16. " * 4)
+        fig.canvas.draw()
+        box = text.get_window_extent()
+        assert box.x1 <= fig.bbox.x1, (width, box.x1, fig.bbox.x1)
+
+
+def test_size_sweep_puts_two_panels_a_row():
+    """Two routes: their bandwidth panels side by side, the time panel across the row below (not three in a strip)."""
+    rows = [{"route": route, "mechanism": m, "bytes": 1 << p, "bandwidth_GBps": float(p), "time_median_us": 1.0 + p}
+            for route in ("GPU0 → GPU0", "CPU → GPU0") for m in ("ce", "sm") for p in range(12, 31, 2)]
+    fig = figures.size_sweep(pd.DataFrame(rows))
+    width, height = fig.get_size_inches()
+    assert height > width / 2  # not a strip
+    first, second, time = (ax.get_position() for ax in fig.axes)
+    assert first.y0 == pytest.approx(second.y0) and time.y1 < first.y0  # the time panel below the two
+    assert time.width > 1.5 * first.width  # across the row
+    one = figures.size_sweep(pd.DataFrame([r for r in rows if r["route"] == "CPU → GPU0"]))
+    assert len(one.axes) == 2 and one.axes[0].get_position().y0 == pytest.approx(one.axes[1].get_position().y0)
+
+
+def test_grouped_bars_write_texts_on_top_or_at_the_foot():
+    values = pd.DataFrame({"a": [0.5, 0.4]}, index=["x", "y"])
+    texts = pd.DataFrame({"a": ["5/10", "4/10"]}, index=["x", "y"])
+    for at, ys in (("top", [0.5, 0.4]), ("base", [0, 0])):
+        ax = figures.subplots()[1]
+        figures.grouped_bars(ax, values, {"a": figures.BLUE}, texts=texts, texts_at=at)
+        assert [t.xy[1] for t in ax.texts] == ys and [t.get_text() for t in ax.texts] == ["5/10", "4/10"]
+    with pytest.raises(ValueError, match="texts_at: expected 'top' or 'base', got 'middle'"):
+        figures.grouped_bars(figures.subplots()[1], values, {"a": figures.BLUE}, texts=texts, texts_at="middle")
+
+
+def test_speedup_draws_each_mechanism_once_a_panel():
+    """A line per mechanism, its fastest algorithm at each size: the recorded sweep's eight implementations of an
+    all-reduce, NCCL aside, are five lines."""
+    from pkit.experiments import collectives_draw
+
+    ours, torch = (results.load(e, "h200x2-nv18") for e in ("collectives_pkit_nccl", "collectives_torch"))
+    fig = collectives_draw.plot_speedup(pd.concat([ours.frame, torch.frame]), ours.provenance)
+    drawn = {ax.get_title(): [line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+             for ax in fig.axes}
+    assert max(len(labels) for labels in drawn.values()) <= 5
+    assert sorted(drawn["all-reduce (bf16)"]) == sorted(figures.label(n) for n in
+                                                         ("pkit_ce", "pkit_ll", "pkit_sm", "torch_nccl", "torch_symm"))
