@@ -57,6 +57,12 @@ BAD_INPUTS = [  # (argv, the start of the one line after "pkit <command>: error:
     (["eval", "--solutions", "empty/", "--reference-as-candidate", *OUT], "--solutions: expected a folder of "
                                                                           "candidates or one .py file, got empty"),
     (["eval", "--solutions", "runs", *FIXTURES, *OUT], "--solutions: expected candidates of 01_sum, 02_gather_scale"),
+    (["eval", "--solutions", "/dev/zero", *FIXTURES, *OUT], "--solutions: expected a folder of candidates or one .py "
+                                                            "file, got /dev/zero, a character device"),
+    (["eval", "--problems-root", "README.md", *OUT], "--problems-root: expected a folder of <NN>_<name>/problem.py, got "
+                                                     "README.md (a regular file)"),
+    (["eval", "--pkb-root", "fifo", "--solutions", "runs", *OUT], "--pkb-root: expected a ParallelKernelBench checkout "
+                                                                  "(a folder holding reference/), got fifo (a FIFO)"),
     (["problems", "--world-size", "0"], "--world-size: expected an integer >= 1, got 0"),
     (["problems", "--sizes", "huge"], "--sizes: expected sizes of the selected problems (tiny, large), got huge"),
     (["problems", "--problems-root", "empty_root"], "--problems-root: expected a folder of <NN>_<name>/problem.py"),

@@ -30,7 +30,7 @@ from ..studies import FIGURES_MACHINE
 from . import pkb, ray_pool, shards, solutions
 from .contain import Interrupted
 from .merge import merge, write
-from .paths import check_out
+from .paths import check_out, kind
 from .problem import Problem, describe_sizes
 from .problems import cost_table, default_root, discover, narrow, not_problems, select
 from .records import read_lines, status_counts
@@ -166,12 +166,15 @@ def _problems(args, command: str) -> tuple[list[Problem], list[Problem]]:
     if args.pkb_root is not None and args.problems_root is not None:
         raise ValueError("--pkb-root and --problems-root: give one of them, not both")
     if args.pkb_root is not None:
+        if not args.pkb_root.is_dir():
+            raise ValueError(f"--pkb-root: expected a ParallelKernelBench checkout (a folder holding reference/), got "
+                             f"{args.pkb_root} ({kind(args.pkb_root) or 'no such folder'})")
         found = pkb.discover(args.pkb_root)
     else:
         root = args.problems_root or default_root()
         found = discover(root) if root.is_dir() else []
         if not found:
-            why = "none there" if root.is_dir() else "no such folder"
+            why = "none there" if root.is_dir() else kind(root) or "no such folder"
             raise ValueError(f"--problems-root: expected a folder of <NN>_<name>/problem.py, got {root} ({why})")
         others = not_problems(root)
         if others:
@@ -561,6 +564,8 @@ def _candidates(args, found: list[Problem], chosen: list[Problem]) -> tuple[list
     folder = args.solutions
     if folder.is_file():
         return [solutions.single_file(folder, aliases, [p.name for p in chosen])], [], folder
+    if kind(folder) is not None and not folder.is_dir():
+        raise ValueError(f"--solutions: expected a folder of candidates or one .py file, got {folder}, {kind(folder)}")
     if not folder.is_dir():
         raise ValueError(f"--solutions: expected a folder of candidates or one .py file, got {folder}, which does "
                          f"not exist (for references alone: mkdir -p {folder} and pass --reference-as-candidate)")

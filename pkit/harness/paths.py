@@ -17,18 +17,17 @@ import stat
 import tempfile
 from pathlib import Path
 
-KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-         (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+REGULAR = "a regular file"
+KINDS = ((stat.S_ISREG, REGULAR), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+         (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
 
 
-def odd_kind(path: Path) -> str | None:
-    """What `path` is when it exists (links followed) and is not a regular file ('a folder', 'a FIFO', ...); None
-    for a regular file or for nothing there."""
+def kind(path: Path) -> str | None:
+    """What is at `path`, links followed ('a regular file', 'a folder', 'a character device', 'a FIFO', ...); None
+    for nothing there (or nothing this user may look at)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
-        return None
-    if stat.S_ISREG(mode):
         return None
     return next((what for test, what in KINDS if test(mode)), "not a regular file")
 
@@ -36,11 +35,11 @@ def odd_kind(path: Path) -> str | None:
 def check_out(path: Path, name: str = "--out") -> None:
     """ValueError naming the argument `name` unless `path` is a regular file this user can append to, or a new
     file that can be made with its folders (tried with a temporary file in the nearest folder that exists)."""
-    what = odd_kind(path)
+    what = kind(path)
     if what == "a folder":
         raise ValueError(f"{name}: expected a regular file or a new file, got {path}, a folder (e.g. {name} "
                          f"{path / 'run.jsonl'})")
-    if what:
+    if what not in (None, REGULAR):
         raise ValueError(f"{name}: expected a regular file or a new file, got {path}, {what}")
     existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
     if not existing.is_dir():
@@ -60,8 +59,8 @@ def check_out(path: Path, name: str = "--out") -> None:
 
 def check_input(path: Path, name: str = "SHARD") -> None:
     """ValueError naming the argument `name` unless `path` is a regular file this user can read."""
-    what = odd_kind(path) or (None if path.is_file() else "no such file")
-    if what is None and not os.access(path, os.R_OK):
+    what = kind(path) or "no such file"
+    if what == REGULAR and not os.access(path, os.R_OK):
         what = "not readable"
-    if what:
+    if what != REGULAR:
         raise ValueError(f"{name}: expected JSONL files written by pkit eval --out, got {path} ({what})")
