@@ -258,8 +258,8 @@ def test_merge_refuses_to_write_over_one_of_its_shards_or_a_folder(serial, tmp_p
     shard = write_records(tmp_path / "a.jsonl", serial_records(serial)[:2])
     assert "OUT: expected a file other than the shards" in merge_err(shard, shard, capsys=capsys)
     assert main(["eval", "merge", str(tmp_path), str(shard)]) == 2
-    assert capsys.readouterr().err == (f"pkit eval merge: error: OUT: expected a regular file or a new file, got {tmp_path}, a "
-                                       f"folder (e.g. OUT {tmp_path / 'run.jsonl'})\n")
+    assert capsys.readouterr().err == (f"pkit eval merge: error: OUT: expected a regular file or a new file, got "
+                                       f"{tmp_path}, a folder (e.g. OUT {tmp_path / 'run.jsonl'})\n")
 
 
 # --- resume ---------------------------------------------------------------------------------------------------------
