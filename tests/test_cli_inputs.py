@@ -59,8 +59,8 @@ BAD_INPUTS = [  # (argv, the start of the one line after "pkit <command>: error:
     (["eval", "--solutions", "runs", *FIXTURES, *OUT], "--solutions: expected candidates of 01_sum, 02_gather_scale"),
     (["eval", "--solutions", "/dev/zero", *FIXTURES, *OUT], "--solutions: expected a folder of candidates or one .py "
                                                             "file, got /dev/zero, a character device"),
-    (["eval", "--problems-root", "README.md", *OUT], "--problems-root: expected a folder of <NN>_<name>/problem.py, got "
-                                                     "README.md (a regular file)"),
+    (["eval", "--problems-root", "README.md", *OUT], "--problems-root: expected a folder of <NN>_<name>/problem.py, "
+                                                     "got README.md (a regular file)"),
     (["eval", "--pkb-root", "fifo", "--solutions", "runs", *OUT], "--pkb-root: expected a ParallelKernelBench checkout "
                                                                   "(a folder holding reference/), got fifo (a FIFO)"),
     (["problems", "--world-size", "0"], "--world-size: expected an integer >= 1, got 0"),
@@ -71,9 +71,10 @@ BAD_INPUTS = [  # (argv, the start of the one line after "pkit <command>: error:
     (["problems", "--problems", "99"], "--problems: expected a problem's folder name, META name or number, got '99'"),
     (["eval", "merge", "runs/x.jsonl", "/dev/zero"], "SHARD: expected JSONL files written by pkit eval --out, got "
                                                      "/dev/zero (a character device)"),
-    (["eval", "merge", "runs/x.jsonl", "fifo"], "SHARD: expected JSONL files written by pkit eval --out, got fifo (a FIFO)"),
-    (["eval", "merge", "runs/x.jsonl", "shard.jsonl", "runs"], "SHARD: expected JSONL files written by pkit eval --out, "
-                                                               "got runs (a folder)"),
+    (["eval", "merge", "runs/x.jsonl", "fifo"], "SHARD: expected JSONL files written by pkit eval --out, got fifo "
+                                                "(a FIFO)"),
+    (["eval", "merge", "runs/x.jsonl", "shard.jsonl", "runs"], "SHARD: expected JSONL files written by pkit eval "
+                                                               "--out, got runs (a folder)"),
     (["eval", "merge", "/dev/null", "shard.jsonl"], "OUT: expected a regular file or a new file, got /dev/null"),
     (["eval", "merge", "fifo", "shard.jsonl"], "OUT: expected a regular file or a new file, got fifo, a FIFO"),
     (["eval", "merge", "/proc/no_such_folder/x.jsonl", "shard.jsonl"], "OUT: expected a path this user can write"),
@@ -232,7 +233,8 @@ def test_merge_writes_out_with_the_mode_of_a_new_out(newcomer, umask, capsys):
     finally:
         os.umask(saved)
     modes = {name: stat.S_IMODE((newcomer / "runs" / name).stat().st_mode) for name in ("eval.jsonl", "merged.jsonl")}
-    assert modes == {"eval.jsonl": 0o666 & ~umask, "merged.jsonl": 0o666 & ~umask}, {k: oct(v) for k, v in modes.items()}
+    new = 0o666 & ~umask
+    assert modes == {"eval.jsonl": new, "merged.jsonl": new}, {k: oct(m) for k, m in modes.items()}
 
 
 # --- the pkit command: pkit figures, help texts ------------------------------------------------------------------
