@@ -98,3 +98,13 @@ def fp8_fast_accum_bound(a, b, scale: float, want):
     magnitude = (a.float().abs() @ b.float().abs().T) * scale
     steps = -(-a.shape[1] // FP8_STEP)
     return 2 ** -7 * want.abs() + steps * 2.0 ** -FP8_ACCUMULATOR_BITS * magnitude
+
+
+def fp8_as_accurate(got, baseline, want) -> bool:
+    """Whether `got` (an FP8 GEMM's C) is about as accurate as `baseline` (another FP8 GEMM's C on the same inputs,
+    e.g. cuBLASLt's with fast accumulation) against their float32 product `want`: its root-mean-square error at
+    most the baseline's plus one bf16 rounding's (2⁻⁸ of the product's root mean square)."""
+    def rms(x):
+        return float(x.float().pow(2).mean().sqrt())
+
+    return rms(got.float() - want) <= rms(baseline.float() - want) + 2 ** -8 * rms(want)

@@ -22,10 +22,12 @@ Example:
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -75,30 +77,47 @@ class Plan:
         return self.tiles(m, n) * self.splits
 
 
-def _slice_cost(block_n: int, m: int, n: int, k: int, splits: int, sms: int, row_elements: int) -> float:
+@dataclass(frozen=True)
+class PlanRule:
     """plan's estimate of a plan's time, in the time a block takes over one K slice of a 128 × 256 tile: the
-    waves of units over the SMs, each unit its K slices plus two slices' worth of filling the pipeline and
-    writing the tile, scaled by the tile's width (a 128-wide slice is half the MMA work); with split-K, each unit
-    also writes its fp32 partial and the last reads the others', counted in slices by their bytes against a
-    slice's (both sides at the same bandwidth)."""
-    k_slices = math.ceil(k / row_elements)
-    units = math.ceil(m / BLOCK_M) * math.ceil(n / block_n) * splits
-    per_unit = math.ceil(k_slices / splits) + 2
-    if splits > 1:
-        per_unit += splits * (BLOCK_M * block_n * 4) / ((BLOCK_M + block_n) * SLICE_BYTES)
-    return math.ceil(units / sms) * per_unit * block_n / TILE_WIDTHS[0]
+    waves of units over the SMs times each unit's K slices plus `unit_overhead` slices (filling the pipeline,
+    writing the tile), a slice of a 128-wide tile costing `narrow_slice` of a 256-wide one; with split-K each unit
+    also costs `split_overhead` slices per split (its fp32 partial written, the last unit reading the others').
+    The defaults count MMA work and bytes alone; `pkit.experiments.overlap_gemm.fit_plan_rule` fits the three to
+    a recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
+
+    narrow_slice: float = 0.5
+    unit_overhead: float = 2.0
+    split_overhead: float = (BLOCK_M * 128 * 4) / ((BLOCK_M + 128) * SLICE_BYTES)  # partial bytes / slice bytes
+
+    def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
+        """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks."""
+        per_unit = math.ceil(k_slices / how.splits) + self.unit_overhead
+        if how.splits > 1:
+            per_unit += self.split_overhead * how.splits
+        width = 1.0 if how.block_n == TILE_WIDTHS[0] else self.narrow_slice
+        return math.ceil(how.units(m, n) / sms) * per_unit * width
+
+
+RULE_FILE = Path(__file__).resolve().parents[1] / "data" / "gemm_plan_rule.json"
+
+
+@lru_cache(maxsize=1)
+def plan_rule() -> PlanRule:
+    """The fitted rule (RULE_FILE, written by `python -m pkit.experiments.overlap_gemm fit`), else the defaults."""
+    if not RULE_FILE.exists():
+        return PlanRule()
+    return PlanRule(**json.loads(RULE_FILE.read_text())["rule"])
 
 
 @lru_cache(maxsize=4096)
-def plan(m: int, n: int, k: int, sms: int, itemsize: int = 2) -> Plan:
-    """The plan with the least estimated time for an M × N × K GEMM of `itemsize`-byte inputs (2: bf16, 1: FP8)
-    on `sms` blocks: the widest tiles, no split, unless narrower tiles or split-K fill the SMs better (ties go
-    to wider tiles and fewer splits)."""
-    row_elements = SLICE_BYTES // itemsize
-    k_slices = max(1, math.ceil(k / row_elements))
+def plan(m: int, n: int, k: int, sms: int, itemsize: int = 2, rule: PlanRule | None = None) -> Plan:
+    """The plan with the least estimated time (`rule`, default `plan_rule()`) for an M × N × K GEMM of
+    `itemsize`-byte inputs (2: bf16, 1: FP8) on `sms` blocks: ties go to wider tiles and fewer splits."""
+    rule = rule or plan_rule()
+    k_slices = max(1, math.ceil(k / (SLICE_BYTES // itemsize)))
     options = [Plan(w, s) for w in TILE_WIDTHS for s in range(1, min(MAX_SPLITS, k_slices) + 1)]
-    return min(options, key=lambda p: (_slice_cost(p.block_n, m, n, k, p.splits, sms, row_elements), -p.block_n,
-                                       p.splits))
+    return min(options, key=lambda p: (rule.cost(p, m, n, k_slices, sms), -p.block_n, p.splits))
 
 
 def _map_struct(*ints: str) -> np.dtype:
@@ -231,18 +250,21 @@ def _workspace(device: int, stream: int, partial_bytes: int, counts: int) -> tup
     """(partials, arrivals) device addresses of split-K's workspace for GEMMs on `stream` of `device`: at least
     `partial_bytes` of fp32 partials and `counts` zeroed uint32 arrival counts (the kernel leaves them zero). One
     per stream, so GEMMs on concurrent streams never share one; it grows and is kept for the most recent
-    _KEPT_WORKSPACES streams (the device is synchronized before an older one is let go, so no GEMM still uses it)."""
+    _KEPT_WORKSPACES streams. Allocated in the stream's order by torch's caching allocator, a workspace let go is
+    handed to no other stream, nor reused on its own before the work queued there is done; nothing waits."""
     import torch
+
+    from ..gpus import torch_stream
 
     key = (device, stream)
     partials, arrivals = _WORKSPACES.pop(key, (None, None))
-    if len(_WORKSPACES) >= _KEPT_WORKSPACES:
-        (old_device, _), _ = _WORKSPACES.popitem(last=False)
-        torch.cuda.synchronize(old_device)
-    if partials is None or partials.numel() * 4 < partial_bytes:
-        partials = torch.empty(max(partial_bytes // 4, 1), dtype=torch.float32, device=device)
-    if arrivals is None or arrivals.numel() < counts:
-        arrivals = torch.zeros(max(counts, 1), dtype=torch.int32, device=device)
+    while len(_WORKSPACES) >= _KEPT_WORKSPACES:
+        _WORKSPACES.popitem(last=False)
+    with torch_stream(device):  # allocated in that stream's order: let go, no other stream gets them until it is done
+        if partials is None or partials.numel() * 4 < partial_bytes:
+            partials = torch.empty(max(partial_bytes // 4, 1), dtype=torch.float32, device=device)
+        if arrivals is None or arrivals.numel() < counts:
+            arrivals = torch.zeros(max(counts, 1), dtype=torch.int32, device=device)
     _WORKSPACES[key] = (partials, arrivals)
     return partials.data_ptr(), arrivals.data_ptr()
 
