@@ -194,9 +194,9 @@ def size_sweep(frame, half=None, *, hue: str = "mechanism", small: int = 1 << 20
                panel_size: tuple[float, float] = (5.0, 4.0)):
     """Copies by message size (a transfer study's frame: route, `hue`, bytes, bandwidth_GBps, `time`) as small
     multiples, two panels a row; returns the figure. One bandwidth panel per route (linear GB/s from 0, each on
-    its own scale, so a slow route is not flattened under a fast one), then one panel of the time per copy of messages up to
-    `small` bytes (linear µs from 0: the fixed cost of a small copy, which a log axis over the whole sweep hides in
-    one line), every route in it, a line style per route when there are several; it spans its row when it is alone
+    its own scale, so a slow route is not flattened under a fast one), then one panel of the time per copy of
+    messages up to `small` bytes (linear µs from 0: the fixed cost of a small copy, which a log axis over the whole
+    sweep hides in one line), every route in it, a line style per route when there are several; it spans its row when it is alone
     there. Each `hue` value drawn as `line_look`. `half` (rows of route, `hue`, half_bytes, half_GBps, as
     `pkit.experiments.hierarchy.half_bandwidth_point` gives) marks n½ on each curve with a ◆ and gives it in the
     legend.
