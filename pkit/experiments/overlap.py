@@ -11,7 +11,8 @@ whose public names this one gathers:
   and each study by name: `measure`, `recorded`, `calibration`, `parameters`;
 - `overlap_checks`: fresh inputs with float32 references (`fill`, `fill_partial`) and `bf16_match`, `check`;
 - `overlap_analysis`: the tables notebook 05 shows, `with_bounds` (each row against max(T_c, T_l, T_m) + α and the
-  serial time), `gemm_gate`, `shape_bounds`, `compare`, `timeline_summary`; `overlap_draw`: the figure `draw`;
+  serial time), `gemm_gate`, `shape_bounds`, `compare`, `timeline_summary`; `overlap_draw`: the figure `draw`
+  (its other figures, `draw_gate`, `draw_interference`, `draw_partition`, `draw_curves`, are its own);
 - `overlap_cli`: `python -m pkit.experiments.overlap STUDY... [--record]` measures (and records) from a shell.
 
 Example:
