@@ -20,7 +20,7 @@ Modules, one job each:
     candidate  one candidate against a started reference: trials, interleaved timing rounds, its verdict
     integrity  timing checks: reported times against what the parent saw, the rounds' verdict, the reference
                slowed beside the candidate, the roofline wall
-    speedup    a correct candidate's timing fields: medians, speedup, its bootstrap interval, the status
+    speedup    a correct candidate's timing fields: medians, speedup, its interval over rounds, the status
     failures   status and reason of a run that stopped early: which rank's failure explains it
     outcome    a candidate's record: its trials' fields, what ran, roofline, provenance
     runner     the evaluation loop: a reference per problem, each candidate in fresh workers, records as known

@@ -20,15 +20,18 @@ from .records import add_reason, excerpt
 from .reference import Plan, Reference, ReferenceFailed, Timing, timed_phase
 from .snapshot import SnapshotError, load
 from .solutions import Candidate
-from .speedup import decided, gain_on_reused_sets, speedup_interval, timing_fields
+from .speedup import decided, fewest_rounds, gain_on_reused_sets, speedup_interval, timing_fields
 from .timer import input_bytes
 
-MIN_ROUNDS = 3
-"""Interleaved timing rounds before a verdict: each times the reference and the candidate once on the same fresh
-input sets (one `Plan`), in turn (the reference first in even rounds, the candidate first in odd ones, so drift and
-warm-up fall on both)."""
+MIN_ROUNDS = fewest_rounds()
+"""Interleaved timing rounds before a verdict, the fewest whose speedup interval exists (`speedup.fewest_rounds`):
+each times the reference and the candidate once on the same fresh input sets (one `Plan`), in turn (the reference
+first in even rounds, the candidate first in odd ones, so drift and warm-up fall on both)."""
+WARM_ROUNDS = 1
+"""Rounds timed and checked first but left out of the verdict: the reference's workers come to the first idle since
+their last window (cold caches, clocks run down), the candidate's straight from their warm-up."""
 MAX_ROUNDS = 12
-"""Most interleaved rounds per candidate."""
+"""Most interleaved rounds per candidate after the WARM_ROUNDS."""
 ROUNDS_BUDGET_S = 10.0
 """Seconds of rounds after which no new round starts, once MIN_ROUNDS have run."""
 
@@ -91,17 +94,18 @@ class CandidateRun:
         ws.wait_exit(2.0)
 
     def time_rounds(self, iters: int, deadline: float) -> None:
-        """Interleaved rounds of `iters` calls a window until they are `settled`, MAX_ROUNDS have run or
-        ROUNDS_BUDGET_S is spent, never fewer than MIN_ROUNDS; the candidate's windows after the first MIN_ROUNDS
-        rounds each under a --timeout of their own (an honest candidate near its limit does not time out), as the
-        reference's always are. `retime_s`: the seconds of the rounds after the first that failed a timing check."""
-        began, ends = time.monotonic(), []
-        while len(self.rounds) < MAX_ROUNDS:
+        """Interleaved rounds of `iters` calls a window: WARM_ROUNDS, then more until those are `settled`,
+        MAX_ROUNDS have run or ROUNDS_BUDGET_S is spent, never fewer than MIN_ROUNDS; the candidate's windows after
+        the first WARM_ROUNDS + MIN_ROUNDS rounds each under a --timeout of their own (an honest candidate near its
+        limit does not time out), as the reference's always are. `retime_s`: the seconds of the rounds after the
+        first that failed a timing check."""
+        began, ends, first = time.monotonic(), [], WARM_ROUNDS + MIN_ROUNDS
+        while len(self.rounds) < WARM_ROUNDS + MAX_ROUNDS:
             k = len(self.rounds)
-            self.rounds.append(self.timed_round(k, iters, deadline if k < MIN_ROUNDS
+            self.rounds.append(self.timed_round(k, iters, deadline if k < first
                                                 else time.monotonic() + self.options.timeout_s))
             ends.append(time.monotonic())
-            if k + 1 >= MIN_ROUNDS and (settled(self.rounds) or ends[-1] - began > ROUNDS_BUDGET_S):
+            if k + 1 >= first and (settled(self.rounds[WARM_ROUNDS:]) or ends[-1] - began > ROUNDS_BUDGET_S):
                 break
         failed = [k for k, (r, s) in enumerate(self.rounds) if timing_mismatch(r, s) is not None]
         if failed:
@@ -263,7 +267,7 @@ def judged_fields(run: CandidateRun, fields: dict, device: str) -> dict:
         return dict(fields, status="wrong_result", error=excerpt(
             f"{len(notes)} timed output(s) differ from the reference's for the same fresh inputs: "
             + "; ".join(notes), head=600))
-    rounds, why = judge(run.rounds)
+    rounds, why = judge(run.rounds[WARM_ROUNDS:])
     if why is None and device == "cuda":
         alone = time.monotonic()
         iters = timing_counts(run.options)["iters"]

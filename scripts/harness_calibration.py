@@ -1,0 +1,205 @@
+"""Calibrate `pkit eval`'s timing: its own cost per candidate and how far its speedup intervals can be believed.
+
+Evaluates, through the harness as it ships (`pkit.harness.runner.evaluations`), a calibration problem written here
+(each rank's row sums of a float32 matrix, summed over the ranks) against:
+- its own reference, `--same` times: identical code, whose true speedup is 1;
+- candidates that run the reference, wait for the device, then spin on the host for 10% and 25% of the
+  reference's median time (measured by the identical-code runs): slower by a known amount, true speedups
+  1/1.1 and 1/1.25 (each record's own: its reference median over that plus the spin), `--slowed` times each.
+
+Prints, and records through `pkit.results.record` under ROOT (`ROOT/<machine>/harness_calibration.csv` + `.json`
+with provenance; one row per evaluation): the harness's cost per candidate (wall minus the timed calls of both
+roles, and phase by phase from the records' `phase_s`), the fraction of identical-code intervals holding 1.0, the
+statuses of the slowed candidates and whether their intervals hold the true ratio, and the reference's cv.
+
+Sizes: `small` (1024 x 512, about 0.1-1 ms a call on a CPU) and `large` (12288 x 8192, 384 MiB: about 0.1 ms a
+call on an H200). Usage:
+
+    python scripts/harness_calibration.py ROOT                                    # CPU (gloo), world size 1
+    python scripts/harness_calibration.py ROOT --device cuda --size large --perf  # one GPU
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from pkit import results
+from pkit.harness import problems, runner
+from pkit.harness.solutions import Candidate
+
+PROBLEM = '''
+"""Harness calibration problem: every rank's row sums of x (rows, cols) float32, summed over the ranks."""
+import torch
+import torch.distributed as dist
+
+from pkit.problem_kit import cost as make_cost
+
+META = {"name": "calibration_row_sums", "category": "collectives", "models": "harness calibration",
+        "dtypes": ["float32"], "world_sizes": [1, 2, 4, 8],
+        "description": "Each rank holds x (rows, cols); returns its row sums summed over the ranks (rows,)."}
+SIZES = {"tiny": {"rows": 64, "cols": 32}, "small": {"rows": 1024, "cols": 512}, "large": {"rows": 12288, "cols": 8192}}
+
+
+def make_inputs(rank, world_size, size, dtype, seed, device="cpu"):
+    s = SIZES[size]
+    gen = torch.Generator(device=device).manual_seed(int(seed) * 1_000_003 + int(rank))
+    return (torch.randn((s["rows"], s["cols"]), generator=gen, device=device, dtype=torch.float32),)
+
+
+def reference(x):
+    out = x.sum(dim=1)
+    dist.all_reduce(out)
+    return out
+
+
+def cost(world_size, size, dtype="float32"):
+    s = SIZES[size]
+    return make_cost(flops=s["rows"] * s["cols"], hbm_bytes=(s["rows"] * s["cols"] + s["rows"]) * 4,
+                     link_bytes=2 * s["rows"] * 4 * (world_size - 1) // world_size)
+'''
+
+SLOWED = '''
+"""The calibration problem's reference, then a host spin of {delay_ms!r} ms once the device is idle."""
+import importlib.util
+import time
+
+import torch
+
+_spec = importlib.util.spec_from_file_location("calibration_problem", {problem!r})
+_problem = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_problem)
+
+
+def solution(x):
+    out = _problem.reference(x)
+    if x.is_cuda:
+        torch.cuda.synchronize()
+    end = time.perf_counter() + {delay_ms!r} / 1e3
+    while time.perf_counter() < end:
+        pass
+    return out
+'''
+
+SLOWDOWNS = (0.10, 0.25)
+"""How much slower the slowed candidates are, as a fraction of the reference's median time."""
+
+
+def evaluate(problem, candidates: list[tuple[str, Candidate, float]], options: runner.EvalOptions) -> list[dict]:
+    """One row per (kind, candidate, spin ms): its record's verdict, times and phases."""
+    rows = []
+    stream = runner.evaluations([(problem, c) for _, c, _ in candidates], options, log=lambda line: None)
+    for (kind, _, spin_ms), record in zip(candidates, stream):
+        phases = record.get("phase_s") or {}
+        timed = phases.get("parent: timed calls")
+        ref_ms = record["ref_time_ms"]
+        true = ref_ms / (ref_ms + spin_ms) if ref_ms else None
+        low, high = record["speedup_low"], record["speedup_high"]
+        rows.append({"kind": kind, "spin_ms": spin_ms, "true_speedup": true, "status": record["status"],
+                     "speedup": record["speedup"], "speedup_low": low, "speedup_high": high,
+                     "holds_true": None if low is None or true is None else low <= true <= high,
+                     "timing_rounds": record["timing_rounds"], "ref_time_ms": ref_ms,
+                     "sol_time_ms": record["sol_time_ms"], "ref_time_cv": record["ref_time_cv"],
+                     "sol_time_cv": record["sol_time_cv"], "wall_s": record["wall_s"], "timed_calls_s": timed,
+                     "overhead_s": None if timed is None else record["wall_s"] - timed,
+                     **{f"phase: {name}": seconds for name, seconds in phases.items()}})
+        print(f"  {kind}: {record['status']} {record['speedup'] or 0:.3f}x [{low or 0:.3f}, {high or 0:.3f}]"
+              f" (true {true or 0:.3f}), {record['timing_rounds']} rounds, {record['wall_s']:.1f} s",
+              file=sys.stderr, flush=True)
+    return rows
+
+
+def summary(frame: pd.DataFrame) -> dict:
+    """What the rows say: the harness's cost per candidate (medians, s), coverage and verdicts per kind."""
+    out = {"overhead_s_median": float(frame["overhead_s"].median()),
+           "wall_s_median": float(frame["wall_s"].median()),
+           "phases_s_median": {c.removeprefix("phase: "): round(float(frame[c].median()), 3)
+                               for c in frame.columns if c.startswith("phase: ") and frame[c].notna().any()}}
+    for kind, rows in frame.groupby("kind", sort=False):
+        out[kind] = {"n": len(rows), "statuses": rows["status"].value_counts().to_dict(),
+                     "interval_holds_true": float(rows["holds_true"].dropna().astype(bool).mean()),
+                     "true_speedup_median": float(rows["true_speedup"].median()),
+                     "speedup_median": float(rows["speedup"].median()),
+                     "rounds_median": float(rows["timing_rounds"].median()),
+                     "rounds_max": int(rows["timing_rounds"].max()),
+                     "ref_time_ms_median": float(rows["ref_time_ms"].median()),
+                     "ref_time_cv_median": float(rows["ref_time_cv"].median())}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", type=Path, help="results root: writes ROOT/<machine>/harness_calibration.{csv,json}")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--world-size", type=int, default=1)
+    parser.add_argument("--size", choices=("tiny", "small", "large"), default=None,
+                        help="default: small on the CPU, large on the GPU")
+    parser.add_argument("--same", type=int, default=40, help="evaluations of the reference against itself")
+    parser.add_argument("--slowed", type=int, default=8, help="evaluations of each slowed candidate")
+    parser.add_argument("--perf", action="store_true", help="full timing (--warmup, --iters), as pkit eval --perf")
+    parser.add_argument("--warmup", type=int, default=25)
+    parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    size = args.size or ("large" if args.device == "cuda" else "small")
+    options = runner.EvalOptions(world_size=args.world_size, size=size, device=args.device, trials=1,
+                                 perf=args.perf, warmup=args.warmup, iters=args.iters, timeout_s=args.timeout)
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="pkit-calibration-") as tmp:
+        folder = Path(tmp) / "01_calibration"
+        folder.mkdir()
+        (folder / "problem.py").write_text(textwrap.dedent(PROBLEM).lstrip())
+        problem = problems.discover(Path(tmp))[0]
+        own = runner.reference_candidate(problem)
+        print(f"{args.same} evaluations of identical code ({size}, {args.device}, world size {args.world_size})",
+              file=sys.stderr)
+        rows = evaluate(problem, [("same", own, 0.0)] * args.same, options)
+        ref_ms = statistics.median(r["ref_time_ms"] for r in rows if r["ref_time_ms"])
+        slowed = []
+        for fraction in SLOWDOWNS:
+            spin_ms = fraction * ref_ms
+            path = folder / f"slowed_{round(fraction * 100)}.py"
+            source = textwrap.dedent(SLOWED).lstrip()
+            path.write_text(source.format(delay_ms=spin_ms, problem=str(folder / "problem.py")))
+            candidate = Candidate(path, f"01_calibration/{path.name}", problem.name)
+            slowed += [(f"slowed {round(fraction * 100)}%", candidate, spin_ms)] * args.slowed
+        print(f"{len(slowed)} evaluations of slowed candidates (reference median {ref_ms:.4g} ms)", file=sys.stderr)
+        rows += evaluate(problem, slowed, options)
+    frame = pd.DataFrame(rows)
+    said = summary(frame)
+    parameters = {"device": args.device, "world_size": args.world_size, "size": size, "perf": args.perf,
+                  "warmup": args.warmup, "iters": args.iters, "same": args.same, "slowed": args.slowed,
+                  "slowdowns": list(SLOWDOWNS), "minutes": round((time.monotonic() - began) / 60, 2),
+                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                  "summary": said}
+    recorded = results.record("harness_calibration", frame, parameters, root=args.root)
+    print(report(said, recorded.provenance))
+    print(f"→ {recorded.csv_path} (+ .json)")
+    return 0
+
+
+def report(said: dict, provenance: dict) -> str:
+    """The summary in a few lines, as docs/harness.md quotes it."""
+    lines = [f"{provenance['utc_time'][:10]}, {results.describe(provenance)}",
+             f"harness cost per candidate (wall - timed calls): median {said['overhead_s_median']:.2f} s "
+             f"of {said['wall_s_median']:.2f} s wall; median phases (s): "
+             + ", ".join(f"{k} {v:g}" for k, v in sorted(said["phases_s_median"].items(), key=lambda kv: -kv[1]))]
+    for kind in ("same", *(f"slowed {round(f * 100)}%" for f in SLOWDOWNS)):
+        k = said.get(kind)
+        if k:
+            lines.append(f"{kind}: n={k['n']}, statuses {k['statuses']}, interval holds the true speedup "
+                         f"({k['true_speedup_median']:.3f}) in {k['interval_holds_true']:.0%}; median speedup "
+                         f"{k['speedup_median']:.3f}, rounds median {k['rounds_median']:g} (max {k['rounds_max']}); "
+                         f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
