@@ -1,44 +1,158 @@
-"""Regenerate results/cpu/llm_eval_example.jsonl (+ .json provenance), notebook 07's default input.
+"""Record the example `pkit eval` records behind notebook 07's llm_* figures and the eval browser:
+results/<machine>/llm_eval_example.jsonl (+ .json provenance); on the CPU, results/cpu/.
 
-Runs `pkit eval` on the CPU (gloo, tiny size, world size 2) over the solutions shipped in problems/ and
-the hand-written example samples in samples/ (written for pkit's test suite, not LLM output), and joins
-the two record files. Timings are CPU/gloo at the tiny size, not GPU performance.
+Every candidate is evaluated by `pkit eval` itself (its trials, interleaved timing rounds, speedup interval and
+correct_faster/level/slower verdict), one `pkit eval` per shipped solution file so that the record's `model`
+says what the candidate is (LABELS):
 
-Usage: python scripts/eval_example.py
+    pkit             problems/*/solutions/pkit_*.py, pkit's shipped solutions. Their communication is pkit.dist:
+                     on CPU tensors it runs through torch.distributed (gloo), so on the CPU these records check the
+                     solutions' logic, not pkit's CUDA kernels; those run only with --device cuda.
+    torch alternate  problems/*/solutions/torch_alt.py: the reference written another way in plain PyTorch
+                     (torch.distributed calls), shipped as an alternate, not pkit's.
+    example          samples/example/: candidates written by hand for pkit's tests, some broken on purpose.
+
+None of them is written by a language model. Every record also carries its device, size, dtype and world size,
+and its provenance the harness version, the problem's and the candidate's SHA-256, the settings and the commit.
+
+The work file runs/llm_eval_example-<machine>.jsonl is `pkit eval`'s --out for every run, so a run that is
+stopped resumes where it stopped when the same command is given again (--fresh starts over); when every
+candidate has a record there, it is copied to results/<machine>/llm_eval_example.jsonl and the provenance
+written beside it.
+
+Usage:
+    python scripts/eval_example.py                        # CPU, gloo, size tiny, world size 2 (a few minutes)
+    python scripts/eval_example.py --device cuda          # two GPUs (world size 2), size large
+    python scripts/eval_example.py --device cuda --kinds pkit --problems 01 02   # a part of it (resumable)
+    python scripts/eval_example.py --dry-run              # list the pkit eval commands, run nothing
 """
+from __future__ import annotations
+
+import argparse
+import collections
 import json
+import shlex
+import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from pkit import results
-
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = [["--model", "shipped", "--timeout", "60"], ["--solutions", "samples", "--timeout", "20"]]
-COMMON = ["--device", "cpu", "--size", "tiny", "--world-size", "2", "--trials", "3"]
+EXPERIMENT = "llm_eval_example"
+LABELS = {
+    "pkit": "pkit's shipped solutions (problems/*/solutions/pkit_*.py; communication through pkit.dist, which on "
+            "the CPU runs torch.distributed over gloo, not pkit's CUDA kernels)",
+    "torch alternate": "the shipped torch alternates (problems/*/solutions/torch_alt.py: the reference rewritten "
+                       "in plain PyTorch, not pkit's)",
+    "example": "candidates written by hand for pkit's tests (samples/example/), some broken on purpose",
+}
+"""Model label → what the candidates under it are; the provenance file carries it, notebook 07 and the eval
+browser read it from there."""
+KINDS = {"pkit_": "pkit", "torch_alt": "torch alternate"}
+"""Shipped solution file name (its start) → its label."""
+TIMEOUT_S = {"cpu": 30.0, "cuda": 120.0}
+"""Seconds per candidate (pkit eval --timeout): one example sample hangs on purpose and costs all of it."""
 
 
-def main() -> None:
-    out = ROOT / "results" / "cpu" / "llm_eval_example.jsonl"
+def label_of(path: Path) -> str:
+    """The label of a shipped solution file; ValueError for a file of no known kind."""
+    for start, label in KINDS.items():
+        if path.stem.startswith(start):
+            return label
+    raise ValueError(f"{path.relative_to(ROOT)}: a shipped solution of no known kind (expected {list(KINDS)})")
+
+
+def shipped(problems: list[str] | None) -> list[tuple[str, Path, str]]:
+    """(problem folder, solution file, label) of every shipped solution, in problem order, pkit's first."""
+    rows = []
+    for folder in sorted(p.parent for p in (ROOT / "problems").glob("*/problem.py")):
+        if problems and not any(folder.name == p or folder.name.split("_")[0] == p.zfill(2) for p in problems):
+            continue
+        for path in sorted((folder / "solutions").glob("*.py"), key=lambda p: (not p.stem.startswith("pkit_"), p)):
+            if not path.name.startswith(("_", ".")):
+                rows.append((folder.name, path, label_of(path)))
+    return rows
+
+
+def commands(args, work: Path) -> list[list[str]]:
+    """The `pkit eval` argument lists this run makes, in order."""
+    common = ["--device", args.device, "--size", args.size, "--world-size", str(args.world_size),
+              "--trials", str(args.trials), "--timeout", f"{args.timeout:g}", "--out", str(work)]
+    runs = [["--solutions", str(path.relative_to(ROOT)), "--problems", problem, "--model", label, *common]
+            for problem, path, label in shipped(args.problems) if label in args.kinds]
+    if "example" in args.kinds:
+        chosen = ["--problems", *args.problems] if args.problems else []
+        runs.append(["--solutions", "samples", *chosen, *common])
+    return runs
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo; cuda: NCCL, a GPU per rank")
+    p.add_argument("--size", default=None, help="problem size (default: tiny on cpu, large on cuda)")
+    p.add_argument("--world-size", type=int, default=2, help="ranks (default 2; on cuda, GPUs)")
+    p.add_argument("--trials", type=int, default=3, help="random-input trials per candidate (default 3)")
+    p.add_argument("--timeout", type=float, default=None, help=f"seconds per candidate (default {TIMEOUT_S})")
+    p.add_argument("--kinds", nargs="+", choices=tuple(LABELS), default=list(LABELS), help="labels to evaluate")
+    p.add_argument("--problems", nargs="+", default=None, help="problem folders or numbers (default all)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="records file (default results/<machine>/llm_eval_example.jsonl; cpu on the CPU)")
+    p.add_argument("--fresh", action="store_true", help="remove the work file first instead of resuming it")
+    p.add_argument("--dry-run", action="store_true", help="print the pkit eval commands and stop")
+    args = p.parse_args(argv)
+    args.size = args.size or ("tiny" if args.device == "cpu" else "large")
+    args.timeout = args.timeout or TIMEOUT_S[args.device]
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from pkit import results
+    from pkit.harness.records import read_jsonl
+
+    machine = "cpu" if args.device == "cpu" else results.machine_slug()
+    out = args.out or ROOT / "results" / machine / f"{EXPERIMENT}.jsonl"
+    work = ROOT / "runs" / f"{EXPERIMENT}-{machine}.jsonl"
+    runs = commands(args, work)
+    if args.dry_run:
+        print("\n".join(shlex.join(["pkit", "eval", *run]) for run in runs))
+        return 0
+    work.parent.mkdir(parents=True, exist_ok=True)
+    if args.fresh:
+        work.unlink(missing_ok=True)
+    for i, run in enumerate(runs, 1):
+        print(f"[{i}/{len(runs)}] {shlex.join(['pkit', 'eval', *run])}", flush=True)
+        done = subprocess.run([sys.executable, "-m", "pkit.cli", "eval", *run], cwd=ROOT)
+        if done.returncode != 0:
+            print(f"pkit eval exited {done.returncode}; run the same command again to resume", file=sys.stderr)
+            return done.returncode
+    records = read_jsonl(work)
+    expected = len(shipped(args.problems)) if args.problems is None and set(args.kinds) == set(LABELS) else None
+    if expected is not None and sum(r.get("model") in KINDS.values() for r in records) != expected:
+        print(f"{work}: {len(records)} records, not every shipped solution's; kept there, nothing copied",
+              file=sys.stderr)
+        return 1
     out.parent.mkdir(parents=True, exist_ok=True)
-    commands, lines = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, run in enumerate(RUNS):
-            part = Path(tmp) / f"part{i}.jsonl"
-            cmd = ["pkit", "eval", *run, *COMMON, "--out", part.name]
-            commands.append(" ".join(cmd))
-            subprocess.run([sys.executable, "-m", "pkit.cli", *cmd[1:-1], str(part)], cwd=ROOT, check=True)
-            lines += part.read_text().splitlines()
-    out.write_text("\n".join(lines) + "\n")
-    prov = results.provenance({"commands": commands, "joined": "in order, one JSON line per record, unchanged",
-                               "note": "samples/example/ is written by hand for pkit's test suite, not output of "
-                                       "a language model; timings are CPU/gloo at the tiny size, not GPU "
-                                       "performance"})
-    prov.update(experiment="llm_eval_example", rows=len(lines))
+    shutil.copyfile(work, out)
+    counts = collections.Counter((r.get("model"), r["status"]) for r in records)
+    prov = results.provenance({
+        "commands": [shlex.join(["pkit", "eval", *run]).replace(str(work), "WORK") for run in runs],
+        "work_file": "WORK: " + str(work.relative_to(ROOT)) + ", every command's --out (resumed), copied here",
+        "labels": {label: LABELS[label] for label in dict.fromkeys(r.get("model") for r in records)
+                   if label in LABELS},
+        "device": args.device, "size": args.size, "world_size": args.world_size,
+        "note": "none of these candidates is written by a language model; "
+                + ("CPU/gloo timings at the tiny size say nothing of GPU performance, and pkit's solutions ran "
+                   "pkit.dist's gloo path, not its CUDA kernels" if args.device == "cpu"
+                   else f"timed on {machine}, one process per GPU (NCCL)")})
+    prov.update(experiment=EXPERIMENT, rows=len(records),
+                counts={f"{m} {s}": n for (m, s), n in sorted(counts.items(), key=str)})
     out.with_suffix(".json").write_text(json.dumps(prov, indent=2, sort_keys=True, default=str) + "\n")
-    print(f"{len(lines)} records → {out}")
+    print(f"{len(records)} records → {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    for (model, status), n in sorted(counts.items(), key=str):
+        print(f"  {model}: {status} {n}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
