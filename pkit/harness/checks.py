@@ -220,8 +220,11 @@ FINGERPRINT_CHUNKS = 16
 
 
 def chunk_rows(t: torch.Tensor) -> torch.Tensor:
-    """`t`'s elements (as `comparable`, float64) in FINGERPRINT_CHUNKS rows of equal length, zero-padded."""
-    flat = comparable(t).reshape(-1).to(torch.float64)
+    """`t`'s elements (as `comparable`; integers and bools as float64) in FINGERPRINT_CHUNKS rows of equal length,
+    zero-padded. Floating elements keep their dtype: `_chunk_stats` sums them in float64 without a float64 copy."""
+    flat = comparable(t).reshape(-1)
+    if not flat.dtype.is_floating_point:
+        flat = flat.to(torch.float64)
     width = -(-flat.numel() // FINGERPRINT_CHUNKS)
     if flat.numel() < FINGERPRINT_CHUNKS * width:
         flat = torch.nn.functional.pad(flat, (0, FINGERPRINT_CHUNKS * width - flat.numel()))
@@ -229,11 +232,12 @@ def chunk_rows(t: torch.Tensor) -> torch.Tensor:
 
 
 def _chunk_stats(t: torch.Tensor) -> tuple[list, list, list]:
-    """Per chunk of `chunk_rows(t)`: its sum (NaNs left out), its NaN count and the sum of its magnitudes, computed
-    on `t`'s device and copied to the host at once."""
+    """Per chunk of `chunk_rows(t)`: its sum in float64 (NaNs left out), its NaN count and the float64 sum of its
+    magnitudes, computed on `t`'s device and copied to the host at once."""
     rows = chunk_rows(t)
-    sums, nans, magnitudes = torch.stack((rows.nansum(1), rows.isnan().sum(1).to(rows.dtype),
-                                          rows.abs().nansum(1))).tolist()
+    wide = torch.float64
+    sums, nans, magnitudes = torch.stack((rows.nansum(1, dtype=wide), rows.isnan().sum(1).to(wide),
+                                          rows.abs().nansum(1, dtype=wide))).tolist()
     return sums, [int(n) for n in nans], magnitudes
 
 

@@ -113,13 +113,16 @@ def share_process_groups() -> None:
 
 
 def join_group(rank: int, world_size: int, device_kind: str, timeout_s: float) -> torch.device:
-    """Initialise the default process group; returns this rank's device."""
+    """Initialise the default process group; returns this rank's device. On the CPU a rank computes on one
+    intra-op thread (torchrun's default for several processes): threads of processes sharing the cores would
+    otherwise time each other's scheduling rather than the call."""
     timeout = datetime.timedelta(seconds=timeout_s)
     if device_kind == "cuda":
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
         dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timeout, device_id=device)
     else:
+        torch.set_num_threads(1)
         device = torch.device("cpu")
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout)
     return device
