@@ -2,8 +2,8 @@
 results/<machine>/llm_eval_example.jsonl (+ .json provenance); on the CPU, results/cpu/.
 
 Every candidate is evaluated by `pkit eval` itself (its trials, interleaved timing rounds, speedup interval and
-correct_faster/level/slower verdict), one `pkit eval` per shipped solution file so that the record's `model`
-says what the candidate is (LABELS):
+correct_faster/level/slower verdict), the shipped solutions of each kind in one `pkit eval` whose --model is the
+label that says what they are (LABELS):
 
     pkit             problems/*/solutions/pkit_*.py, pkit's shipped solutions. Their communication is pkit.dist:
                      on CPU tensors it runs through torch.distributed (gloo), so on the CPU these records check the
@@ -15,10 +15,13 @@ says what the candidate is (LABELS):
 None of them is written by a language model. Every record also carries its device, size, dtype and world size,
 and its provenance the harness version, the problem's and the candidate's SHA-256, the settings and the commit.
 
-The work file runs/llm_eval_example-<machine>.jsonl is `pkit eval`'s --out for every run, so a run that is
-stopped resumes where it stopped when the same command is given again (--fresh starts over); when every
-candidate has a record there, it is copied to results/<machine>/llm_eval_example.jsonl and the provenance
-written beside it.
+A kind's `pkit eval` reads a folder of links, runs/llm_eval_example-views/<kind>/<problem>/solutions/<file>,
+each to the shipped file (`pkit eval` resolves links: the candidate runs from problems/, and the record's
+`solution` is `<problem>/solutions/<file>` as in a run over problems/). The work file
+runs/llm_eval_example-<machine>.jsonl is the --out of every run, so a run that is stopped resumes where it stopped
+when the same command is given again (--fresh starts over); when every candidate has a record there, it is copied
+to results/<machine>/llm_eval_example.jsonl and the provenance written beside it (`parameters.labels`: what each
+label is; `parameters.what`: the file in one line; `parameters.llm_written`: false).
 
 Usage:
     python scripts/eval_example.py                        # CPU, gloo, size tiny, world size 2 (a few minutes)
@@ -50,6 +53,11 @@ LABELS = {
 browser read it from there."""
 KINDS = {"pkit_": "pkit", "torch_alt": "torch alternate"}
 """Shipped solution file name (its start) → its label."""
+VIEWS = {"pkit": "pkit", "torch alternate": "torch_alt"}
+"""Label → its folder of links under runs/llm_eval_example-views/."""
+WHAT = {"pkit": "pkit's shipped solutions", "torch alternate": "torch alternates",
+        "example": "hand-written test samples"}
+"""Label → its words in `parameters.what`."""
 TIMEOUT_S = {"cpu": 30.0, "cuda": 120.0}
 """Seconds per candidate (pkit eval --timeout): one example sample hangs on purpose and costs all of it."""
 
@@ -63,25 +71,35 @@ def label_of(path: Path) -> str:
 
 
 def shipped(problems: list[str] | None) -> list[tuple[str, Path, str]]:
-    """(problem folder, solution file, label) of every shipped solution, in problem order, pkit's first."""
+    """(problem folder, solution file, label) of every shipped solution, in problem order."""
     rows = []
     for folder in sorted(p.parent for p in (ROOT / "problems").glob("*/problem.py")):
         if problems and not any(folder.name == p or folder.name.split("_")[0] == p.zfill(2) for p in problems):
             continue
-        for path in sorted((folder / "solutions").glob("*.py"), key=lambda p: (not p.stem.startswith("pkit_"), p)):
+        for path in sorted((folder / "solutions").glob("*.py")):
             if not path.name.startswith(("_", ".")):
                 rows.append((folder.name, path, label_of(path)))
     return rows
 
 
-def commands(args, work: Path) -> list[list[str]]:
-    """The `pkit eval` argument lists this run makes, in order."""
+def commands(args, work: Path, views: Path) -> list[list[str]]:
+    """The `pkit eval` argument lists this run makes, in order, after linking each kind's solutions under `views`
+    (made anew)."""
     common = ["--device", args.device, "--size", args.size, "--world-size", str(args.world_size),
               "--trials", str(args.trials), "--timeout", f"{args.timeout:g}", "--out", str(work)]
-    runs = [["--solutions", str(path.relative_to(ROOT)), "--problems", problem, "--model", label, *common]
-            for problem, path, label in shipped(args.problems) if label in args.kinds]
+    chosen = ["--problems", *args.problems] if args.problems else []
+    shutil.rmtree(views, ignore_errors=True)
+    runs = []
+    for label, folder in VIEWS.items():
+        mine = [(problem, path) for problem, path, kind in shipped(args.problems) if kind == label]
+        if label not in args.kinds or not mine:
+            continue
+        for problem, path in mine:
+            link = views / folder / problem / "solutions" / path.name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(path)
+        runs.append(["--solutions", str((views / folder).relative_to(ROOT)), *chosen, "--model", label, *common])
     if "example" in args.kinds:
-        chosen = ["--problems", *args.problems] if args.problems else []
         runs.append(["--solutions", "samples", *chosen, *common])
     return runs
 
@@ -113,7 +131,7 @@ def main(argv=None) -> int:
     machine = "cpu" if args.device == "cpu" else results.machine_slug()
     out = args.out or ROOT / "results" / machine / f"{EXPERIMENT}.jsonl"
     work = ROOT / "runs" / f"{EXPERIMENT}-{machine}.jsonl"
-    runs = commands(args, work)
+    runs = commands(args, work, ROOT / "runs" / f"{EXPERIMENT}-views")
     if args.dry_run:
         print("\n".join(shlex.join(["pkit", "eval", *run]) for run in runs))
         return 0
@@ -135,11 +153,15 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(work, out)
     counts = collections.Counter((r.get("model"), r["status"]) for r in records)
+    labels = [label for label in LABELS if any(r.get("model") == label for r in records)]
     prov = results.provenance({
         "commands": [shlex.join(["pkit", "eval", *run]).replace(str(work), "WORK") for run in runs],
         "work_file": "WORK: " + str(work.relative_to(ROOT)) + ", every command's --out (resumed), copied here",
-        "labels": {label: LABELS[label] for label in dict.fromkeys(r.get("model") for r in records)
-                   if label in LABELS},
+        "labels": {label: LABELS[label] for label in labels},
+        "what": (f"example records: {', '.join(WHAT[label] for label in labels)}, evaluated on "
+                 + ("CPU (gloo" if args.device == "cpu" else f"{machine} (NCCL") + f", size {args.size})"
+                 + " — not LLM-written"),
+        "llm_written": False,
         "device": args.device, "size": args.size, "world_size": args.world_size,
         "note": "none of these candidates is written by a language model; "
                 + ("CPU/gloo timings at the tiny size say nothing of GPU performance, and pkit's solutions ran "
