@@ -5,7 +5,7 @@ of 16-byte registers, pkit's copy kernels), `tma` (the Tensor Memory Accelerator
 packets: SM stores whose every 8-byte word carries a flag, for small collectives). A **mechanism** is a family,
 or between GPUs a family and a direction, `sm_push` (the source's SMs store into the peer) or `tma_pull` (the
 destination's TMA reads the peer): transfers (`pkit.ops.transfers`), collectives (`pkit.ops.collective_ops`), the
-bandwidth matrix's engines (`pkit.experiments.hierarchy_matrix`), the overlap schedules' transfers
+bandwidth matrix's engines (`pkit.experiments.hierarchy.matrix`), the overlap schedules' transfers
 (`pkit.ops.overlap_patterns`) and the benchmark analysis of candidates' code (`pkit.analysis`) all use these words,
 and figures show each family's `label`. A **route kind** is where a copy goes: `peer` (GPU to GPU), `local`
 (within one GPU), `h2d` and `d2h` (pinned host memory to and from a GPU).

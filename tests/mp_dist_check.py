@@ -6,7 +6,7 @@ side (the GPU time-slices the processes' kernels: correct, but slow and meaningl
 torch.distributed fallback. Each case draws fresh inputs from a seed all ranks share, so every rank can compute
 every rank's expected output on the CPU from the collective registry's NumPy reference. Reductions must match the
 float32 sum in rank order bit for bit (what the kernels compute), so every rank holds identical bits. On CPU tensors
-the collectives experiment's check against torch.distributed (pkit.experiments.torch_collectives) runs too.
+the collectives experiment's check against torch.distributed (pkit.experiments.collectives.pytorch) runs too.
 """
 import os
 import sys
@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from pkit import dist as pdist
-from pkit.experiments.torch_collectives import _matches_nccl
+from pkit.experiments.collectives.pytorch import _matches_nccl
 from pkit.ops.collective_ops import collective
 
 

@@ -11,7 +11,8 @@ import pytest
 import pkit
 from pkit import dist as pdist
 from pkit.compiler import KERNEL_DIR
-from pkit.experiments import collectives as experiment, torch_collectives
+from pkit.experiments import collectives as experiment
+from pkit.experiments.collectives import pytorch as torch_collectives
 from pkit.ops import baselines, collective_ops as R, collectives as C
 from pkit.widgets import COLLECTIVES as PATTERNS
 

@@ -273,7 +273,7 @@ def test_grouped_bars_write_texts_on_top_or_at_the_foot():
 def test_speedup_draws_each_mechanism_once_a_panel():
     """A line per mechanism, its fastest algorithm at each size: the recorded sweep's eight implementations of an
     all-reduce, NCCL aside, are five lines."""
-    from pkit.experiments import collectives_draw
+    from pkit.experiments.collectives import draw as collectives_draw
 
     ours, torch = (results.load(e, "h200x2-nv18") for e in ("collectives_pkit_nccl", "collectives_torch"))
     fig = collectives_draw.plot_speedup(pd.concat([ours.frame, torch.frame]), ours.provenance)

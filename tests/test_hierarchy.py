@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pkit.experiments import cross_check, hierarchy, hierarchy_chase as C, hierarchy_matrix as M
-from pkit.experiments.hierarchy_memory import LEVELS, pattern
+from pkit.experiments import cross_check, hierarchy
+from pkit.experiments.hierarchy import chase as C, matrix as M
+from pkit.experiments.hierarchy.memory import LEVELS, pattern
 
 MiB = 1 << 20
 

@@ -13,7 +13,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from pkit import figures, results  # noqa: E402
-from pkit.experiments import roofline_gap, roofline_gap_draw  # noqa: E402
+from pkit.experiments import roofline_gap  # noqa: E402
+from pkit.experiments.roofline_gap import draw as roofline_gap_draw  # noqa: E402
 from pkit.harness import baseline  # noqa: E402
 from pkit.harness.problems import discover  # noqa: E402
 

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 import pkit.gpus
-from pkit.experiments import hierarchy, hierarchy_chase as C, hierarchy_matrix as M, mechanisms, quickstart
+from pkit.experiments import hierarchy, mechanisms, quickstart
+from pkit.experiments.hierarchy import chase as C, matrix as M
 from pkit.ops import transfers as T
 from pkit.ops.transfers import Route
 

@@ -3,7 +3,7 @@ import pytest
 
 from pkit import vocabulary as V
 from pkit.analysis import MECHANISMS as DETECTED
-from pkit.experiments.hierarchy_matrix import TESTCASES
+from pkit.experiments.hierarchy.matrix import TESTCASES
 from pkit.ops import transfers
 from pkit.ops.collective_ops import MECHANISMS as COLLECTIVE_MECHANISMS
 from pkit.ops.overlap_patterns import schedules

@@ -78,10 +78,10 @@ class Traffic:
 
 def _buffers(device: int, stack) -> dict:
     """Shared copy buffers on GPU `device`, BUFFER_BYTES each: a random source and a destination in its memory,
-    and random page-locked host memory (`hierarchy_memory.pinned`) for the host routes."""
+    and random page-locked host memory (`hierarchy.memory.pinned`) for the host routes."""
     import cupy as cp
 
-    from .hierarchy_memory import pinned
+    from .hierarchy.memory import pinned
 
     host = stack.enter_context(pinned(BUFFER_BYTES))[1]
     host[:] = np.random.default_rng().integers(0, 256, BUFFER_BYTES, dtype=np.uint8)

@@ -2,7 +2,7 @@
 then time it past the L2.
 
 Used by the quickstart, mechanisms, hierarchy and ceilings studies, each with its own ways of copying. Host
-buffers are page-locked and mapped (`hierarchy_memory.pinned`). Bandwidth counts the bytes copied, once.
+buffers are page-locked and mapped (`hierarchy.memory.pinned`). Bandwidth counts the bytes copied, once.
 
 Example:
     >>> from pkit.ops.transfers import peer_copy                                          # doctest: +SKIP
@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..ops.transfers import Route
-from .hierarchy_memory import pinned
+from .hierarchy.memory import pinned
 
 
 def check_sizes(sizes: Sequence[int], arg: str = "sizes") -> list[int]:

@@ -16,7 +16,7 @@ import argparse
 from ..timing import BenchResult
 from .overlap import TORCH_SCHEDULES as SCHEDULES  # noqa: F401 - the names main's rows carry
 from .overlap import bf16_match
-from .torch_collectives import init_one_gpu_per_rank, time_samples
+from .collectives.pytorch import init_one_gpu_per_rank, time_samples
 
 
 def _ag_gemm(m: int, k: int, n_local: int, rank: int, world: int, group_name: str, gen):

@@ -20,7 +20,7 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 def gpu_processes(nproc: int | None = None, what: str = "(one process per GPU)") -> int:
     """How many processes a one-process-per-GPU run starts: `nproc`, at least 2, or None: one per GPU of this
     machine, which must have two or more (else an error naming `nproc`, what needs the GPUs (`what`) and the fix).
-    An `nproc` above the GPUs here fails in the run, saying so (torch_collectives.init_one_gpu_per_rank)."""
+    An `nproc` above the GPUs here fails in the run, saying so (collectives.pytorch.init_one_gpu_per_rank)."""
     from ..team import team_devices
 
     if nproc is None:

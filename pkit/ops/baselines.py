@@ -1,7 +1,7 @@
 """Baselines measured beside pkit's collectives: NCCL driven from one process through CuPy.
 
 (torch.distributed and torch symmetric memory run one process per GPU: see
-`pkit.experiments.torch_collectives`.)
+`pkit.experiments.collectives.pytorch`.)
 
 Example:
     >>> from pkit.ops.baselines import NcclCollectives

@@ -6,7 +6,7 @@ A copy goes along a `Route`: between two GPUs ("GPU0 → GPU1", a peer route), w
 name which GPU works (`_push`: the source, `_pull`: the destination); a route with one GPU involved has one
 worker, so its SM and TMA mechanisms are plain `sm` and `tma`. `ROUTE_MECHANISMS` says which mechanisms a
 route of each kind has. Each call enqueues one copy on the current CuPy stream of the GPU that does the work.
-Host buffers are NumPy views of page-locked, mapped host memory (`pkit.experiments.hierarchy_memory.pinned`),
+Host buffers are NumPy views of page-locked, mapped host memory (`pkit.experiments.hierarchy.memory.pinned`),
 so the SMs reach them over PCIe.
 
 Example:
@@ -265,7 +265,7 @@ def _check_pinned(address: int, arg: str) -> None:
     attributes = cp.cuda.runtime.pointerGetAttributes(address)
     if attributes.type != cp.cuda.runtime.memoryTypeHost or attributes.devicePointer != address:
         raise ValueError(f"{arg}: expected page-locked host memory mapped at the same address on the GPU "
-                         "(pkit.experiments.hierarchy_memory.pinned), got pageable memory")
+                         "(pkit.experiments.hierarchy.memory.pinned), got pageable memory")
 
 
 def peer_copy(dst_array, src_array, mechanism: str, blocks: int | None = None) -> None:

@@ -2,7 +2,7 @@
 
 Example:
     >>> import numpy as np
-    >>> from pkit.experiments.hierarchy_memory import pattern
+    >>> from pkit.experiments.hierarchy.memory import pattern
     >>> pattern(np, 4).tolist()
     [2654435769, 8, 2723777243, 1150358698]
 """

@@ -75,7 +75,7 @@ def ceilings_vs_datasheet(measured, datasheet=None) -> pd.DataFrame:
     >>> got.loc[3, "unit"], float(got.loc[3, "datasheet"]), float(got.loc[3, "measured"])
     ('us', 0.0, 2.0)
     """
-    from ..roofline import DTYPES, MEASURED, Ceilings
+    from ...roofline import DTYPES, MEASURED, Ceilings
 
     sheet = datasheet or Ceilings.datasheet()
 
@@ -183,7 +183,7 @@ def solution_table(solutions) -> pd.DataFrame:
     ['p/solutions/pkit_b.py']
     """
     if not isinstance(solutions, pd.DataFrame):
-        from ..harness.baseline import pkit_solution_records, solution_frame
+        from ...harness.baseline import pkit_solution_records, solution_frame
 
         solutions = solution_frame(pkit_solution_records(solutions))
     require(solutions, SOLUTION_COLUMNS, "solutions", "expected pkit_solutions.csv or pkit eval records")
@@ -245,7 +245,7 @@ def speedup_summary(table: pd.DataFrame, *, speedup_target: float, min_problems:
     >>> s["geomean_speedup"], s["failed"], s["below_roofline_target"], s["meets_coverage"], s["meets_speedup"]
     (1.0, ['c'], ['b'], True, False)
     """
-    from ..metrics import geomean_speedup
+    from ...metrics import geomean_speedup
 
     require(table, ("problem", "category", "correct", "speedup", "pkit_fraction"), "table",
             "expected a solutions_vs_baselines table")

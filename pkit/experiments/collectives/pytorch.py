@@ -2,7 +2,7 @@
 
 Run under torchrun, one process per GPU (any number from 2 to 8); rank 0 writes a CSV with the slowest rank's median
 per (implementation, op, bytes):
-    python -m torch.distributed.run --nproc_per_node=$(nvidia-smi -L | wc -l) -m pkit.experiments.torch_collectives \
+    python -m torch.distributed.run --nproc_per_node=$(nvidia-smi -L | wc -l) -m pkit.experiments.collectives.pytorch \
         --out torch.csv --sizes 65536 1073741824 --dtype bfloat16
 `pkit.experiments.collectives.torch_baselines` does this and returns the DataFrame.
 """
@@ -12,9 +12,9 @@ import argparse
 import os
 from functools import partial
 
-from ..ops.collective_ops import COLLECTIVES, CollectiveOp
-from ..timing import BenchResult
-from ..tolerance import tolerance
+from ...ops.collective_ops import COLLECTIVES, CollectiveOp
+from ...timing import BenchResult
+from ...tolerance import tolerance
 
 OPS = tuple(name for name, op in COLLECTIVES.items() if op.torch)  # the registered ops torch.distributed runs
 SYMM_MIN_BYTES = 4096  # torch symmetric memory's smallest all-reduce

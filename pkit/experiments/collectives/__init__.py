@@ -20,16 +20,16 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..bf16 import NAN_BITS, from_bf16_bits, to_bf16_bits
-from ..gpus import on_device as _on
-from ..ops.baselines import NcclCollectives, runs as nccl_runs
-from ..ops.collective_ops import COLLECTIVES, bandwidths, choose, collective, per_peer_bytes
-from ..ops.collectives import Collectives
-from ..team import team_devices
-from ..timing import bench as time_calls
-from ..tolerance import tolerance
-from .torch_collectives import OPS as TORCH_OPS, SYMM_MIN_BYTES
-from .torchrun import gpu_processes, torchrun
+from ...bf16 import NAN_BITS, from_bf16_bits, to_bf16_bits
+from ...gpus import on_device as _on
+from ...ops.baselines import NcclCollectives, runs as nccl_runs
+from ...ops.collective_ops import COLLECTIVES, bandwidths, choose, collective, per_peer_bytes
+from ...ops.collectives import Collectives
+from ...team import team_devices
+from ...timing import bench as time_calls
+from ...tolerance import tolerance
+from .pytorch import OPS as TORCH_OPS, SYMM_MIN_BYTES
+from ..torchrun import gpu_processes, torchrun
 
 OPS = tuple(COLLECTIVES)
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
@@ -224,7 +224,7 @@ def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[
     `dtype`: one or a list), the same columns as `sweep`; `graph` times CUDA-graph replays."""
     dtypes = _dtypes(dtype)
     nproc = gpu_processes(nproc, NEEDS)
-    frames = [torchrun("pkit.experiments.torch_collectives",
+    frames = [torchrun("pkit.experiments.collectives.pytorch",
                        ["--dtype", dt, "--reps", reps, "--calls-per-sample", calls_per_sample, "--ops", *ops,
                         *(["--graph"] if graph else []), "--sizes", *sizes], nproc=nproc, timeout_s=timeout_s)
               for dt in dtypes]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import figures
-from ..ops.collective_ops import COLLECTIVES
-from .collectives import latency_floors, speedups
+from ... import figures
+from ...ops.collective_ops import COLLECTIVES
+from . import latency_floors, speedups
 
 SIZE_NOTE = ("S, as nccl-tests counts it: the whole buffer per GPU (all-reduce, all-to-all), the gathered output "
              "(all-gather), the scattered input (reduce-scatter).")

@@ -3,8 +3,8 @@
 `pkit.experiments.roofline_gap`'s tables."""
 from __future__ import annotations
 
-from ..figures import BLACK, BLUE, GREY, VERMILLION, colors_for, label, subplots, suptitle
-from ..figures.plots import require_columns
+from ...figures import BLACK, BLUE, GREY, VERMILLION, colors_for, label, subplots, suptitle
+from ...figures.plots import require_columns
 
 
 def _world_size(frame, world_size: int | None) -> int | None:

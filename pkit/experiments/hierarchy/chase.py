@@ -6,7 +6,7 @@ waits for the one before. One thread follows it; the kernel times the hops with 
 and the global timer (ns) and reports where it stopped, which the Python side checks against the chain.
 
 Example:
-    >>> from pkit.experiments.hierarchy_chase import cyclic_order, next_slots
+    >>> from pkit.experiments.hierarchy.chase import cyclic_order, next_slots
     >>> order = cyclic_order(5, seed=1)
     >>> int(order[0]), sorted(order.tolist())
     (0, [0, 1, 2, 3, 4])
@@ -23,8 +23,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..ops.transfers import check_gpus, gpu_count, next_gpu
-from .hierarchy_memory import HBM, HOST, L1, L2, PEER, SHARED, pinned
+from ...ops.transfers import check_gpus, gpu_count, next_gpu
+from .memory import HBM, HOST, L1, L2, PEER, SHARED, pinned
 
 STRIDE = 128  # bytes between links: one cache line, so every hop touches a new line
 KiB, MiB = 1 << 10, 1 << 20

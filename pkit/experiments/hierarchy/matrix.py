@@ -9,7 +9,7 @@ count both; a local copy counts its read and its write. Every destination is poi
 compared word by word with the source after it.
 
 Example:
-    >>> from pkit.experiments import hierarchy_matrix as M
+    >>> from pkit.experiments.hierarchy import matrix as M
     >>> print(M.TESTCASES["device_to_device_memcpy_read_ce"].description)
     GPU(row) reads GPU(column) with the reader's copy engine
     >>> M.plan_copies("d2d_read", 0, 1)
@@ -23,10 +23,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..launch import THREADS
-from ..ops.transfers import check_gpus, gpu_count
-from ..vocabulary import families
-from .hierarchy_memory import pattern, pinned
+from ...launch import THREADS
+from ...ops.transfers import check_gpus, gpu_count
+from ...vocabulary import families
+from .memory import pattern, pinned
 
 POISON = np.uint32(0xA5A5A5A5)
 MiB = 1 << 20
@@ -380,7 +380,7 @@ def plot_matrix(frame: pd.DataFrame, provenance: dict):
     """
     import matplotlib.colors as mcolors
 
-    from .. import figures
+    from ... import figures
 
     nodes = sorted(set(frame["src"]) | set(frame["dst"]), key=lambda s: (s != "CPU", s))
     fig, axes = figures.subplots(1, 2, figsize=(10, 4.8))

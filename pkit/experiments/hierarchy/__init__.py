@@ -2,8 +2,8 @@
 the peer GPU over NVLink (when the machine has one) and the host over PCIe, an nvbandwidth-style matrix, and
 message-size sweeps along copy routes.
 
-The pieces live beside this module: pointer-chase latency in `hierarchy_chase`, the bandwidth matrix in
-`hierarchy_matrix`, buffers and level names in `hierarchy_memory`. Here: read bandwidth per level, the
+The pieces live beside this module: pointer-chase latency in `chase`, the bandwidth matrix in
+`matrix`, buffers and level names in `memory`. Here: read bandwidth per level, the
 ladder that joins it with latency, and the size sweeps with their half-bandwidth points. Every function
 measures the machine's GPUs by default: GPU 0, and GPU 1 as its peer where there is one.
 
@@ -21,13 +21,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..launch import THREADS
-from ..ops.transfers import Route, check_mechanisms, check_routes, default_route, gpu_count
-from .hierarchy_chase import (LADDER, check_peer, device_and_peer, latency_ladder,  # noqa: F401 - the interface
+from ...launch import THREADS
+from ...ops.transfers import Route, check_mechanisms, check_routes, default_route, gpu_count
+from .chase import (LADDER, check_peer, device_and_peer, latency_ladder,  # noqa: F401 - the interface
                               without_peer, working_set_sweep)
-from .hierarchy_matrix import (TESTCASES, bandwidth_matrix, engine_table, format_matrix, key_paths,  # noqa: F401
+from .matrix import (TESTCASES, bandwidth_matrix, engine_table, format_matrix, key_paths,  # noqa: F401
                                matrix_table, plot_matrix, print_matrix)
-from .hierarchy_memory import HBM, HOST, L1, L2, LEVELS, PEER, SHARED, pinned  # noqa: F401
+from .memory import HBM, HOST, L1, L2, LEVELS, PEER, SHARED, pinned  # noqa: F401
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 BLOCKS_PER_SM = 4
@@ -160,7 +160,7 @@ def ladder_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sizes(sizes_bytes: Sequence[int] | None) -> list[int]:
-    from .peer_copies import check_sizes
+    from ..peer_copies import check_sizes
 
     return [4 * KiB << k for k in range(19)] if sizes_bytes is None else check_sizes(sizes_bytes, "sizes_bytes")
 
@@ -191,7 +191,7 @@ def size_sweep(sizes_bytes: Sequence[int] | None = None, routes=None, mechanisms
     Example:
         >>> size_sweep([1 << 20, 1 << 30], routes=["GPU0 → GPU0", "CPU → GPU0"])        # doctest: +SKIP
     """
-    from .mechanisms import measure_copy, plan
+    from ..mechanisms import measure_copy, plan
 
     sizes = _sizes(sizes_bytes)
     check_mechanisms(mechanisms)
@@ -211,7 +211,7 @@ def peer_size_sweep(sizes_bytes: Sequence[int] | None = None, src: int | None = 
     Example:
         >>> peer_size_sweep([1 << 20, 1 << 30])                                         # doctest: +SKIP
     """
-    from .peer_copies import check_sizes_and_pair
+    from ..peer_copies import check_sizes_and_pair
 
     sizes = _sizes(sizes_bytes)
     if src is not None and dst is not None:
@@ -269,7 +269,7 @@ def plot_ladder(ladder: pd.DataFrame, provenance: dict, device: int = 0, peer: i
         >>> [ax.get_title() for ax in fig.axes]
         ['Latency (pointer chase, one thread)', 'Bandwidth (all SMs reading)']
     """
-    from .. import figures
+    from ... import figures
 
     levels = ladder[ladder["kind"] == "level"]
     fig, (lat_ax, bw_ax) = figures.subplots(1, 2, figsize=(11, 4.8))
@@ -301,7 +301,7 @@ def plot_ladder(ladder: pd.DataFrame, provenance: dict, device: int = 0, peer: i
 def _mark_partitions(ax, ladder: pd.DataFrame, x: int) -> None:
     """L2's near and far partitions (the ladder's 'partition' rows) as marks across the bar at `x`, each labelled
     left of it, one below the other."""
-    from .. import figures
+    from ... import figures
 
     parts = ladder[ladder["kind"] == "partition"].sort_values("latency_ns")
     for k, row in enumerate(parts.itertuples()):
@@ -326,7 +326,7 @@ def plot_working_set(sweep: pd.DataFrame, provenance: dict, device: int = 0, l2_
     """
     from matplotlib.ticker import FuncFormatter
 
-    from .. import figures, hardware
+    from ... import figures, hardware
 
     fig, ax = figures.subplots()
     ax.plot(sweep["working_set_bytes"], sweep["latency_ns"], marker="o", color=figures.BLUE)
