@@ -77,17 +77,27 @@ def _synthetic_bench(rng):
     return bench
 
 
-def _gemm_pair(rng):
-    """A stand-in for overlap_measure._gemm_pair: gemm_rates' two rows for one shape (the keys _gemm_pair writes)."""
-    def pair(m, n, k, device, reps, warmup):
-        rows = []
-        for name, tflops in (("pkit_gemm", rng.uniform(500, 700)), ("cublas", rng.uniform(650, 750))):
-            t = summarize(2 * m * n * k / (tflops * 1e12) * 1e3 * rng.uniform(0.98, 1.02, reps))
-            rows.append({"implementation": name, "m": m, "n": n, "k": k, **t.times_us(),
-                         "tflops": 2 * m * n * k / (t.median_ms * 1e-3) / 1e12, "verified": True,
-                         "max_abs_err": rng.uniform(0.01, 0.1)})
-        return rows
-    return pair
+def _gemm_rates(rng):
+    """Stand-ins for overlap_gemm._rates_of_shape and _plans_of_shape: their rows for one shape (the keys they
+    write), made-up rates."""
+    from pkit.experiments.overlap_gemm import IMPLEMENTATIONS
+
+    def timed(m, n, k, tflops, reps):
+        t = summarize(2 * m * n * k / (tflops * 1e12) * 1e3 * rng.uniform(0.98, 1.02, reps))
+        return {**t.times_us(), "tflops": 2 * m * n * k / (t.median_ms * 1e-3) / 1e12}
+
+    def rates(m, n, k, dtype, device, reps, warmup, seed):
+        return [{"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
+                 "block_n": 256 if name.startswith("pkit") else 0, "splits": 1 if name.startswith("pkit") else 0,
+                 **timed(m, n, k, rng.uniform(500, 750), reps), "verified": True,
+                 "max_abs_err": rng.uniform(0.01, 0.1)} for name in IMPLEMENTATIONS[dtype]]
+
+    def plans(m, n, k, dtype, device, reps, warmup, seed):
+        return [{"dtype": dtype, "m": m, "n": n, "k": k, "block_n": w, "splits": s,
+                 **timed(m, n, k, rng.uniform(300, 750), reps), "verified": True, "chosen": (w, s) == (256, 1)}
+                for w in (256, 128) for s in (1, 2)]
+
+    return rates, plans
 
 
 def _torchrun(rng):
@@ -125,7 +135,7 @@ def record_overlap(monkeypatch, rng, gpus=(0, 1), reps=10) -> None:
     make, and what overlap_measure calls)."""
     import cupy
 
-    from pkit.experiments import overlap, overlap_measure
+    from pkit.experiments import overlap, overlap_gemm, overlap_measure
     from pkit.ops import overlap as ops
 
     monkeypatch.setattr(results, "machine_slug", lambda: MACHINE)
@@ -137,7 +147,9 @@ def record_overlap(monkeypatch, rng, gpus=(0, 1), reps=10) -> None:
     monkeypatch.setattr(overlap_measure, "check", lambda op, want, terms, roundings=1, scales=None:
                         (True, float(rng.uniform(0.01, 0.1))))
     monkeypatch.setattr(overlap_measure, "bench", _synthetic_bench(rng))
-    monkeypatch.setattr(overlap_measure, "_gemm_pair", _gemm_pair(rng))
+    rates, plans = _gemm_rates(rng)
+    monkeypatch.setattr(overlap_gemm, "_rates_of_shape", rates)
+    monkeypatch.setattr(overlap_gemm, "_plans_of_shape", plans)
     monkeypatch.setattr(overlap_measure, "torchrun", _torchrun(rng))
     monkeypatch.setattr(cupy.cuda, "get_elapsed_time", _elapsed_ms)
     overlap.main([*overlap.STUDIES, "--gpus", *map(str, gpus), "--reps", str(reps), "--record"])

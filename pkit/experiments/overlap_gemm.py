@@ -165,39 +165,46 @@ def gemm_rates(shapes: Sequence[tuple[int, int, int]] | None = None, dtype: str 
     time_min_us, time_max_us, cv, tflops, verified (within bf16 rounding of the float32 product), max_abs_err
     and ratio_to_cublas (TFLOP/s over cuBLAS's at the same shape).
     """
-    import torch
-
-    import pkit
-    from ..ops.gemm import plan
-
     if dtype not in IMPLEMENTATIONS:
         raise ValueError(f"dtype: expected one of {list(IMPLEMENTATIONS)}, got {dtype!r}")
-    rows = []
-    for i, (m, n, k) in enumerate(tqdm(shapes or study_shapes(), desc=f"GEMM shapes ({dtype})", leave=False)):
-        inputs = _Inputs(m, n, k, dtype, device, seed=i)
-        calls = _calls(inputs)
-        baseline = _fast_accum_c(inputs, calls)
-        checks = {name: _check(inputs, call, None if name == "cublas" else baseline) for name, call in calls.items()}
-        samples = {name: [] for name in calls}
-        for _ in range(ROUNDS):
-            for name, call in calls.items():
-                samples[name].append(bench(call, devices=[device], warmup=warmup, reps=reps,
-                                           rotate=inputs.sets, hide_launch=True).samples_ms)
-        chosen = plan(m, n, k, pkit.devices()[device].sms, 1 if dtype == "float8_e4m3fn" else 2)
-        for name, (verified, err) in checks.items():
-            timing = BenchResult(np.concatenate(samples[name]))
-            ours = name.startswith("pkit")
-            rows.append({"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
-                         "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
-                         **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
-                         "verified": verified, "max_abs_err": err})
-        del inputs
-        torch.cuda.empty_cache()
+    rows = [row for i, (m, n, k) in enumerate(tqdm(shapes or study_shapes(), desc=f"GEMM shapes ({dtype})",
+                                                  leave=False))
+            for row in _rates_of_shape(m, n, k, dtype, device, reps, warmup, seed=i)]
     frame = pd.DataFrame(rows)
     cublas = frame[frame["implementation"] == "cublas"].set_index(["m", "n", "k"])["tflops"]
     frame["ratio_to_cublas"] = frame["tflops"].to_numpy() / cublas.loc[
         list(zip(frame["m"], frame["n"], frame["k"]))].to_numpy()
     return frame
+
+
+def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, warmup: int, seed: int) -> list[dict]:
+    """gemm_rates' rows for one shape, but ratio_to_cublas."""
+    import torch
+
+    import pkit
+    from ..ops.gemm import plan
+
+    inputs = _Inputs(m, n, k, dtype, device, seed)
+    calls = _calls(inputs)
+    baseline = _fast_accum_c(inputs, calls)
+    checks = {name: _check(inputs, call, None if name == "cublas" else baseline) for name, call in calls.items()}
+    samples = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, call in calls.items():
+            samples[name].append(bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets,
+                                       hide_launch=True).samples_ms)
+    chosen = plan(m, n, k, pkit.devices()[device].sms, 1 if dtype == "float8_e4m3fn" else 2)
+    rows = []
+    for name, (verified, err) in checks.items():
+        timing = BenchResult(np.concatenate(samples[name]))
+        ours = name.startswith("pkit")
+        rows.append({"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
+                     "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
+                     **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
+                     "verified": verified, "max_abs_err": err})
+    del inputs
+    torch.cuda.empty_cache()
+    return rows
 
 
 def _check(inputs: _Inputs, call, baseline=None) -> tuple[bool, float]:
@@ -232,36 +239,39 @@ def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Seq
     Rows: dtype, m, n, k, block_n, splits, time_median_us, time_min_us, time_max_us, cv, tflops, verified,
     chosen (the plan `plan` picks), ratio_to_best (TFLOP/s over the best plan's at this shape and dtype).
     """
+    rows = [row for dtype in dtypes
+            for i, (m, n, k) in enumerate(tqdm(shapes or study_shapes(), desc=f"GEMM plans ({dtype})", leave=False))
+            for row in _plans_of_shape(m, n, k, dtype, device, reps, warmup, seed=i)]
+    frame = pd.DataFrame(rows)
+    best = frame.groupby(["dtype", "m", "n", "k"])["tflops"].transform("max")
+    frame["ratio_to_best"] = frame["tflops"] / best
+    return frame
+
+
+def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, warmup: int, seed: int) -> list[dict]:
+    """plan_sweep's rows for one shape and dtype, but ratio_to_best."""
     import torch
 
     import pkit
     from ..ops.gemm import SLICE_BYTES, TILE_WIDTHS, Plan, gemm, plan
 
+    itemsize = 1 if dtype == "float8_e4m3fn" else 2
+    inputs = _Inputs(m, n, k, dtype, device, seed)
+    chosen = plan(m, n, k, pkit.devices()[device].sms, itemsize)
+    baseline = _fast_accum_c(inputs, _calls(inputs))
     rows = []
-    sms = pkit.devices()[device].sms
-    for dtype in dtypes:
-        itemsize = 1 if dtype == "float8_e4m3fn" else 2
-        for i, (m, n, k) in enumerate(tqdm(shapes or study_shapes(), desc=f"GEMM plans ({dtype})", leave=False)):
-            inputs = _Inputs(m, n, k, dtype, device, seed=i)
-            chosen = plan(m, n, k, sms, itemsize)
-            baseline = _fast_accum_c(inputs, _calls(inputs))
-            slices = -(-k // (SLICE_BYTES // itemsize))
-            for how in [Plan(w, s) for w in TILE_WIDTHS for s in SPLIT_GRID if s <= slices]:
-                def call(a, b, scale_a, scale_b, c, how=how):
-                    gemm(a, b, c, scale_a=scale_a, scale_b=scale_b, how=how)
+    for how in [Plan(w, s) for w in TILE_WIDTHS for s in SPLIT_GRID if s <= -(-k // (SLICE_BYTES // itemsize))]:
+        def call(a, b, scale_a, scale_b, c, how=how):
+            gemm(a, b, c, scale_a=scale_a, scale_b=scale_b, how=how)
 
-                verified, _ = _check(inputs, call, baseline)
-                timing = bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets,
-                               hide_launch=True)
-                rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
-                             **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
-                             "verified": verified, "chosen": how == chosen})
-            del inputs
-            torch.cuda.empty_cache()
-    frame = pd.DataFrame(rows)
-    best = frame.groupby(["dtype", "m", "n", "k"])["tflops"].transform("max")
-    frame["ratio_to_best"] = frame["tflops"] / best
-    return frame
+        verified, _ = _check(inputs, call, baseline)
+        timing = bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets, hide_launch=True)
+        rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
+                     **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
+                     "verified": verified, "chosen": how == chosen})
+    del inputs
+    torch.cuda.empty_cache()
+    return rows
 
 
 RULE_GRID = {"narrow_slice": np.arange(0.5, 1.01, 0.02), "unit_overhead": np.arange(0.0, 8.01, 0.5),

@@ -27,9 +27,10 @@ NEEDS = "(one GPU per rank: the serial schedules run NCCL)"  # why the studies o
 
 
 GEMM_IMPLEMENTATIONS = GEMMS  # the implementations the overlap schedules run (pkit's GEMM and cuBLAS)
+GEMM_STUDIES = ("gemm", "gemm_fp8", "gemm_plans")  # one GPU's: pkit's GEMM against cuBLAS (bf16, FP8), its plans
 
 TORCH_PATTERNS = tuple(p.name for p in PATTERNS.values() if p.torch_fused)  # the ones torch_sweep times
-STUDIES = ("gemm", "gemm_fp8", "gemm_plans", *PATTERNS, *(f"torch_{p}" for p in TORCH_PATTERNS), "timeline")
+STUDIES = (*GEMM_STUDIES, *PATTERNS, *(f"torch_{p}" for p in TORCH_PATTERNS), "timeline")
 """What `measure` and `recorded` take, each recorded as experiment 'overlap_<study>'."""
 
 
@@ -151,7 +152,7 @@ def measure(study: str, gpus: Sequence[int] | None = None, reps: int = 10) -> pd
 
     if study not in STUDIES:
         raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
-    if study.startswith("gemm"):
+    if study in GEMM_STUDIES:
         from .overlap_gemm import gemm_rates, plan_sweep
 
         device = team_devices(gpus, arg="gpus")[0]
