@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from .checks import FingerprintCheck, RankCheck, compare
@@ -113,9 +114,14 @@ class CandidateRun:
 
     def timed_round(self, k: int, iters: int, deadline: float) -> tuple[Timing, Timing]:
         """(reference, candidate) timings of round `k` on one new `Plan`; the reference first when k is even. The
-        reference's window gives the right answers the candidate's calls are checked against (`check_timed`)."""
+        reference's window gives the right answers the candidate's calls are checked against (`check_timed`). This
+        round replaces the one whose kept outputs are compared element by element with probability 1/(k + 1), so
+        that round is drawn uniformly from the rounds run; the draw is made here, before the round, and only the
+        reference's workers learn it (they keep outputs in that round alone); the candidate's keep the plan's
+        calls in every round."""
         ref = self.reference
         plan = Plan.new(ref.sets, iters, ref.out_bytes, self.tolerance, f"round{k}")
+        compared = secrets.randbelow(k + 1) == 0
 
         def timed(role: str, run):
             began = time.monotonic()
@@ -124,7 +130,7 @@ class CandidateRun:
             return timing
 
         def theirs():
-            return timed("reference", lambda: ref.window(plan))
+            return timed("reference", lambda: ref.window(plan if compared else replace(plan, kept=set())))
 
         def mine():
             return timed("candidate", lambda: timed_phase(self.workers, plan, ref.inplace, deadline))
@@ -135,17 +141,15 @@ class CandidateRun:
             own = mine()
             pair = theirs(), own
         self.plans.append(plan)
-        self.keep_round(k)
+        dropped = k
+        if compared:
+            dropped, self.compared = self.compared, k
+        if dropped is not None:
+            self.remove_kept(dropped)
         return pair
 
-    def keep_round(self, k: int) -> None:
-        """Keep the whole outputs saved in round `k` for the element-wise check with probability 1/(k + 1), in
-        place of those kept before, and remove the others' files: the compared round is drawn uniformly from the
-        rounds run, and no worker knows it."""
-        if secrets.randbelow(k + 1) == 0:
-            k, self.compared = self.compared, k
-        if k is None:
-            return
+    def remove_kept(self, k: int) -> None:
+        """Remove the files of the outputs kept in round `k` (both roles')."""
         for i in self.plans[k].kept:
             for rank in range(self.options.world_size):
                 tag = f"{self.plans[k].tag}_timed{i}"
@@ -179,7 +183,7 @@ class CandidateRun:
     def check_timed(self) -> list[str]:
         """Notes on timed calls whose outputs differ from the reference's for the same inputs, each call's change
         included (empty: all right): every call of every round by its fingerprint, against the reference's
-        `fingerprint_check` of the same call in the same round; the kept calls of the round `keep_round` drew,
+        `fingerprint_check` of the same call in the same round; the kept calls of the round `timed_round` drew,
         element by element."""
         notes = []
         for k, (theirs, mine) in enumerate(self.rounds):
