@@ -6,6 +6,8 @@ import os
 import sys
 import textwrap
 
+from .arguments import OneLineParser
+
 WIDTH = 110  # characters per line of a listing printed one block per entry
 
 
@@ -90,14 +92,6 @@ def figures(args: argparse.Namespace) -> int:
     print(", ".join(f"{n} {what}" for what, n in counts.items() if n) + "; figures: figures/ (another machine's in "
           "figures/<machine>/); runs: build/notebooks/")
     return 0
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line on stderr and exit 2 (`pkit eval: error: ...`), without the
-    usage block argparse prints first; `--help` still shows the usage."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

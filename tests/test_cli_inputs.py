@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pkit.harness import cli
+from pkit.harness import cli, eval_command
 from pkit.harness.cli import main
 
 pytestmark = pytest.mark.usefixtures("shared_zygote")
@@ -97,7 +97,7 @@ def newcomer(tmp_path, monkeypatch):
     (tmp_path / "shard.jsonl").write_text(json.dumps(RECORD) + "\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setattr(cli, "gpu_count", lambda: 0)
+    monkeypatch.setattr(eval_command, "gpu_count", lambda: 0)
     # baseline first: imported here for the first time, it binds runner's evaluate as it is (restored after the test)
     monkeypatch.setattr("pkit.harness.baseline.evaluate", _never)
     monkeypatch.setattr("pkit.harness.runner.evaluate", _never)
@@ -127,7 +127,7 @@ def test_forced_baselines_without_gpus_are_printed_not_recorded_in_the_repositor
     monkeypatch.delenv("PKIT_RESULTS", raising=False)
     monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(results, "machine_slug", lambda: "cpu")
-    monkeypatch.setattr(cli, "gpu_count", lambda: 0)
+    monkeypatch.setattr(eval_command, "gpu_count", lambda: 0)
     assert main(["eval", "--baselines", "--force", *FIXTURES, "--problems", "01_sum", "--size", "tiny", "--device",
                  "cpu", "--trials", "1", "--warmup", "1", "--iters", "3", "--timeout", "120"]) == 0
     out = capsys.readouterr().out

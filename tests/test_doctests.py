@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver", "pkit.harness.launch", "pkit.harness.cli", "pkit.harness.runner", "pkit.kernel_args", "pkit.ops.overlap", "pkit.experiments.overlap",
+MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver", "pkit.harness.launch", "pkit.harness.cli", "pkit.harness.commands", "pkit.harness.eval_command", "pkit.harness.problems_command", "pkit.arguments", "pkit.harness.runner", "pkit.kernel_args", "pkit.ops.overlap", "pkit.experiments.overlap",
            "pkit.ops.overlap_patterns", "pkit.experiments.overlap_measure", "pkit.experiments.overlap_checks",
            "pkit.experiments.overlap_analysis", "pkit.experiments.overlap_draw", "pkit.figures", "pkit.figures.style", "pkit.figures.titles", "pkit.figures.plots", "pkit.experiments.roofline_gap.draw", "pkit.experiments.collectives.draw", "pkit.gpus", "pkit.hardware",
            "pkit.launch", "pkit.metrics", "pkit.notebooks", "pkit.problem_kit", "pkit.results", "pkit.roofline", "pkit.studies",

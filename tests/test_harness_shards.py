@@ -364,9 +364,11 @@ def test_ray_runs_the_same_shards_resumes_and_gives_the_serial_verdicts(local_ra
 def _pairs(args: list[str]) -> list:
     """The (problem, candidate) pairs `pkit eval ARGS` evaluates."""
     from pkit.cli import build_parser
-    from pkit.harness.cli import plan_eval
+    from pkit.harness.commands import EvalCommand
+    from pkit.harness.eval_command import plan_eval
 
-    return plan_eval(build_parser().parse_args(["eval", *args, "--out", "unused.jsonl"])).pairs
+    namespace = build_parser().parse_args(["eval", *args, "--out", "unused.jsonl"])
+    return plan_eval(EvalCommand.from_namespace(namespace)).pairs
 
 
 def test_candidate_identity_ignores_where_the_files_lie():

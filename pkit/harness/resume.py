@@ -5,11 +5,11 @@ version, problem file, candidate file or setting wrote is refused, as is a secon
 Example:
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from pkit.harness.resume import Recorded
+    >>> from pkit.harness.resume import OutRecords
     >>> out = Path(tempfile.mkdtemp()) / "run.jsonl"
     >>> out.write_text('{"problem": "01_s')     # killed in the middle of its first line
     17
-    >>> done = Recorded.read(out)
+    >>> done = OutRecords.read(out)
     >>> len(done.lines), done.partial_bytes
     (0, 17)
     >>> done.drop_partial(); out.read_text()
@@ -37,7 +37,7 @@ def pair_key(problem, candidate, options, device: str) -> tuple:
 
 
 @dataclass
-class Recorded:
+class OutRecords:
     """What a --out file holds: its complete lines as (line number, record) and the bytes of a last line cut
     short (0: none). A file that does not exist holds nothing."""
 
@@ -46,7 +46,7 @@ class Recorded:
     partial_bytes: int = 0
 
     @classmethod
-    def read(cls, path: str | Path) -> "Recorded":
+    def read(cls, path: str | Path) -> "OutRecords":
         """The records at `path` (ValueError naming --out for a line that is not a record)."""
         path = Path(path)
         if not path.exists():
