@@ -4,11 +4,12 @@
 // or 256): a producer thread streams 128-byte-wide K slices of A and B into kStages shared-memory stages with TMA,
 // and two consumer warpgroups each multiply their 64 rows with wgmma as the slices land. Full/empty mbarriers pass
 // each stage between them. With `splits` > 1 a tile's K is cut into that many units, each run by some block: each
-// leaves its fp32 partial in a workspace, and the last to finish adds the others' and writes the tile (split-K,
+// adds its fp32 partial into the tile's sum in a workspace, and the last to finish writes the tile (split-K,
 // for shapes with fewer tiles than SMs). Launch with 384 threads and Shape<BN>::kSmemBytes of shared memory.
 // Finished tiles leave through shared memory by TMA (TileTargets): stored to C, or added into other tensors, a
 // peer's included: the epilogue of GEMM + reduce-scatter and GEMM + all-reduce.
 #include <cuda_bf16.h>
+#include <pkit/reduce.cuh>
 #include <pkit/sync.cuh>
 #include <pkit/tma.cuh>
 #include <pkit/wgmma.cuh>
@@ -74,9 +75,10 @@ struct RowsReady {
   }
 };
 
-// How the work is cut (pkit/ops/gemm.py SPLIT_K): `splits` units per tile, each over a contiguous share of K; with
-// more than one, `partials` holds every unit's fp32 partial tile (per consumer, in accumulator order) and
-// `arrivals` counts, per tile and consumer, the units done with it (zero between calls: the last resets it).
+// How the work is cut (pkit/ops/gemm.py WORK): `splits` units per tile, each over a contiguous share of K; with
+// more than one, `partials` holds each tile's fp32 sum of its units' partials (per consumer, in accumulator order)
+// and `arrivals` counts, per tile and consumer, the units done with it (both zero between calls: the last unit
+// resets them).
 // `scale_a` and `scale_b` point at one float each (FP8's per-tensor scales) or are null (a factor of 1).
 struct Work {
   float* partials;
@@ -113,17 +115,17 @@ __device__ __forceinline__ void warpgroup_sync() {
   }
 }
 
-// Split-K: leave this consumer's partial of unit `unit` in the workspace; the last of the tile's units to arrive
-// adds every other unit's partial into its own `d` and returns true (it writes the tile), the others false.
-// `last` is a word of shared memory of this warpgroup's.
+// Split-K: add this consumer's partial of unit `unit` into its tile's fp32 sum in the workspace (vector atomics,
+// done in L2); the last of the tile's units to arrive takes the whole sum into `d`, leaves the sum zero for the
+// next call and returns true (it writes the tile), the others false. `last` is a word of this warpgroup's in shared
+// memory.
 template <int BN>
-__device__ bool gather_partials(float (&d)[BN / 2], int half, const Unit& unit, const Work& work, int* last) {
+__device__ bool sum_partials(float (&d)[BN / 2], int half, const Unit& unit, const Work& work, int* last) {
   constexpr int kPacks = BN / 8;  // float4s per thread
   const int t = threadIdx.x % 128;
-  float4* const slots = reinterpret_cast<float4*>(work.partials) + u64(unit.tile) * work.splits * 2 * kPacks * 128;
-  float4* const mine = slots + (unit.split * 2 + half) * kPacks * 128;
+  float4* const sum = reinterpret_cast<float4*>(work.partials) + (u64(unit.tile) * 2 + half) * kPacks * 128;
 #pragma unroll
-  for (int i = 0; i < kPacks; ++i) mine[i * 128 + t] = make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]);
+  for (int i = 0; i < kPacks; ++i) pkit::add_global(sum + i * 128 + t, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
   __threadfence();
   warpgroup_sync();
   if (t == 0) {
@@ -134,14 +136,11 @@ __device__ bool gather_partials(float (&d)[BN / 2], int half, const Unit& unit, 
   warpgroup_sync();
   if (!*reinterpret_cast<volatile int*>(last)) return false;
   __threadfence();
-  for (int q = 0; q < work.splits; ++q) {
-    if (q == unit.split) continue;
-    const float4* theirs = slots + (q * 2 + half) * kPacks * 128;
 #pragma unroll
-    for (int i = 0; i < kPacks; ++i) {
-      const float4 v = __ldcg(theirs + i * 128 + t);
-      d[4 * i] += v.x, d[4 * i + 1] += v.y, d[4 * i + 2] += v.z, d[4 * i + 3] += v.w;
-    }
+  for (int i = 0; i < kPacks; ++i) {
+    const float4 v = __ldcg(sum + i * 128 + t);
+    d[4 * i] = v.x, d[4 * i + 1] = v.y, d[4 * i + 2] = v.z, d[4 * i + 3] = v.w;
+    __stcg(sum + i * 128 + t, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
   }
   return true;
 }
@@ -263,7 +262,7 @@ __device__ void consume(int half, const Grid& g, const RowsReady& rows, const Ti
     }
     pkit::wgmma_wait<0>();
     if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % kStages]);
-    if (work.splits > 1 && !gather_partials<BN>(d, half, unit, work, &p.last[half])) continue;
+    if (work.splits > 1 && !sum_partials<BN>(d, half, unit, work, &p.last[half])) continue;
     put_tile<BN>(d, scale, p.outboxes[half], targets, tile.x * BM + half * 64, tile.y * BN);
   }
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();  // the tiles are written before the block ends

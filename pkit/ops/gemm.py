@@ -7,8 +7,8 @@ handled (TMA reads zeros past the edges and drops what falls outside C). It is t
 schedules, and its rate is compared with cuBLAS's in the overlap study.
 
 How the work is cut is a `Plan`: the tile width (128 × 256 or 128 × 128 tiles of C) and split-K (each tile's K cut
-into `splits` units whose fp32 partials the last one adds up), chosen by `plan` from the shape and the SMs so that
-the units fill the SMs in whole waves with the least work per SM.
+into `splits` units that add their fp32 partials into the tile's sum in L2, the last one writing the tile), chosen
+by `plan` from the shape and the SMs: the least estimated time, under a rule fitted to a recorded sweep of plans.
 
 Example:
     >>> plan(8192, 8192, 8192, sms=132)          # plenty of tiles: wide tiles, no split
@@ -82,8 +82,9 @@ class PlanRule:
     """plan's estimate of a plan's time, in the time a block takes over one K slice of a 128 × 256 tile: the
     waves of units over the SMs times each unit's K slices plus `unit_overhead` slices (filling the pipeline,
     writing the tile), a slice of a 128-wide tile costing `narrow_slice` of a 256-wide one; with split-K each unit
-    also costs `split_overhead` slices per split (its fp32 partial written, the last unit reading the others').
-    The defaults count MMA work and bytes alone; `pkit.experiments.overlap_gemm.fit_plan_rule` fits the three to
+    also costs `split_overhead` slices per split (its fp32 partial added into the tile's sum in L2, the last unit
+    reading the sum back).
+    The defaults count MMA work and bytes alone; `pkit.experiments.overlap.gemm.fit_plan_rule` fits the three to
     a recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
 
     narrow_slice: float = 0.5
@@ -104,7 +105,7 @@ RULE_FILE = Path(__file__).resolve().parents[1] / "data" / "gemm_plan_rule.json"
 
 @lru_cache(maxsize=1)
 def plan_rule() -> PlanRule:
-    """The fitted rule (RULE_FILE, written by `python -m pkit.experiments.overlap_gemm fit`), else the defaults."""
+    """The fitted rule (RULE_FILE, written by `python -m pkit.experiments.overlap.gemm fit`), else the defaults."""
     if not RULE_FILE.exists():
         return PlanRule()
     return PlanRule(**json.loads(RULE_FILE.read_text())["rule"])
@@ -139,7 +140,7 @@ TILE_TARGETS_ASSERTS = ("static_assert(sizeof(TileTargets) == 1088, \"TileTarget
 # gemm.cu's RowsReady: uint32 flags saying which rows of A are in place (ready = 0: all of A at launch).
 ROWS_READY = KernelArgs("RowsReady", (("ready", "ptr"), ("epoch", "u32"), ("rows_per_flag", "i32"),
                                       ("first_row_tile", "i32")))
-# gemm.cu's Work: split-K's workspace (fp32 partial tiles, per-tile arrival counts) and FP8's scales (0: none).
+# gemm.cu's Work: split-K's workspace (fp32 tile sums, per-tile arrival counts) and FP8's scales (0: none).
 WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a", "ptr"), ("scale_b", "ptr"),
                            ("splits", "i32")))
 
@@ -248,7 +249,8 @@ _KEPT_WORKSPACES = 8  # streams whose workspaces are kept, most recently used fi
 
 def _workspace(device: int, stream: int, partial_bytes: int, counts: int) -> tuple[int, int]:
     """(partials, arrivals) device addresses of split-K's workspace for GEMMs on `stream` of `device`: at least
-    `partial_bytes` of fp32 partials and `counts` zeroed uint32 arrival counts (the kernel leaves them zero). One
+    `partial_bytes` of zeroed fp32 tile sums and `counts` zeroed uint32 arrival counts (the kernel leaves both
+    zero). One
     per stream, so GEMMs on concurrent streams never share one; it grows and is kept for the most recent
     _KEPT_WORKSPACES streams. Allocated in the stream's order by torch's caching allocator, a workspace let go is
     handed to no other stream, nor reused on its own before the work queued there is done; nothing waits."""
@@ -262,7 +264,7 @@ def _workspace(device: int, stream: int, partial_bytes: int, counts: int) -> tup
         _WORKSPACES.popitem(last=False)
     with torch_stream(device):  # allocated in that stream's order: let go, no other stream gets them until it is done
         if partials is None or partials.numel() * 4 < partial_bytes:
-            partials = torch.empty(max(partial_bytes // 4, 1), dtype=torch.float32, device=device)
+            partials = torch.zeros(max(partial_bytes // 4, 1), dtype=torch.float32, device=device)
         if arrivals is None or arrivals.numel() < counts:
             arrivals = torch.zeros(max(counts, 1), dtype=torch.int32, device=device)
     _WORKSPACES[key] = (partials, arrivals)
@@ -329,7 +331,7 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     if how.splits > 1:
         with cp.cuda.Device(device):
             stream = cp.cuda.get_current_stream().ptr
-        partials, arrivals = _workspace(device, stream, tiles * how.splits * BLOCK_M * how.block_n * 4, 2 * tiles)
+        partials, arrivals = _workspace(device, stream, tiles * BLOCK_M * how.block_n * 4, 2 * tiles)
     work = WORK.pack(partials=partials, arrivals=arrivals, splits=how.splits,
                      scale_a=_scale_address(scale_a, "scale_a", a.device) if fp8 else 0,
                      scale_b=_scale_address(scale_b, "scale_b", a.device) if fp8 else 0)
