@@ -21,7 +21,9 @@ each to the shipped file (`pkit eval` resolves links: the candidate runs from pr
 runs/llm_eval_example-<machine>.jsonl is the --out of every run, so a run that is stopped resumes where it stopped
 when the same command is given again (--fresh starts over); when every candidate has a record there, it is copied
 to results/<machine>/llm_eval_example.jsonl and the provenance written beside it (`parameters.labels`: what each
-label is; `parameters.what`: the file in one line; `parameters.llm_written`: false).
+label is; `parameters.what`: the file in one line, `parameters.headline` in a few words; `parameters.llm_written`:
+false). Each record carries its own provenance (the commit and harness that evaluated it); the file's says who
+assembled it.
 
 Usage:
     python scripts/eval_example.py                        # CPU, gloo, size tiny, world size 2 (a few minutes)
@@ -82,9 +84,9 @@ def shipped(problems: list[str] | None) -> list[tuple[str, Path, str]]:
     return rows
 
 
-def commands(args, work: Path, views: Path) -> list[list[str]]:
-    """The `pkit eval` argument lists this run makes, in order, after linking each kind's solutions under `views`
-    (made anew)."""
+def commands(args, work: Path, views: Path) -> list[tuple[list[str], set[tuple[str, str | None]]]]:
+    """The `pkit eval` argument lists this run makes, in order, each with the (solution, model) of the candidates
+    it evaluates, after linking each kind's solutions under `views` (made anew)."""
     common = ["--device", args.device, "--size", args.size, "--world-size", str(args.world_size),
               "--trials", str(args.trials), "--timeout", f"{args.timeout:g}", "--out", str(work)]
     chosen = ["--problems", *args.problems] if args.problems else []
@@ -98,9 +100,14 @@ def commands(args, work: Path, views: Path) -> list[list[str]]:
             link = views / folder / problem / "solutions" / path.name
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(path)
-        runs.append(["--solutions", str((views / folder).relative_to(ROOT)), *chosen, "--model", label, *common])
+        runs.append((["--solutions", str((views / folder).relative_to(ROOT)), *chosen, "--model", label, *common],
+                     {(f"{problem}/solutions/{path.name}", label) for problem, path in mine}))
     if "example" in args.kinds:
-        runs.append(["--solutions", "samples", *chosen, *common])
+        samples = [p.relative_to(ROOT / "samples").as_posix() for p in sorted((ROOT / "samples").glob("*/*/*.py"))
+                   if not args.problems or any(p.parent.name == q or p.parent.name.split("_")[0] == q.zfill(2)
+                                               for q in args.problems)]
+        runs.append((["--solutions", "samples", *chosen, *common],
+                     {(relpath, relpath.split("/")[0]) for relpath in samples}))
     return runs
 
 
@@ -133,12 +140,16 @@ def main(argv=None) -> int:
     work = ROOT / "runs" / f"{EXPERIMENT}-{machine}.jsonl"
     runs = commands(args, work, ROOT / "runs" / f"{EXPERIMENT}-views")
     if args.dry_run:
-        print("\n".join(shlex.join(["pkit", "eval", *run]) for run in runs))
+        print("\n".join(shlex.join(["pkit", "eval", *run]) for run, _ in runs))
         return 0
     work.parent.mkdir(parents=True, exist_ok=True)
     if args.fresh:
         work.unlink(missing_ok=True)
-    for i, run in enumerate(runs, 1):
+    for i, (run, candidates) in enumerate(runs, 1):
+        held = {(r["solution"], r.get("model")) for r in read_jsonl(work)} if work.is_file() else set()
+        if candidates <= held:
+            print(f"[{i}/{len(runs)}] every candidate of {run[1]} is recorded in {work.name} already", flush=True)
+            continue
         print(f"[{i}/{len(runs)}] {shlex.join(['pkit', 'eval', *run])}", flush=True)
         done = subprocess.run([sys.executable, "-m", "pkit.cli", "eval", *run], cwd=ROOT)
         if done.returncode != 0:
@@ -155,12 +166,13 @@ def main(argv=None) -> int:
     counts = collections.Counter((r.get("model"), r["status"]) for r in records)
     labels = [label for label in LABELS if any(r.get("model") == label for r in records)]
     prov = results.provenance({
-        "commands": [shlex.join(["pkit", "eval", *run]).replace(str(work), "WORK") for run in runs],
+        "commands": [shlex.join(["pkit", "eval", *run]).replace(str(work), "WORK") for run, _ in runs],
         "work_file": "WORK: " + str(work.relative_to(ROOT)) + ", every command's --out (resumed), copied here",
         "labels": {label: LABELS[label] for label in labels},
         "what": (f"example records: {', '.join(WHAT[label] for label in labels)}, evaluated on "
                  + ("CPU (gloo" if args.device == "cpu" else f"{machine} (NCCL") + f", size {args.size})"
                  + " — not LLM-written"),
+        "headline": "example records, not LLM-written",
         "llm_written": False,
         "device": args.device, "size": args.size, "world_size": args.world_size,
         "note": "none of these candidates is written by a language model; "

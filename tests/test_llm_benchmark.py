@@ -13,7 +13,8 @@ from pkit import analysis, metrics  # noqa: E402
 from pkit.experiments import llm_benchmark as L  # noqa: E402
 from pkit.harness.records import read_jsonl  # noqa: E402
 
-RECORDS = read_jsonl(Path(__file__).resolve().parents[1] / "results" / "cpu" / "llm_eval_example.jsonl")
+EXAMPLE = Path(__file__).resolve().parents[1] / "results" / "cpu" / "llm_eval_example.jsonl"
+RECORDS = read_jsonl(EXAMPLE)
 NOTES = {"where": "test machine", "note": "test models"}
 
 
@@ -35,8 +36,24 @@ def test_notes_say_where_and_of_which_problems():
     assert L.title_note(RECORDS).endswith("(CPU/gloo timings: not GPU performance)")
     gpu = [dict(r, device="cuda") for r in RECORDS[:2]]
     assert L.title_note(gpu).endswith("(timed on cuda)")
+    assert "size tiny" in L.title_note(RECORDS)
     assert L.share_of(87) == "over 87 problems, those without records counted unsolved"
     assert L.share_of(None) == "over the problems each model has records for"
+
+
+def test_example_records_say_what_they_are_and_that_no_language_model_wrote_them(tmp_path):
+    about = L.records_about(EXAMPLE)
+    assert about["llm_written"] is False and set(about["labels"]) == {"pkit", "torch alternate", "example"}
+    where = L.title_note(RECORDS, about)
+    assert where.startswith("example records, not LLM-written: CPU only, no GPU (cpu), world size 2, size tiny")
+    assert "torch alternates" in about["what"] and "not LLM-written" in about["what"]
+    note = L.models_note(RECORDS, about)
+    assert "pkit = pkit's shipped solutions" in note and "torch alternate = the shipped torch alternates" in note
+    assert note.endswith("None of them is LLM-written.") and "own solutions" not in note
+    (tmp_path / "x.jsonl").write_text("")
+    assert L.records_about(tmp_path / "x.jsonl") == {}
+    assert L.models_note(RECORDS) == "Models: example; pkit; torch alternate."
+    assert L.title_note(RECORDS, {}) == L.title_note(RECORDS)
 
 
 def test_published_bars_are_the_talks_fractions_and_crosses_the_write_ups():

@@ -11,6 +11,7 @@ import pytest
 from pkit import results, widgets as W
 from pkit.errors import PkitError
 from pkit.hardware import GPUS
+from pkit.widgets import evals
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = "h200x2-nv18"
@@ -258,7 +259,7 @@ def test_load_records_files_and_folders(two_files):
     assert len(records) == 3 and files == ["runs/a.jsonl", "runs/a.jsonl", "runs/b.jsonl"]
     assert W.load_records([two_files / "b.jsonl"])[0][0]["problem"] == "02_all_gather"
     records, _ = W.load_records(EXAMPLE)
-    assert len(records) == 38
+    assert len(records) == len(EXAMPLE.read_text().splitlines())
     with pytest.raises(ValueError, match="neither a JSONL file nor a folder"):
         W.load_records(two_files / "missing.jsonl")
     (two_files / "empty").mkdir()
@@ -300,6 +301,24 @@ def test_record_detail_reason_and_per_rank():
     assert W.record_detail(correct)["reason"] is None and "<b>reason</b>" not in W.detail_html(correct)
 
 
+def test_example_records_say_what_each_candidate_is(two_files):
+    records, files = W.load_records(EXAMPLE)
+    about = evals.files_about(EXAMPLE)[files[0]]
+    assert about["llm_written"] is False and "not LLM-written" in about["what"]
+    assert {r["model"] for r in records} == set(about["labels"]) == {"pkit", "torch alternate", "example"}
+    for r in records:
+        assert r["device"] == "cpu" and r["size"] == "tiny" and r["provenance"]["harness_version"]
+        kind = {"pkit": "/pkit_", "torch alternate": "/torch_alt.py", "example": "example/"}[r["model"]]
+        assert kind in r["solution"], (r["model"], r["solution"])
+    alternate = next(r for r in records if r["model"] == "torch alternate")
+    d = W.record_detail(alternate, about)
+    assert d["what"].startswith("torch alternate: the shipped torch alternates") and "not LLM-written" in d["what"]
+    assert "harness " in d["ran_on"] and "speedup_low" in d["timing"]
+    assert "not LLM-written" in W.detail_html(alternate, about)
+    assert W.record_detail(alternate)["what"] is None
+    assert evals.files_about(two_files) == {"runs/a.jsonl": {}, "runs/b.jsonl": {}}
+
+
 def test_detail_html_escapes_errors(two_files):
     records, _ = W.load_records(two_files)
     text = W.detail_html(records[1])
@@ -309,18 +328,23 @@ def test_detail_html_escapes_errors(two_files):
 def test_eval_browser_callbacks(two_files):
     box = W.eval_browser(EXAMPLE)
     c, out = box.controls, box.outputs
-    records, _ = W.load_records(EXAMPLE)
-    assert out["summary"].value.startswith("38 of 38 records from 1 file(s)")
-    assert c["record"].value == 0 and out["detail"].value == W.detail_html(records[0])
+    records, files = W.load_records(EXAMPLE)
+    about = evals.files_about(EXAMPLE)[files[0]]
+    n = len(records)
+    wrong = sum(r["status"] == "wrong_result" for r in records)
+    assert out["summary"].value.startswith(f"{n} of {n} records from 1 file(s)")
+    assert "not LLM-written" in out["summary"].value and "torch alternates" in out["summary"].value
+    assert c["record"].value == 0 and out["detail"].value == W.detail_html(records[0], about)
     c["status"].value = "wrong_result"
-    assert out["summary"].value.startswith("4 of 38 records") and "wrong_result 4" in out["summary"].value
+    assert out["summary"].value.startswith(f"{wrong} of {n} records")
+    assert f"wrong_result {wrong}" in out["summary"].value
     shown = [i for _, i in c["record"].options]
-    assert len(shown) == 4 and all(records[i]["status"] == "wrong_result" for i in shown)
+    assert len(shown) == wrong and all(records[i]["status"] == "wrong_result" for i in shown)
     assert c["record"].value == shown[0] and "<b>wrong_result</b>" in out["detail"].value
     c["record"].value = shown[-1]
-    assert out["detail"].value == W.detail_html(records[shown[-1]])
-    c["model"].value = "shipped"
-    assert out["summary"].value.startswith("0 of 38") and c["record"].value is None
+    assert out["detail"].value == W.detail_html(records[shown[-1]], about)
+    c["model"].value = "pkit"
+    assert out["summary"].value.startswith(f"0 of {n}") and c["record"].value is None
     assert "No record selected" in out["detail"].value
     c["model"].value = "example"
     c["status"].value = W.FAILED

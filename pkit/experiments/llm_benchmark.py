@@ -2,17 +2,22 @@
 failure causes, transfer mechanisms and speedups of any `pkit eval` records. The numbers come from
 `pkit.metrics` and `pkit.analysis`; each function here draws one figure and returns it (the notebook saves it).
 
-Each figure's second title line, `where`, says where the records were evaluated and how far their timings can
-be trusted (`title_note`); `note` ends each caption (what the models are). Shares are fractions of problems in
-[0, 1] (`share_of` says of which); speedups are reference time / candidate time.
+Each figure's second title line, `where`, says what the records are (when the provenance file beside them says:
+`records_about`), where they were evaluated and how far their timings can be trusted (`title_note`); `note` ends
+each caption: what each model label stands for (`models_note`). Shares are fractions of problems in [0, 1]
+(`share_of` says of which); speedups are reference time / candidate time.
 
 Usage (notebook 07):
-    records = read_jsonl(path)
+    records, about = read_jsonl(path), llm_benchmark.records_about(path)
     outcomes = metrics.outcomes(records)
-    fig = llm_benchmark.draw_pass_at_k(outcomes, None, where=llm_benchmark.title_note(records), note="...")
+    fig = llm_benchmark.draw_pass_at_k(outcomes, None, where=llm_benchmark.title_note(records, about),
+                                       note=llm_benchmark.models_note(records, about))
     figures.save(fig, "llm_pass_at_k")
 """
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,6 +34,37 @@ PKB_PROBLEMS = 87
 """Problems in ParallelKernelBench: the denominator of the published numbers."""
 THRESHOLDS = np.round(np.arange(0.0, 3.01, 0.05), 2)
 """Speedup thresholds p of the fast_p curve: 0 to 3 in steps of 0.05."""
+FASTER = ("status correct_faster: the speedup's 95% interval lies above 1.05; a tie, correct_level (the interval "
+          "within ±5%), counts as 1×")
+"""What 'faster' means in the captions (pkit.metrics.credited_speedup)."""
+
+
+def records_about(path) -> dict:
+    """What a records file is, from the provenance file beside it (`<path>.json`, its `parameters`, as
+    scripts/eval_example.py writes them): `what` (the file in one line), `headline` (in a few words), `labels`
+    (model label → what its candidates are) and `llm_written`; {} when there is no such file or it says none of
+    these."""
+    side = Path(path).with_suffix(".json")
+    if not side.is_file():
+        return {}
+    parameters = json.loads(side.read_text(encoding="utf-8")).get("parameters") or {}
+    return {key: parameters[key] for key in ("what", "headline", "labels", "llm_written") if key in parameters}
+
+
+def models_note(records, about: dict | None = None) -> str:
+    """A caption's last sentence: each model label of `records` and what it stands for (`about['labels']`, from
+    `records_about`), and that no language model wrote them where `about` says so.
+
+    Example:
+        >>> models_note([{"model": "pkit"}, {"model": None}], {"labels": {"pkit": "pkit's solutions"},
+        ...                                                     "llm_written": False})
+        "Models: pkit = pkit's solutions; unnamed. None of them is LLM-written."
+    """
+    about = about or {}
+    labels = about.get("labels") or {}
+    models = sorted({r.get("model") or metrics.UNNAMED_MODEL for r in records})
+    said = "; ".join(f"{m} = {labels[m]}" if m in labels else m for m in models)
+    return f"Models: {said}." + (" None of them is LLM-written." if about.get("llm_written") is False else "")
 
 
 def timing_note(records) -> str:
@@ -37,9 +73,12 @@ def timing_note(records) -> str:
     return "CPU/gloo timings: not GPU performance" if devices == ["cpu"] else f"timed on {', '.join(devices)}"
 
 
-def title_note(records) -> str:
-    """A figure's second title line for `records`: the machines they were evaluated on and `timing_note`."""
-    return f"{figures.records_machine(records)} ({timing_note(records)})"
+def title_note(records, about: dict | None = None) -> str:
+    """A figure's second title line for `records`: what they are in a few words (`about['headline']`, from
+    `records_about`), the machines they were evaluated on, their sizes and `timing_note`."""
+    sizes = ", ".join(sorted({str(r.get("size")) for r in records}))
+    where = f"{figures.records_machine(records)}, size {sizes} ({timing_note(records)})"
+    return f"{about['headline']}: {where}" if (about or {}).get("headline") else where
 
 
 def share_of(total_problems: int | None) -> str:
@@ -94,7 +133,8 @@ def draw_pass_at_k(outcomes: pd.DataFrame, total_problems: int | None, *, where:
     figures.suptitle(fig, "pass@k and fast_1@k", note=where)
     figures.caption(fig, "pass@k: chance that at least one of k samples of a problem is correct (unbiased estimate "
                          "from the n samples per problem), averaged " + share_of(total_problems) + "; fast_1@k: the "
-                         "same, counting only samples that are correct and faster than the reference (speedup > 1). "
+                         "same, counting only samples that are correct and faster than the reference (" + FASTER
+                         + "). "
                          "k runs up to the fewest samples the model has of a problem. " + note,
                     width=int(3.2 * len(models) * 17))
     return fig
@@ -116,8 +156,9 @@ def draw_fast_p(outcomes: pd.DataFrame, total_problems: int | None, *, where: st
     ax.legend()
     figures.suptitle(fig, "fast_p@1 as the speedup threshold p rises", note=where)
     figures.caption(fig, "fast_p@1: chance that one sample of a problem is correct and more than p times faster "
-                         "than the reference, averaged " + share_of(total_problems) + "; at p = 0 it counts every "
-                         "correct sample with a timing. " + note)
+                         "than the reference, averaged " + share_of(total_problems) + "; a tie (correct_level) counts "
+                         "as 1×, so it is fast for p < 1 only; at p = 0 it counts every correct sample with a timing. "
+                         + note)
     return fig
 
 
@@ -136,7 +177,8 @@ def draw_categories(outcomes: pd.DataFrame, *, where: str, note: str):
     ax.set(xlabel="", ylabel="")
     figures.suptitle(fig, "pass@1 and fast_1@1 per problem category", note=where)
     figures.caption(fig, "Each cell: a model's pass@1 (chance its sample is correct) or fast_1@1 (correct and "
-                         "faster than the reference), averaged over the n problems of that row it has records for "
+                         "faster than the reference, " + FASTER + "), averaged over the n problems of that row it "
+                         "has records for "
                          "('of n'); 'all categories' averages over all of that model's n problems, not over every "
                          "problem in the benchmark. Hatched 'no data': no records of that model in that category "
                          "(not 0%). " + note)
@@ -182,10 +224,12 @@ def draw_mechanisms(diagnoses: pd.DataFrame, *, where: str, note: str):
     ax.invert_yaxis()
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set(xlabel="candidates using the mechanism (a candidate may use several)")
-    ax.legend(fontsize=8, ncols=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figures.suptitle(fig, "Transfer mechanism vs outcome", note=where)
     figures.caption(fig, "Mechanisms read from each candidate's source by pkit.analysis; bars stacked by the "
-                         "candidate's outcome (correct, faster: correct and faster than the reference). " + note)
+                         "candidate's outcome (correct, faster: correct and faster than the reference, "
+                         + FASTER + "). 'none found': no call the rules recognise (they do not read pkit.dist's "
+                         "collectives, which pkit's solutions call). " + note)
     return fig
 
 
@@ -208,9 +252,12 @@ def draw_speedups(outcomes: pd.DataFrame, *, where: str, note: str):
         ax.annotate(f"geomean {g:.2f}×", (g, row - 0.3), xytext=(0, 2), textcoords="offset points", ha="center",
                     fontsize=8)
     ax.axvline(1.0, color="#555555", linewidth=0.8)
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}×")
+    ax.xaxis.set_minor_formatter(lambda v, _: f"{v:g}×" if f"{v:e}"[0] in "25" else "")  # 0.2, 0.5, 2, 5, ...
     ax.set(xlabel="speedup over the reference (reference time / candidate time, log scale)", ylabel="")
     figures.suptitle(fig, "Speedups of correct samples", note=where)
-    figures.caption(fig, "Each dot: one correct sample of one problem. Box: quartiles and median; whiskers: the "
-                         "slowest and the fastest sample; ◆: geometric mean. Right of the line at 1×: faster than "
-                         "the reference. " + note)
+    figures.caption(fig, "Each dot: one correct sample of one problem, its speedup the median over the timing "
+                         "rounds (a tie, correct_level, drawn where its rounds put it). Box: quartiles and median; "
+                         "whiskers: the slowest and the fastest sample; ◆: geometric mean. Right of the line at 1×: "
+                         "faster than the reference. " + note)
     return fig

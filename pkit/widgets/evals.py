@@ -1,6 +1,9 @@
 """The eval browser: `pkit eval` JSONL records (docs/harness.md) read (`load_records`), tabulated (`eval_table`),
 filtered (`filter_table`) and explained one at a time (`record_detail`, `detail_html`), behind `eval_browser`'s
-controls."""
+controls. What a file's records are (which candidates each model label stands for, whether a language model
+wrote them) comes from the provenance file beside it where there is one (`files_about`), as for the example
+records results/cpu/llm_eval_example.jsonl: pkit's shipped solutions, torch alternates and hand-written test
+samples evaluated on the CPU, none of them LLM-written."""
 from __future__ import annotations
 
 import html
@@ -17,9 +20,9 @@ ALL = "all"
 FAILED = "failed (not correct)"
 
 
-def load_records(paths) -> tuple[list[dict], list[str]]:
-    """The records of `pkit eval` JSONL files and, for each, the name of its file. `paths`: a file, a folder
-    (its *.jsonl files) or a list of them; None: every *.jsonl under results/."""
+def jsonl_files(paths) -> list[Path]:
+    """The `pkit eval` JSONL files `paths` names: a file, a folder (its *.jsonl files) or a list of them; None:
+    every *.jsonl under results/."""
     if paths is None:
         paths = sorted(results.results_root().glob("*/*.jsonl"))
     if isinstance(paths, (str, Path)):
@@ -34,12 +37,31 @@ def load_records(paths) -> tuple[list[dict], list[str]]:
             raise ValueError(f"paths: {str(p)!r} is neither a JSONL file nor a folder")
     if not files:
         raise ValueError(f"paths: no *.jsonl files in {[str(p) for p in paths]}")
+    return files
+
+
+def file_name(path: Path) -> str:
+    """How the browser names a records file: its folder and its name (`cpu/llm_eval_example.jsonl`)."""
+    return f"{path.parent.name}/{path.name}"
+
+
+def load_records(paths) -> tuple[list[dict], list[str]]:
+    """The records of `pkit eval` JSONL files (`jsonl_files(paths)`) and, for each, the name of its file
+    (`file_name`)."""
     records, names = [], []
-    for f in files:
+    for f in jsonl_files(paths):
         got = read_jsonl(f)
         records += got
-        names += [f"{f.parent.name}/{f.name}"] * len(got)
+        names += [file_name(f)] * len(got)
     return records, names
+
+
+def files_about(paths) -> dict[str, dict]:
+    """Each records file's name (`file_name`) → what its provenance file says its records are
+    (`pkit.experiments.llm_benchmark.records_about`: `what`, `labels`, `llm_written`; {} when it says nothing)."""
+    from ..experiments.llm_benchmark import records_about
+
+    return {file_name(f): records_about(f) for f in jsonl_files(paths)}
 
 
 def eval_table(records: Sequence[dict], files: Sequence[str] | None = None) -> pd.DataFrame:
@@ -75,10 +97,13 @@ def filter_table(table: pd.DataFrame, model: str | None = None, problem: str | N
     return table[keep]
 
 
-def record_detail(record: dict) -> dict:
-    """What the browser shows for one record: status, error (the excerpt as recorded), reason (why it failed,
-    `pkit.analysis.failure_cause`, with its confidence and evidence; None when correct), flags, per_rank (a
-    DataFrame, one row per rank), timing (reference and candidate ms, speedup, roofline) and where it ran."""
+def record_detail(record: dict, about: dict | None = None) -> dict:
+    """What the browser shows for one record: what the candidate is (its model label and, from `about` (its
+    file's `files_about`), what the label stands for and whether a language model wrote it; None when unknown),
+    status, error (the excerpt as recorded), reason (why it failed, `pkit.analysis.failure_cause`, with its
+    confidence and evidence; None when correct), flags, per_rank (a DataFrame, one row per rank), timing
+    (reference and candidate ms, speedup and its interval over the timing rounds, roofline) and where it ran
+    (machine, world size, device, dtype, size, commit, harness version)."""
     from ..analysis import CAUSES, failure_cause, read_source, source_roots
 
     try:
@@ -90,21 +115,30 @@ def record_detail(record: dict) -> dict:
               if cause else None)
     per_rank = pd.DataFrame(record.get("per_rank") or [])
     prov = record.get("provenance") or {}
-    timing = {k: record.get(k) for k in ("ref_time_ms", "sol_time_ms", "speedup", "roofline_time_ms",
-                                         "roofline_bound", "roofline_fraction", "trials", "trials_passed")}
+    timing = {k: record.get(k) for k in ("ref_time_ms", "sol_time_ms", "speedup", "speedup_low", "speedup_high",
+                                         "timing_rounds", "roofline_time_ms", "roofline_bound", "roofline_fraction",
+                                         "trials", "trials_passed")}
+    about = about or {}
+    model = record.get("model") or "unnamed"
+    label = (about.get("labels") or {}).get(model)
+    what = (f"{model}: {label}" + ("; not LLM-written" if about.get("llm_written") is False else "")
+            if label else None)
     return {"title": f"{record.get('problem')} · {record.get('solution')} · {record.get('model') or 'unnamed'}"
                      + (f" sample {record['sample']}" if record.get("sample") is not None else ""),
-            "status": record.get("status"), "error": record.get("error"), "reason": reason,
+            "what": what, "status": record.get("status"), "error": record.get("error"), "reason": reason,
             "flags": list(record.get("flags") or []), "per_rank": per_rank, "timing": timing,
             "ran_on": f"{prov.get('machine', '?')}, world size {record.get('world_size')}, {record.get('device')}, "
-                      f"{record.get('dtype')}, size {record.get('size')}, pkit {str(prov.get('pkit_commit'))[:12]}"}
+                      f"{record.get('dtype')}, size {record.get('size')}, pkit {str(prov.get('pkit_commit'))[:12]}"
+                      + (f", harness {prov['harness_version']}" if prov.get("harness_version") else "")}
 
 
-def detail_html(record: dict) -> str:
+def detail_html(record: dict, about: dict | None = None) -> str:
     """`record_detail` as HTML."""
-    d = record_detail(record)
+    d = record_detail(record, about)
     parts = [f"<b>{html.escape(d['title'])}</b>: <b>{html.escape(str(d['status']))}</b>",
              f"<br><small>ran on {html.escape(d['ran_on'])}</small>"]
+    if d["what"]:
+        parts.append(f"<br><small>{html.escape(d['what'])}</small>")
     if d["reason"]:
         parts.append(f"<br><b>reason</b>: {html.escape(d['reason'])}")
     if d["flags"]:
@@ -128,6 +162,7 @@ def eval_browser(paths=None, *, max_rows: int = 200):
     import ipywidgets as w
 
     records, files = load_records(paths)
+    about = files_about(paths)
     table = eval_table(records, files)
     style = {"description_width": "70px"}
     controls = {
@@ -142,7 +177,8 @@ def eval_browser(paths=None, *, max_rows: int = 200):
 
     def show_detail(_=None):
         i = controls["record"].value
-        outputs["detail"].value = detail_html(records[i]) if i is not None else "<i>No record selected.</i>"
+        outputs["detail"].value = (detail_html(records[i], about[files[i]]) if i is not None
+                                   else "<i>No record selected.</i>")
 
     def refresh(_=None):
         if state["busy"]:
@@ -152,7 +188,9 @@ def eval_browser(paths=None, *, max_rows: int = 200):
             shown = filter_table(table, controls["model"].value, controls["problem"].value, controls["status"].value)
             counts = shown["status"].value_counts()
             outputs["summary"].value = (f"{len(shown)} of {len(table)} records from {len(set(files))} file(s): "
-                                        + html.escape(", ".join(f"{s} {counts[s]}" for s in STATUSES if s in counts)))
+                                        + html.escape(", ".join(f"{s} {counts[s]}" for s in STATUSES if s in counts))
+                                        + "".join(f"<br><i>{html.escape(name)}: {html.escape(a['what'])}</i>"
+                                                  for name, a in about.items() if a.get("what")))
             view = shown.drop(columns=["category"]).head(max_rows)
             outputs["table"].value = (view.to_html(na_rep="", float_format="{:.3g}".format)
                                       + (f"<i>first {max_rows} shown</i>" if len(shown) > max_rows else ""))
