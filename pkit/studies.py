@@ -199,7 +199,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
                 "HBM traffic per byte, an SM copy on sm_pull's SMs")), gpus=1,
           record="python -m pkit.experiments.interference --record; python -m pkit.experiments.overlap gemm gemm_fp8 gemm_plans ag_gemm "
                  "gemm_rs gemm_ar torch_ag_gemm torch_gemm_rs timeline --record; python -m "
-                 "pkit.experiments.overlap_emulated --record"),
+                 "pkit.experiments.overlap.emulated --record"),
     Study("roofline_gap", "how far the PyTorch + NCCL references sit from their communication-aware roofline, and "
           "how much pkit's solutions close", "pkit.experiments.roofline_gap", "06_roofline_gap",
           (Part("ceilings", **_NCCL), Part("baselines", **_NCCL), Part("pkit_solutions", **_NCCL)), gpus=0,

@@ -80,7 +80,7 @@ def _synthetic_bench(rng):
 def _gemm_rates(rng):
     """Stand-ins for overlap_gemm._rates_of_shape and _plans_of_shape: their rows for one shape (the keys they
     write), made-up rates."""
-    from pkit.experiments.overlap_gemm import IMPLEMENTATIONS
+    from pkit.experiments.overlap.gemm import IMPLEMENTATIONS
 
     def timed(m, n, k, tflops, reps):
         t = summarize(2 * m * n * k / (tflops * 1e12) * 1e3 * rng.uniform(0.98, 1.02, reps))
@@ -101,12 +101,13 @@ def _gemm_rates(rng):
 
 
 def _torchrun(rng):
-    """A stand-in for pkit.experiments.torchrun.torchrun of pkit.experiments.torch_overlap: its rows (sweep's
+    """A stand-in for pkit.experiments.torchrun.torchrun of pkit.experiments.overlap.pytorch: its rows (sweep's
     columns, which torch_overlap writes in the same order) for the schedules it times, from overlap_measure._row."""
-    from pkit.experiments import overlap, overlap_measure
+    from pkit.experiments import overlap
+    from pkit.experiments.overlap import sweeps as overlap_measure
 
     def run(module, args, nproc=2, timeout_s=600):
-        assert module == "pkit.experiments.torch_overlap", module
+        assert module == "pkit.experiments.overlap.pytorch", module
         args = [str(a) for a in args]
         pattern = args[args.index("--pattern") + 1]
         m, k, n = (int(v) for v in args[args.index("--shape") + 1:args.index("--shape") + 4])
@@ -135,7 +136,8 @@ def record_overlap(monkeypatch, rng, gpus=(0, 1), reps=10) -> None:
     make, and what overlap_measure calls)."""
     import cupy
 
-    from pkit.experiments import overlap, overlap_gemm, overlap_measure
+    from pkit.experiments import overlap
+    from pkit.experiments.overlap import gemm as overlap_gemm, sweeps as overlap_measure
     from pkit.ops import overlap as ops
 
     monkeypatch.setattr(results, "machine_slug", lambda: MACHINE)

@@ -5,21 +5,31 @@ from pathlib import Path
 
 import pytest
 
-MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver", "pkit.harness.launch", "pkit.harness.cli", "pkit.harness.commands", "pkit.harness.eval_command", "pkit.harness.problems_command", "pkit.arguments", "pkit.harness.runner", "pkit.kernel_args", "pkit.ops.overlap", "pkit.experiments.overlap",
-           "pkit.ops.overlap_patterns", "pkit.experiments.overlap_measure", "pkit.experiments.overlap_checks",
-           "pkit.experiments.overlap_analysis", "pkit.experiments.overlap_draw", "pkit.figures", "pkit.figures.style", "pkit.figures.titles", "pkit.figures.plots", "pkit.experiments.roofline_gap.draw", "pkit.experiments.collectives.draw", "pkit.gpus", "pkit.hardware",
-           "pkit.launch", "pkit.metrics", "pkit.notebooks", "pkit.problem_kit", "pkit.results", "pkit.roofline", "pkit.studies",
-           "pkit.tolerance", "pkit.vocabulary",
-           "pkit.experiments.collectives", "pkit.experiments.hierarchy", "pkit.experiments.hierarchy.chase",
-           "pkit.experiments.hierarchy.matrix", "pkit.experiments.hierarchy.memory", "pkit.experiments.mechanisms",
-           "pkit.experiments.quickstart", "pkit.experiments.cross_check", "pkit.experiments.interference", "pkit.experiments.overlap_model", "pkit.experiments.ceilings", "pkit.experiments.projection", "pkit.experiments.roofline_gap", "pkit.ops.baselines", "pkit.ops.collectives", "pkit.ops.copy_engine",
-           "pkit.harness.channel", "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records",
-           "pkit.harness.snapshot", "pkit.harness.solutions", "pkit.harness.problems", "pkit.harness.reference",
-           "pkit.harness.problem", "pkit.harness.fresh", "pkit.harness.shards", "pkit.harness.versions",
-           "pkit.harness.resume", "pkit.harness.merge", "pkit.harness.ray_pool", "pkit.harness.options", "pkit.harness.zygote",
-           "pkit.harness.integrity", "pkit.harness.speedup", "pkit.harness", "pkit.team", "pkit.ops.transfers", "pkit.widgets", "pkit.lesson",
-           "pkit.lesson.verdict", "pkit.lesson.diagnose", "pkit.lesson.runners", "pkit.lesson.checks", "pkit.lesson.steps",
-           "pkit.lesson.records", "pkit.lesson.plots", "pkit.lesson.magic"]
+MODULES = ["pkit", "pkit.analysis", "pkit.bf16", "pkit.compiler", "pkit.driver", "pkit.harness.launch",
+           "pkit.harness.commands", "pkit.harness.eval_command", "pkit.harness.problems_command",
+           "pkit.arguments", "pkit.harness.runner", "pkit.kernel_args", "pkit.ops.overlap",
+           "pkit.experiments.overlap", "pkit.ops.overlap_patterns", "pkit.experiments.overlap.sweeps",
+           "pkit.experiments.overlap.shapes", "pkit.experiments.overlap.emulated",
+           "pkit.experiments.overlap.emulated_draw", "pkit.experiments.overlap.gemm", "pkit.ops.gemm",
+           "pkit.widgets.overlap", "pkit.harness.paths", "pkit.experiments.llm_benchmark",
+           "pkit.experiments.overlap.checks", "pkit.experiments.overlap.analysis", "pkit.experiments.overlap.plots",
+           "pkit.figures", "pkit.figures.style", "pkit.figures.titles", "pkit.figures.plots",
+           "pkit.experiments.roofline_gap.draw", "pkit.experiments.collectives.draw", "pkit.gpus", "pkit.hardware",
+           "pkit.launch", "pkit.metrics", "pkit.notebooks", "pkit.problem_kit", "pkit.results", "pkit.roofline",
+           "pkit.studies", "pkit.tolerance", "pkit.vocabulary", "pkit.experiments.collectives",
+           "pkit.experiments.hierarchy", "pkit.experiments.hierarchy.chase", "pkit.experiments.hierarchy.matrix",
+           "pkit.experiments.hierarchy.memory", "pkit.experiments.mechanisms", "pkit.experiments.quickstart",
+           "pkit.experiments.cross_check", "pkit.experiments.interference", "pkit.experiments.overlap.model",
+           "pkit.experiments.ceilings", "pkit.experiments.projection", "pkit.experiments.roofline_gap",
+           "pkit.ops.baselines", "pkit.ops.collectives", "pkit.ops.copy_engine", "pkit.harness.channel",
+           "pkit.harness.checks", "pkit.harness.contain", "pkit.harness.records", "pkit.harness.snapshot",
+           "pkit.harness.solutions", "pkit.harness.problems", "pkit.harness.reference", "pkit.harness.problem",
+           "pkit.harness.fresh", "pkit.harness.shards", "pkit.harness.versions", "pkit.harness.resume",
+           "pkit.harness.merge", "pkit.harness.ray_pool", "pkit.harness.options", "pkit.harness.zygote",
+           "pkit.harness.integrity", "pkit.harness.speedup", "pkit.harness", "pkit.team", "pkit.ops.transfers",
+           "pkit.widgets", "pkit.lesson", "pkit.lesson.verdict", "pkit.lesson.diagnose", "pkit.lesson.runners",
+           "pkit.lesson.checks", "pkit.lesson.steps", "pkit.lesson.records", "pkit.lesson.plots",
+           "pkit.lesson.magic"]
 PACKAGE = Path(__file__).resolve().parents[1] / "pkit"
 
 

@@ -256,7 +256,7 @@ def test_tiles_added_into_every_target_or_scattered_by_rows():
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
 def test_gemm_rates_checks_each_and_compares_them(dtype):
     from pkit.experiments import overlap as E
-    from pkit.experiments.overlap_gemm import IMPLEMENTATIONS
+    from pkit.experiments.overlap.gemm import IMPLEMENTATIONS
 
     frame = E.gemm_rates([(256, 512, 272), (1024, 256, 2048)], dtype=dtype, reps=3, warmup=1)
     assert frame["implementation"].tolist() == list(IMPLEMENTATIONS[dtype]) * 2 and frame["verified"].all()
@@ -267,7 +267,7 @@ def test_gemm_rates_checks_each_and_compares_them(dtype):
 
 @pytest.mark.gpu
 def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
-    from pkit.experiments.overlap_gemm import SPLIT_GRID, plan_sweep
+    from pkit.experiments.overlap.gemm import SPLIT_GRID, plan_sweep
 
     frame = plan_sweep([(1024, 256, 1024)], dtypes=["bfloat16"], reps=2, warmup=1)
     assert frame["verified"].all() and frame["chosen"].sum() == 1

@@ -5,7 +5,7 @@ import pytest
 
 from pkit import results
 from pkit.experiments import interference as I
-from pkit.experiments import overlap_model as M
+from pkit.experiments.overlap import model as M
 
 ROOT = results.REPO_ROOT
 

@@ -40,10 +40,10 @@ def test_every_schedule_is_a_method_of_its_patterns_op():
     from types import SimpleNamespace
 
     for pattern in PATTERNS.values():
-        own = pattern.op.pattern  # PartialGemm's follows its `scatter`, which the pattern's op_options set
+        own = O.op_class(pattern).pattern  # PartialGemm's follows its `scatter`, which the pattern's op_options set
         assert (own.fget(SimpleNamespace(**pattern.op_options)) if isinstance(own, property) else own) == pattern.name
         for s in pattern.schedules:
-            assert callable(getattr(pattern.op, s.name, None)), f"{pattern.op_class} has no method {s.name}"
+            assert callable(getattr(O.op_class(pattern), s.name, None)), f"{pattern.op_class} has no method {s.name}"
             assert s.gemm in GEMMS and s.transfer in {"nccl", *PEER_MECHANISMS}
             assert s.communication in ("none", "NCCL's", *s.options)
     assert OPTIONS == ("comm_sms",) and PATTERNS["ag_gemm"].schedule("sm_pull").variants() == [{"comm_sms": 16}]
@@ -238,7 +238,7 @@ def test_torchrun_reports_a_failed_module():
     from pkit.experiments.torchrun import torchrun
 
     with pytest.raises(ValueError, match="nproc: expected"):
-        torchrun("pkit.experiments.torch_overlap", [], nproc=0)
+        torchrun("pkit.experiments.overlap.pytorch", [], nproc=0)
     with pytest.raises(RuntimeError, match="pkit.no_such_module under torchrun failed"):
         torchrun("pkit.no_such_module", [], nproc=1, timeout_s=120)
 
@@ -264,7 +264,7 @@ def test_partial_products_sum_on_every_rank(team, pattern, schedule):
 
     skip_nccl_on_a_shared_gpu(team, schedule)
 
-    op = PATTERNS[pattern].make(team, m=team.size * 256, k_local=264, n=776)
+    op = O.make(PATTERNS[pattern], team, m=team.size * 256, k_local=264, n=776)
     scatter = op.scatter
     for call in range(2):
         gen = torch.Generator(device="cpu").manual_seed(call)

@@ -1,7 +1,7 @@
 """The one-GPU emulation of a rank's overlap: pacing logic on CPU, the paced copy and a tiny study on a GPU."""
 import pytest
 
-from pkit.experiments import overlap_emulated as E
+from pkit.experiments.overlap import emulated as E
 
 
 class FakeClock:

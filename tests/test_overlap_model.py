@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from pkit import results
-from pkit.experiments import overlap_model as M
+from pkit.experiments.overlap import model as M
 from pkit.ops import collective_ops
 from pkit.ops.overlap_patterns import PATTERNS, Pattern, Schedule
 

@@ -2,7 +2,7 @@
 
 Example:
     >>> from pkit.experiments.torchrun import torchrun                                            # doctest: +SKIP
-    >>> torchrun("pkit.experiments.torch_overlap", ["--inner", "1024"])  # one process per GPU       # doctest: +SKIP
+    >>> torchrun("pkit.experiments.overlap.pytorch", ["--inner", "1024"])  # one process per GPU       # doctest: +SKIP
 """
 from __future__ import annotations
 

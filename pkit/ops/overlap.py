@@ -39,7 +39,7 @@ from ..gpus import torch_stream as _torch_stream
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
 from .gemm import BLOCK_M, a_sources, gemm, tile_targets
-from .overlap_patterns import PATTERNS
+from .overlap_patterns import PATTERNS, Pattern
 
 PULL_ROWS = KernelArgs("PullRows", (("gathered", "ptr"), ("ready", "ptr"), ("arrivals", "ptr"),
                                     ("chunk16", "u64"), ("chunks_per_rank", "i32"), ("epoch", "u32"),
@@ -361,6 +361,16 @@ def _pull_kernel():
     import pkit
 
     return pkit.compile("overlap.cu", "pull_rows")
+
+
+def op_class(pattern: Pattern) -> type:
+    """The op class that runs `pattern`'s schedules (its `op_class`: AllGatherGemm or PartialGemm)."""
+    return {"AllGatherGemm": AllGatherGemm, "PartialGemm": PartialGemm}[pattern.op_class]
+
+
+def make(pattern: Pattern, team, **shape):
+    """`pattern`'s op on `team` at `shape` (the op class's own arguments, e.g. m, k, n_local)."""
+    return op_class(pattern)(team, **shape, **pattern.op_options)
 
 
 def list_schedules():

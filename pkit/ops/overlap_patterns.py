@@ -57,7 +57,7 @@ this GPU's: (W − 1)/W of the output for a scatter, W − 1 times the output wh
 
 @dataclass(frozen=True)
 class Structure:
-    """A schedule's structure, as the overlap model (pkit.experiments.overlap_model) reads it: what overlaps what
+    """A schedule's structure, as the overlap model (pkit.experiments.overlap.model) reads it: what overlaps what
     (`overlap`, one of OVERLAPS), whether its GEMM runs as one call or one call per chunk (`gemm_calls`: 'one',
     'per_chunk'), what it moves (`moves`, one of MOVES) and the bytes of this GPU's HBM each byte over its link costs
     (`hbm_per_link_byte`: 2 where what arrives is written to HBM and what leaves is read from it; 1 where one side
@@ -144,17 +144,6 @@ class Pattern:
                 return s
         raise ValueError(f"schedule: expected one of {list(self.names)} ({self.name}), got {name!r}")
 
-    @property
-    def op(self) -> type:
-        """Its op class, imported when asked (the op classes read this registry)."""
-        from . import overlap
-
-        return getattr(overlap, self.op_class)
-
-    def make(self, team, **shape):
-        """Its op on `team` at `shape` (the op class's own arguments, e.g. m, k, n_local)."""
-        return self.op(team, **shape, **self.op_options)
-
     def flops(self, m: int, k: int, n: int, gpus: int) -> float:
         """The GEMM's FLOPs per GPU of one call at the shape of a recorded row (m, k, n as `cost` takes them):
         2·m·k·n, K split over the GPUs where the weights are K-sharded (the reduction's additions, which `cost`
@@ -206,7 +195,7 @@ TORCH = (
     Schedule("torch_async_tp", "PyTorch's fused op on symmetric memory (async TP), one process per GPU", "cublas",
              "", "PyTorch's", label="PyTorch async-TP (fused, symm. memory)", look=Look("wine", "<", dashed=True)),
 )
-"""PyTorch's schedules of the patterns it fuses (`torch_fused`), run by pkit.experiments.torch_overlap."""
+"""PyTorch's schedules of the patterns it fuses (`torch_fused`), run by pkit.experiments.overlap.pytorch."""
 
 OPTIONS = tuple(dict.fromkeys(o for p in PATTERNS.values() for s in p.schedules for o in s.options))
 """Every option a schedule takes, in registry order: a column of each recorded row (0 where a schedule has none)."""

@@ -1,5 +1,5 @@
-"""The overlap explorer: the overlap model's curves for a link of any rate (pkit.experiments.overlap_model) and the
-nearest emulated points (pkit.experiments.overlap_emulated, where recorded), behind `overlap_explorer`'s controls.
+"""The overlap explorer: the overlap model's curves for a link of any rate (pkit.experiments.overlap.model) and the
+nearest emulated points (pkit.experiments.overlap.emulated, where recorded), behind `overlap_explorer`'s controls.
 
 `overlap_inputs` gathers what the model needs from the records (the one-GPU GEMM and interference fits, the 2×H200
 links, the bound's ceilings, the emulated points); `overlap_view(inputs, link_GBps, pattern, inner, gpus)` is the
@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from .. import figures, results, studies
-from ..experiments import overlap_emulated_draw as D
-from ..experiments import overlap_model as M
+from ..experiments.overlap import emulated_draw as D
+from ..experiments.overlap import model as M
 from .common import box, png
 
 WORLD_SIZES = (2, 4, 8)
@@ -45,7 +45,7 @@ def overlap_inputs(calibration: str = "h200x1", links: str = studies.FIGURES_MAC
 
 
 def overlap_view(inputs: dict, link_GBps: float, pattern: str, inner: int, gpus: int) -> dict:
-    """The model for a link of `link_GBps` one way per GPU at W = `gpus` (`overlap_model.emulated_link`, the bound's
+    """The model for a link of `link_GBps` one way per GPU at W = `gpus` (`overlap.model.emulated_link`, the bound's
     ceilings recorded where they are): `curves` (every schedule of `pattern` over the sweep), `point` (its rows at
     `inner`, the sweep size nearest to it), `emulated` (the recorded emulated points of `pattern` at the recorded
     link rate and W nearest to those asked, at that size; empty where none) with `note` saying which, and `title`."""

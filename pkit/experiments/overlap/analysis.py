@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..ops.overlap_patterns import PATTERNS, TORCH
-from ..roofline import Ceilings, floor, overlap_efficiency
+from ...ops.overlap_patterns import PATTERNS, TORCH
+from ...roofline import Ceilings, floor, overlap_efficiency
 
 GEMM_GATE = 0.7  # pkit's GEMM over cuBLAS (TFLOP/s at 8192³) below which the fused schedules' numbers mean little
-TORCH_SCHEDULES = tuple(s.name for s in TORCH)  # torch_sweep's schedule names (pkit.experiments.torch_overlap)
+TORCH_SCHEDULES = tuple(s.name for s in TORCH)  # torch_sweep's schedule names (pkit.experiments.overlap.pytorch)
 SHAPE = ["pattern", "gpus", "m", "k", "n"]  # the columns that name one shape of a pattern in sweep's rows
 TERMS = ["compute_us", "link_us", "hbm_us", "sync_us", "bound_us", "serial_bound_us", "bound"]  # with_bounds' terms
 

@@ -1,7 +1,7 @@
 """The overlap study's figures (notebook 05): pkit's GEMM against cuBLAS (`draw_gate`), what a copy beside it
 costs the GEMM (`draw_interference`, `draw_partition`), the model's curves (`draw_curves`), and each measured
 schedule's time and fraction of its roofline bound, one column per pattern (`draw`, from a
-`pkit.experiments.overlap_analysis.with_bounds` frame)."""
+`pkit.experiments.overlap.analysis.with_bounds` frame)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -9,13 +9,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..ops.overlap_patterns import PATTERNS
-from .overlap_analysis import GEMM_GATE, SHAPE, TERMS
-from .overlap_model import partition_traffic
+from ...ops.overlap_patterns import PATTERNS
+from .analysis import GEMM_GATE, SHAPE, TERMS
+from .model import partition_traffic
 
 
 def draw_gate(gate: pd.DataFrame, target: float = GEMM_GATE):
-    """pkit's GEMM over cuBLAS per shape (`overlap_analysis.gemm_gate`'s rows) as bars, the gate `target` dashed, the
+    """pkit's GEMM over cuBLAS per shape (`analysis.gemm_gate`'s rows) as bars, the gate `target` dashed, the
     shapes' names tilted so that long ones do not run into each other. Returns the figure.
 
     >>> import matplotlib; matplotlib.use("Agg")
@@ -23,7 +23,7 @@ def draw_gate(gate: pd.DataFrame, target: float = GEMM_GATE):
     >>> [t.get_rotation() for t in draw_gate(gate).axes[0].get_xticklabels()]
     [30.0, 30.0]
     """
-    from .. import figures
+    from ... import figures
 
     fig, ax = figures.subplots()
     ax.bar(gate["shape"], gate["ratio_to_cublas"], color=figures.BLUE, label="pkit GEMM / cuBLAS (TFLOP/s)")
@@ -42,7 +42,7 @@ def draw_interference(copies: pd.DataFrame, partition: pd.DataFrame, fits: dict)
     """GEMM rate beside a copy over its rate alone, against the HBM traffic the copy made: copy-engine copies within
     the GPU (paced) and from and to the host, SM and TMA copies on the SMs the GEMM gave up (over the GEMM on the
     same SMs idle, where the partition was measured), one panel per GEMM, the fitted curve drawn. A Figure."""
-    from .. import figures
+    from ... import figures
 
     gemms = list(fits)
     fig, axes = figures.subplots(1, len(gemms), figsize=(5.6 * len(gemms), 4.3), sharey=True, squeeze=False)
@@ -71,7 +71,7 @@ def draw_partition(partition: pd.DataFrame, gemms: dict):
     """GEMM rate on the SMs left over its all-SM rate, against SMs given to a copy: idle and running, one line per
     GEMM and state, and dashed the wave count's prediction (`GemmFit.rate_on` at the partition's first shape;
     nothing fitted to these points). A Figure."""
-    from .. import figures
+    from ... import figures
 
     fig, ax = figures.subplots()
     colors = figures.colors_for(list(gemms))
@@ -92,11 +92,11 @@ def draw_partition(partition: pd.DataFrame, gemms: dict):
 
 def draw_curves(frames: dict, measured: pd.DataFrame | None = None):
     """The model's fraction of the overlap bound per schedule against the swept size, one column per pattern, one
-    row per system (`frames`: name → `pkit.experiments.overlap_model.curves` frame); measured points
+    row per system (`frames`: name → `pkit.experiments.overlap.model.curves` frame); measured points
     (`beside_measured` rows) drawn where given. Each schedule drawn as `pkit.figures.line_look` says (its marker
     on every point, so a curve lying on another's still shows), the serial one dashed; one legend, right of the
     panels, naming every schedule drawn. A Figure."""
-    from .. import figures
+    from ... import figures
 
     names = list(frames)
     patterns = list(dict.fromkeys(p for frame in frames.values() for p in frame["pattern"]))
@@ -134,14 +134,14 @@ def draw(bounded: pd.DataFrame, schedules: Sequence[str] | None = None):
     >>> import matplotlib; matplotlib.use("Agg")
     >>> rows = [{"pattern": p, "schedule": s, "gpus": 2, "m": 8192, "k": 8192, "n": n, "time_median_us": t * n / 1024}
     ...         for p in ("ag_gemm", "gemm_rs") for n in (1024, 4096) for s, t in (("serial", 300.0), ("ce_flags", 200.0))]
-    >>> from pkit.experiments.overlap_analysis import with_bounds
+    >>> from pkit.experiments.overlap.analysis import with_bounds
     >>> fig = draw(with_bounds(pd.DataFrame(rows)))
     >>> [t.get_text() for t in fig.legends[0].get_texts()]
     ['serial (NCCL + cuBLAS)', 'copy engine + flags', 'bound: max(T_c, T_l, T_m) + α', 'serial bound: T_c + T_l + α']
     >>> [ax.get_xlabel().split()[0] for ax in fig.axes[2:]], [t.get_text() for t in fig.axes[3].get_xticklabels()]
     (['N_local', 'K_local'], ['4096'])
     """
-    from .. import figures
+    from ... import figures
 
     missing = {"schedule", "time_median_us", "fraction_of_bound", *SHAPE, *TERMS} - set(bounded.columns)
     if missing:

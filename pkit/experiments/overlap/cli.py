@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .overlap_measure import STUDIES, measure, parameters
+from .sweeps import STUDIES, measure, parameters
 
 
 def main(argv=None) -> None:
@@ -15,14 +15,15 @@ def main(argv=None) -> None:
 
     import pkit
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m pkit.experiments.overlap", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("studies", nargs="+", choices=STUDIES)
     parser.add_argument("--gpus", type=int, nargs="+", default=None, help="GPU ids (default: every GPU here)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--record", action="store_true", help="write results/<machine>/overlap_<study>.{csv,json}")
     args = parser.parse_args(argv)
     if args.gpus is None:  # every GPU here: each study says at once what it needs that this machine lacks
-        from ..studies import require_part
+        from ...studies import require_part
 
         for study in args.studies:
             require_part(f"overlap_{study}", prog="python -m pkit.experiments.overlap")

@@ -1,4 +1,4 @@
-"""The emulated overlap points (pkit.experiments.overlap_emulated) beside the overlap model for the same link:
+"""The emulated overlap points (pkit.experiments.overlap.emulated) beside the overlap model for the same link:
 `beside_model` puts each point beside the model's time, the overlap bound and both speedups over serial; `draw`
 draws each schedule's fraction of the bound, the model's curves and the emulated points, one panel per pattern and
 world size, every title saying "one GPU, link emulated at X GB/s".
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import overlap_model as M
+from . import model as M
 
 KEY = ["link_GBps", "gpus", "pattern", "schedule", "inner"]
 
@@ -23,7 +23,7 @@ def title_of(link_GBps: float) -> str:
 
 def beside_model(emulated: pd.DataFrame, gemms: dict, interference: dict, measured: M.Link, gemm=None,
                  hbm=None) -> pd.DataFrame:
-    """Each emulated point (overlap_emulated rows) beside the model for the same link (`overlap_model.emulated_link`
+    """Each emulated point (overlap_emulated rows) beside the model for the same link (`model.emulated_link`
     of `measured` at the point's rate and W; the bound's ceilings `bound_ceilings(link, gemm, hbm)`, recorded where
     given): model_us, error (model / emulated − 1), bound_us, bound_origin, fraction_of_bound (bound / emulated
     time) and model_fraction, speedup_vs_serial (emulated, paired) and model_speedup, and `emulated_as` (the title
@@ -51,7 +51,7 @@ def draw(table: pd.DataFrame):
     """Fraction of the overlap bound against the swept size: the model's curve per schedule (lines) and the emulated
     points (filled where faithful, hollow where the schedule's communication ran on SMs in local HBM), one column per
     pattern, one row per (link, W). A Figure."""
-    from .. import figures
+    from ... import figures
 
     panels = list(table.groupby(["link_GBps", "gpus"]).groups)
     patterns = list(dict.fromkeys(table["pattern"]))

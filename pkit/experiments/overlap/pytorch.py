@@ -5,7 +5,7 @@ all-gather + GEMM (`fused_all_gather_matmul`) and GEMM + reduce-scatter (`fused_
 Run under torchrun, one process per GPU (any number from 2 to 8); rank 0 writes a CSV with
 `pkit.experiments.overlap.sweep`'s columns (the slowest rank's time per repetition); `--inner` is N_local for ag_gemm
 and K_local for gemm_rs:
-    python -m torch.distributed.run --nproc_per_node=$(nvidia-smi -L | wc -l) -m pkit.experiments.torch_overlap \
+    python -m torch.distributed.run --nproc_per_node=$(nvidia-smi -L | wc -l) -m pkit.experiments.overlap.pytorch \
         --out torch.csv --pattern ag_gemm --inner 1024 4096
 `pkit.experiments.overlap.torch_sweep` does this and returns the DataFrame.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..timing import BenchResult
-from .overlap import TORCH_SCHEDULES as SCHEDULES  # noqa: F401 - the names main's rows carry
-from .overlap import bf16_match
-from .collectives.pytorch import init_one_gpu_per_rank, time_samples
+from ...timing import BenchResult
+from . import TORCH_SCHEDULES as SCHEDULES  # noqa: F401 - the names main's rows carry
+from . import bf16_match
+from ..collectives.pytorch import init_one_gpu_per_rank, time_samples
 
 
 def _ag_gemm(m: int, k: int, n_local: int, rank: int, world: int, group_name: str, gen):

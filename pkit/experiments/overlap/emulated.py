@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..ops.collective_ops import bus_bandwidth_factor
-from ..ops.overlap import AllGatherGemm, PartialGemm
-from ..ops.overlap_patterns import PATTERNS
-from . import overlap_model as M
+from ...ops.collective_ops import bus_bandwidth_factor
+from ...ops.overlap import AllGatherGemm, PartialGemm
+from ...ops.overlap_patterns import PATTERNS
+from . import model as M
 
 INNER = M.INNER  # the overlap sweep's N_local (AG+GEMM) and K_local (GEMM+RS/AR)
 WORLD_SIZES = (2, 8)
@@ -56,7 +56,7 @@ def link_rate(link, root=None) -> tuple[float, str]:
     """(GB/s one way, its source) of `link`: 'h200x2' (the copy engine's peer rate recorded on 2×H200,
     results/h200x2-nv18/mechanisms_size_sweep), 'h200x8' (the H200 datasheet's NVLink per GPU, one way), 'pcie'
     (the H200 datasheet's PCIe Gen5, one way), or a rate in GB/s ('given')."""
-    from ..hardware import GPUS, route_ceiling
+    from ...hardware import GPUS, route_ceiling
 
     if isinstance(link, (int, float, np.integer, np.floating)) and not isinstance(link, bool) and link > 0:
         return float(link), "given"
@@ -216,7 +216,7 @@ def _check_gather(op) -> tuple[bool, float]:
     weight."""
     import torch
 
-    from .overlap_checks import bf16_match
+    from .checks import bf16_match
 
     rows = torch.cat([op.shard(q).float() for q in range(op.team.size)])
     return bf16_match(op.out(0), rows @ op.weight(0).float().T, terms=op.k)
@@ -232,7 +232,7 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
 
     Rows: link, link_GBps, link_source, pattern, schedule, comm_sms, gpus, m, k, n, inner, time_median_us,
     time_min_us, time_max_us, speedup_vs_serial, link_bytes (what one rank moves over its link: the schedule's
-    structure, `overlap_model.link_bytes`), hbm_bytes (the HBM traffic those bytes make on a real rank: read where
+    structure, `model.link_bytes`), hbm_bytes (the HBM traffic those bytes make on a real rank: read where
     sent, written where received; the emulated copy makes as much), comm_GBps (the paced copies' rate within the
     call, or for SM-driven communication link_bytes over the time), comm_over_link, faithful (its bytes move by the
     paced copy engine), verified (AG+GEMM rank 0 against float32; None where its output sums stand-ins)."""
@@ -297,9 +297,9 @@ def link_checks(device: int = 0, links: Sequence = ("h200x2",), nbytes: int = CH
     (sm_GBps, sm_over_link)."""
     import cupy as cp
 
-    from .. import results
-    from ..ops.transfers import peer_copy
-    from ..timing import bench
+    from ... import results
+    from ...ops.transfers import peer_copy
+    from ...timing import bench
 
     hbm = float("nan")
     machine = results.machine_slug()
@@ -366,10 +366,10 @@ def main(argv=None) -> None:
     """Measure both experiments on one GPU and print them; --record writes results/<machine>/<experiment>.*."""
     import argparse
 
-    from .. import results
-    from ..studies import require_part
+    from ... import results
+    from ...studies import require_part
 
-    parser = argparse.ArgumentParser(prog="python -m pkit.experiments.overlap_emulated", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pkit.experiments.overlap.emulated", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--links", nargs="+", type=_link_arg, default=["h200x2"],
@@ -393,7 +393,7 @@ def recorded(experiment: str, *, mode: str, machine: str, device: int = 0, links
              world_sizes=WORLD_SIZES, rounds: int = ROUNDS):
     """One of EXPERIMENTS through `pkit.studies.measure_or_replay` (measured on one GPU and recorded, or replayed
     from `machine`); None, after a line saying why, where it is not recorded there."""
-    from ..studies import measure_or_replay
+    from ...studies import measure_or_replay
 
     return measure_or_replay(experiment, lambda: measure(experiment, device, links, world_sizes, rounds), mode=mode,
                              machine=machine,

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..tolerance import bf16_gemm
+from ...tolerance import bf16_gemm
 
 if TYPE_CHECKING:
-    from ..ops.overlap import AllGatherGemm, PartialGemm
+    from ...ops.overlap import AllGatherGemm, PartialGemm
 
 
 def fill(op: AllGatherGemm, seed: int) -> list:

@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..ops.overlap_patterns import PATTERNS
-from ..timing import BenchResult, bench, rotations_past_l2
-from ..tolerance import fp8_as_accurate, fp8_fast_accum_bound
-from .overlap_checks import bf16_match
-from .overlap_measure import DEFAULT_N_LOCALS
+from ...ops.overlap_patterns import PATTERNS
+from ...timing import BenchResult, bench, rotations_past_l2
+from ...tolerance import fp8_as_accurate, fp8_fast_accum_bound
+from .checks import bf16_match
+from .shapes import DEFAULT_N_LOCALS
 
 ROUNDS = 4  # each shape's implementations alternate this many times
 IMPLEMENTATIONS = {"bfloat16": ("pkit_gemm", "pkit_gemm_flags", "cublas"), "float8_e4m3fn": ("pkit_gemm", "cublas")}
@@ -44,7 +44,7 @@ def schedule_shapes(sizes: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: i
     a pattern whose weight is N-sharded runs M × N_local × K over all rows and over `chunk_rows` rows (default
     the schedules' chunk, pkit.ops.overlap.CHUNK_ROWS); a K-sharded one runs M × N × K_local."""
     if chunk_rows is None:
-        from ..ops.overlap import CHUNK_ROWS as chunk_rows
+        from ...ops.overlap import CHUNK_ROWS as chunk_rows
     shapes = []
     for pattern in PATTERNS.values():
         for size in sizes:
@@ -59,8 +59,8 @@ def problem_shapes(size: str = "large", root: Path | None = None) -> list[tuple[
     """(M, N, K) of one rank's GEMM in each problem that names its overlap pattern (META["pattern"]), at `size`
     for each of its world sizes: tokens × out_features/W × in_features where the weight is N-sharded,
     tokens × out_features × in_features/W where it is K-sharded."""
-    from ..harness.problem import load_module
-    from ..harness.problems import default_root
+    from ...harness.problem import load_module
+    from ...harness.problems import default_root
 
     shapes = []
     for path in sorted((Path(root) if root else default_root()).glob("*/problem.py")):
@@ -117,8 +117,8 @@ def _calls(inputs: _Inputs) -> dict:
     """Each implementation of the study for `inputs`' dtype, as a function of one input set."""
     import torch
 
-    from ..gpus import torch_stream
-    from ..ops.gemm import BLOCK_M, gemm
+    from ...gpus import torch_stream
+    from ...ops.gemm import BLOCK_M, gemm
 
     device = inputs.device
     rows_per_flag = 1024 if inputs.m % 1024 == 0 else BLOCK_M
@@ -182,7 +182,7 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
     import torch
 
     import pkit
-    from ..ops.gemm import plan
+    from ...ops.gemm import plan
 
     inputs = _Inputs(m, n, k, dtype, device, seed)
     calls = _calls(inputs)
@@ -253,7 +253,7 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
     import torch
 
     import pkit
-    from ..ops.gemm import SLICE_BYTES, TILE_WIDTHS, Plan, gemm, plan
+    from ...ops.gemm import SLICE_BYTES, TILE_WIDTHS, Plan, gemm, plan
 
     itemsize = 1 if dtype == "float8_e4m3fn" else 2
     inputs = _Inputs(m, n, k, dtype, device, seed)
@@ -290,7 +290,7 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
     ...                                     "split_overhead": [1.0, 3.0]})
     ({'narrow_slice': 0.5, 'unit_overhead': 2.0, 'split_overhead': 3.0}, 1.0)
     """
-    from ..ops.gemm import SLICE_BYTES, Plan, PlanRule
+    from ...ops.gemm import SLICE_BYTES, Plan, PlanRule
 
     grid = grid or RULE_GRID
     shapes = [(key, g.set_index(["block_n", "splits"])["tflops"]) for key, g in
@@ -318,9 +318,9 @@ def write_plan_rule(machine: str = "h200x1") -> Path:
     where it came from, to pkit.ops.gemm.RULE_FILE, which `plan` reads."""
     import json
 
-    from .. import results
-    from ..hardware import GPUS
-    from ..ops.gemm import RULE_FILE
+    from ... import results
+    from ...hardware import GPUS
+    from ...ops.gemm import RULE_FILE
 
     sweep = results.load("overlap_gemm_plans", machine)
     gpu = sweep.provenance["gpus"][0]
@@ -337,6 +337,6 @@ if __name__ == "__main__":
     import sys
 
     if sys.argv[1:2] != ["fit"] or len(sys.argv) > 3:
-        sys.exit("usage: python -m pkit.experiments.overlap_gemm fit [MACHINE]   (fits pkit.ops.gemm's plan rule "
+        sys.exit("usage: python -m pkit.experiments.overlap.gemm fit [MACHINE]   (fits pkit.ops.gemm's plan rule "
                  "to results/MACHINE/overlap_gemm_plans; default h200x1)")
     print(write_plan_rule(*sys.argv[2:]).read_text())

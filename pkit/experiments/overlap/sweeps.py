@@ -1,5 +1,5 @@
 """Measuring the overlap study: the schedules of pkit.ops.overlap timed side by side over shape sweeps, each checked
-against float32 first (`pkit.experiments.overlap_checks`), PyTorch's under torchrun, pkit's GEMM against cuBLAS,
+against float32 first (`pkit.experiments.overlap.checks`), PyTorch's under torchrun, pkit's GEMM against cuBLAS,
 one ce_chunks run's timeline, and each study measured or replayed by name (`STUDIES`).
 
 Patterns, schedules and their option grids come from the registry, `pkit.ops.overlap_patterns`.
@@ -16,13 +16,13 @@ from typing import Sequence
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..ops.overlap_patterns import GEMMS, OPTIONS, PATTERNS
-from ..team import team_devices
-from ..timing import BenchResult, bench
-from .overlap_checks import check, fill, fill_partial
-from .torchrun import gpu_processes, torchrun
-
-DEFAULT_N_LOCALS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+from ...ops.overlap import make
+from ...ops.overlap_patterns import GEMMS, OPTIONS, PATTERNS
+from ...team import team_devices
+from ...timing import BenchResult, bench
+from .checks import check, fill, fill_partial
+from ..torchrun import gpu_processes, torchrun
+from .shapes import DEFAULT_N_LOCALS
 NEEDS = "(one GPU per rank: the serial schedules run NCCL)"  # why the studies of two or more ranks need their GPUs
 
 
@@ -74,7 +74,7 @@ def sweep(team, n_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 8192, k: in
     pattern = PATTERNS["ag_gemm"]
     pairs, rows = variants(schedules or pattern.names, pattern.name, **grids), []
     for n_local in tqdm(n_locals, desc="N_local", leave=False):
-        op = pattern.make(team, m=m, k=k, n_local=int(n_local), chunk_rows=chunk_rows)
+        op = make(pattern, team, m=m, k=k, n_local=int(n_local), chunk_rows=chunk_rows)
         for schedule, options in pairs:
             want = fill(op, seed=len(rows))
             op.run(schedule, **options)
@@ -95,7 +95,7 @@ def sweep_partial(team, k_locals: Sequence[int] = DEFAULT_N_LOCALS, m: int = 819
     pattern = PATTERNS["gemm_rs" if scatter else "gemm_ar"]
     pairs, rows = variants(schedules or pattern.names, pattern.name, **grids), []
     for k_local in tqdm(k_locals, desc="K_local", leave=False):
-        op = pattern.make(team, m=m, k_local=int(k_local), n=n)
+        op = make(pattern, team, m=m, k_local=int(k_local), n=n)
         for schedule, options in pairs:
             want, scales = fill_partial(op, seed=len(rows))
             op.run(schedule, **options)
@@ -116,7 +116,7 @@ def torch_sweep(inner: Sequence[int] = DEFAULT_N_LOCALS, pattern: str = "ag_gemm
     if pattern not in TORCH_PATTERNS:
         raise ValueError(f"pattern: expected one of {list(TORCH_PATTERNS)} (the patterns PyTorch fuses), got "
                          f"{pattern!r}")
-    return torchrun("pkit.experiments.torch_overlap", ["--pattern", pattern, "--shape", m, k, n, "--reps", reps,
+    return torchrun("pkit.experiments.overlap.pytorch", ["--pattern", pattern, "--shape", m, k, n, "--reps", reps,
                                                        "--inner", *inner],
                     nproc=gpu_processes(nproc, NEEDS), timeout_s=timeout_s)
 
@@ -127,7 +127,7 @@ def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows
     Rows: rank, kind ('copy' or 'gemm'), row (first row of the chunk), start_us, end_us, times from the rank's
     first event (events of different GPUs are not compared).
     """
-    op = PATTERNS["ag_gemm"].make(team, m=m, k=k, n_local=n_local, chunk_rows=chunk_rows)
+    op = make(PATTERNS["ag_gemm"], team, m=m, k=k, n_local=n_local, chunk_rows=chunk_rows)
     fill(op, seed=0)
     op.run("ce_chunks")
     events: list = []
@@ -146,14 +146,14 @@ def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows
 
 def measure(study: str, gpus: Sequence[int] | None = None, reps: int = 10) -> pd.DataFrame:
     """One of STUDIES at its default shapes on `gpus` (default: every GPU of this machine): 'gemm' and 'gemm_fp8'
-    (overlap_gemm.gemm_rates in bf16 and FP8, on the first), 'gemm_plans' (overlap_gemm.plan_sweep, on the first), the three patterns' sweeps, PyTorch's two fused schedules (torchrun), or the ce_chunks timeline
+    (gemm.gemm_rates in bf16 and FP8, on the first), 'gemm_plans' (gemm.plan_sweep, on the first), the three patterns' sweeps, PyTorch's two fused schedules (torchrun), or the ce_chunks timeline
     (one rank per GPU, at least two)."""
     import pkit
 
     if study not in STUDIES:
         raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
     if study in GEMM_STUDIES:
-        from .overlap_gemm import gemm_rates, plan_sweep
+        from .gemm import gemm_rates, plan_sweep
 
         device = team_devices(gpus, arg="gpus")[0]
         if study == "gemm_plans":
@@ -186,7 +186,7 @@ def recorded(study: str, *, mode: str, machine: str, gpus: Sequence[int] | None 
     `parameters` the command line records, so studies recorded by `main` and by notebook 05 are
     interchangeable. Returns the `pkit.results.Recorded`, or None after one line saying why where this machine
     cannot measure it (it needs two GPUs) or it is not recorded for `machine`."""
-    from ..studies import measure_or_replay
+    from ...studies import measure_or_replay
 
     if study not in STUDIES:
         raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
@@ -198,8 +198,8 @@ def calibration(experiment: str, measure, *, mode: str, machine: str, calibratio
     """A one-GPU experiment the overlap model is calibrated on (the GEMM gate, the interference study): measured
     here (mode 'measure'), else replayed from `machine` where recorded there, else from `calibration_machine`.
     Returns the `pkit.results.Recorded` (its provenance says which machine), or None after a line saying why."""
-    from .. import results
-    from ..studies import measure_or_replay
+    from ... import results
+    from ...studies import measure_or_replay
 
     if mode != "measure" and not results.is_recorded(experiment, machine):
         machine = calibration_machine

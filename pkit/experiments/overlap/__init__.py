@@ -4,16 +4,16 @@ each checked against float32, beside PyTorch's (torchrun), with the communicatio
 The patterns and schedules are the registry's (`pkit.ops.overlap_patterns`); the study's code lives in these modules,
 whose public names this one gathers:
 
-- `overlap_gemm`: `gemm_rates` (pkit's GEMM against cuBLAS on every shape the schedules and fused problems run, bf16
+- `gemm`: `gemm_rates` (pkit's GEMM against cuBLAS on every shape the schedules and fused problems run, bf16
   and FP8), `plan_sweep` (every plan of pkit's GEMM at those shapes), `study_shapes`;
-- `overlap_measure`: `sweep` (AG+GEMM
+- `measure`: `sweep` (AG+GEMM
   over N_local), `sweep_partial` (GEMM+RS or GEMM+AR over K_local), `torch_sweep`, `timeline` (one ce_chunks run),
   and each study by name: `measure`, `recorded`, `calibration`, `parameters`;
-- `overlap_checks`: fresh inputs with float32 references (`fill`, `fill_partial`) and `bf16_match`, `check`;
-- `overlap_analysis`: the tables notebook 05 shows, `with_bounds` (each row against max(T_c, T_l, T_m) + α and the
-  serial time), `gemm_gate`, `shape_bounds`, `compare`, `timeline_summary`; `overlap_draw`: the figure `draw`
+- `checks`: fresh inputs with float32 references (`fill`, `fill_partial`) and `bf16_match`, `check`;
+- `analysis`: the tables notebook 05 shows, `with_bounds` (each row against max(T_c, T_l, T_m) + α and the
+  serial time), `gemm_gate`, `shape_bounds`, `compare`, `timeline_summary`; `draw`: the figure `draw`
   (its other figures, `draw_gate`, `draw_interference`, `draw_partition`, `draw_curves`, are its own);
-- `overlap_cli`: `python -m pkit.experiments.overlap STUDY... [--record]` measures (and records) from a shell.
+- `cli`: `python -m pkit.experiments.overlap STUDY... [--record]` measures (and records) from a shell.
 
 Example:
     >>> from pkit.experiments import overlap
@@ -24,13 +24,13 @@ Example:
 """
 from __future__ import annotations
 
-from .overlap_analysis import (GEMM_GATE, SHAPE, TERMS, TORCH_SCHEDULES, compare, gemm_gate, shape_bounds,
+from .analysis import (GEMM_GATE, SHAPE, TERMS, TORCH_SCHEDULES, compare, gemm_gate, shape_bounds,
                                timeline_summary, with_bounds)
-from .overlap_checks import bf16_match, check, fill, fill_partial
-from .overlap_cli import main
-from .overlap_draw import draw
-from .overlap_gemm import gemm_rates, plan_sweep, study_shapes
-from .overlap_measure import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, NEEDS, STUDIES, TORCH_PATTERNS, calibration,
+from .checks import bf16_match, check, fill, fill_partial
+from .cli import main
+from .plots import draw
+from .gemm import gemm_rates, plan_sweep, study_shapes
+from .sweeps import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, NEEDS, STUDIES, TORCH_PATTERNS, calibration,
                               measure, parameters, recorded, sweep,
                               sweep_partial, timeline, torch_sweep, variants)
 
@@ -39,6 +39,3 @@ __all__ = ["DEFAULT_N_LOCALS", "GEMM_GATE", "GEMM_IMPLEMENTATIONS", "NEEDS", "SH
            "draw", "fill", "fill_partial", "gemm_gate", "gemm_rates", "main", "measure", "parameters", "plan_sweep", "recorded",
            "shape_bounds", "sweep", "study_shapes", "sweep_partial", "timeline", "timeline_summary", "torch_sweep", "variants",
            "with_bounds"]
-
-if __name__ == "__main__":
-    main()

@@ -53,12 +53,13 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..hardware import GPUS
-from ..ops.collective_ops import bus_bandwidth_factor
-from ..ops.overlap import CHUNK_ROWS
-from ..ops.overlap_patterns import PATTERNS as OVERLAP
-from ..ops.overlap_patterns import gemm_of
-from ..roofline import Ceilings
+from ...hardware import GPUS
+from ...ops.collective_ops import bus_bandwidth_factor
+from ...ops.overlap import CHUNK_ROWS
+from ...ops.overlap_patterns import PATTERNS as OVERLAP
+from ...ops.overlap_patterns import gemm_of
+from ...roofline import Ceilings
+from .shapes import DEFAULT_N_LOCALS
 
 PATTERNS = tuple(OVERLAP)
 ITEMSIZE = 2  # bf16
@@ -136,7 +137,7 @@ class GemmFit:
 
 def waves(m, n, sms: int):
     """Waves of BLOCK_M × BLOCK_N tiles of an M × N output over `sms` SMs, one tile per SM a wave (arrays work)."""
-    from ..ops.gemm import BLOCK_M, BLOCK_N
+    from ...ops.gemm import BLOCK_M, BLOCK_N
 
     if np.any(np.asarray(sms) < 1):
         raise ValueError(f"sms: expected at least 1 SM, got {sms}")
@@ -274,7 +275,7 @@ LINK_RECORDS = ("collectives_pkit_nccl", "mechanisms_sm_sweep", "mechanisms_size
 
 def recorded_link(machine: str, root=None) -> Link:
     """`measured_link` from `machine`'s recorded LINK_RECORDS (under `root`, default pkit.results.results_root())."""
-    from .. import results
+    from ... import results
 
     nccl, sms, sizes = (results.load(e, machine, root=root) for e in LINK_RECORDS)
     return measured_link(nccl.frame, sms.frame, sizes.frame, nccl.provenance)
@@ -339,7 +340,7 @@ def modelled_link(measured: Link, gpus: int, gpu: str = "H200", nvlink_GBps: flo
 
 
 def emulated_link(measured: Link, gpus: int, rate_GBps: float, rate_source: str) -> Link:
-    """A link of `rate_GBps` one way per GPU as one GPU emulates it (pkit.experiments.overlap_emulated): the copy
+    """A link of `rate_GBps` one way per GPU as one GPU emulates it (pkit.experiments.overlap.emulated): the copy
     engine at that rate, SM and TMA transfers at `measured`'s rates scaled alike, the collective of the serial
     schedule its bus bytes (CollectiveOp's bus factor) at that rate, as the emulation moves them. `rate_source`
     says where the rate comes from; it is also the bound's link ceiling."""
@@ -382,7 +383,7 @@ def collective_bytes(pattern: str, m: int, k: int, n: int) -> float:
 
 def link_bytes(pattern: str, schedule: str, m: int, k: int, n: int, gpus: int) -> float:
     """Bytes each GPU moves over its link (one way) in one call of `schedule`, from its structure's `moves`."""
-    from ..ops.gemm import BLOCK_N
+    from ...ops.gemm import BLOCK_N
 
     entry, moves = OVERLAP[pattern], describe(pattern, schedule).structure.moves
     total = collective_bytes(pattern, m, k, n)
@@ -474,15 +475,15 @@ def bound_ceilings(link: Link, gemm=None, hbm=None) -> Ceilings:
 
 def recorded_ceilings(link: Link, machine: str = "h200x1", root=None) -> Ceilings:
     """`bound_ceilings` from `machine`'s recorded overlap_gemm and hierarchy_matrix (each where recorded)."""
-    from .. import results
+    from ... import results
 
     gemm, hbm = (results.load(e, machine, root=root) if results.is_recorded(e, machine, root=root) else None
                  for e in ("overlap_gemm", "hierarchy_matrix"))
     return bound_ceilings(link, gemm, hbm)
 
 
-INNER = (256, 512, 1024, 2048, 4096, 8192, 16384)
-"""The swept sizes of `curves` (the overlap sweep's: pkit.experiments.overlap.DEFAULT_N_LOCALS)."""
+INNER = DEFAULT_N_LOCALS
+"""The swept sizes of `curves`: the overlap sweep's N_local and K_local."""
 
 
 def shape_of(pattern: str, inner: int, gpus: int, m: int = 8192, k: int = 8192, n: int = 8192) -> tuple[int, int, int]:
@@ -498,7 +499,7 @@ def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = I
     ceiling) and the fraction of it each schedule reaches. `gemms`/`interference`: by implementation
     (`calibrate`), each schedule's as its registry entry says. Columns also: bound_term (the bound's largest term)
     and bound_origin (the ceilings' sources)."""
-    from ..roofline import floor
+    from ...roofline import floor
 
     ceilings = ceilings or bound_ceilings(link)
     rows = []
@@ -562,7 +563,7 @@ def scaled_gemm(gemm: GemmFit, gpu: str, measured_on: str = "H200") -> GemmFit:
     """`gemm` (measured on `measured_on`) as modelled on `gpu`: the mainloop at the datasheets' dense bf16 ratio, the
     epilogue at their HBM ratio, the fixed part and the waves as measured (assumed: the same kernel, tiles and
     efficiency on the other GPU)."""
-    from ..hardware import GPUS
+    from ...hardware import GPUS
 
     if gpu not in GPUS:
         raise ValueError(f"gpu: expected one of {list(GPUS)}, got {gpu!r}")
@@ -591,8 +592,8 @@ def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: 
     import importlib.util
     from pathlib import Path
 
-    from ..results import REPO_ROOT
-    from ..roofline import floor
+    from ...results import REPO_ROOT
+    from ...roofline import floor
 
     root = Path(problems_root or REPO_ROOT / "problems")
     rows = []
