@@ -29,12 +29,12 @@ from .diagnose import COPY_CAUSES, RING_UNWRITTEN, UNWRITTEN_WORD, diagnose_copy
 from .magic import load_ipython_extension, register_in_ipython
 from .plots import draw_timeline
 from .records import recorded
-from .runners import BARRIER_CAUSES, LATE_START_NS, OVERLAP_CAUSES, THREADS
+from .runners import BARRIER_CAUSES, LATE_START_NS, OVERLAP_CAUSES, LESSON_THREADS
 from .steps import STEPS, Step, solution
 from .verdict import Verdict
 
 __all__ = ["BARRIER_CAUSES", "COPY_CAUSES", "LATE_START_NS", "OFFLINE_ARCH", "OVERLAP_CAUSES", "RING_UNWRITTEN",
-           "STEPS", "THREADS", "UNWRITTEN_WORD", "Step", "Verdict", "check_addressing", "check_barrier", "check_copy",
+           "STEPS", "LESSON_THREADS", "UNWRITTEN_WORD", "Step", "Verdict", "check_addressing", "check_barrier", "check_copy",
            "check_flag", "check_overlap", "check_ring", "diagnose_copy", "diagnose_flag", "diagnose_ring",
            "draw_timeline", "load_ipython_extension", "recorded", "solution"]
 

@@ -1,5 +1,5 @@
 """What each lesson check runs on a team of GPUs: fresh random inputs, outputs poisoned with NaN, the learner's
-kernels launched on every rank (`THREADS` threads per block), then the outputs diagnosed (`pkit.lesson.diagnose`).
+kernels launched on every rank (`LESSON_THREADS` threads per block), then the outputs diagnosed (`pkit.lesson.diagnose`).
 
 `run_<step>(team, *kernels, ...)` returns a `Verdict`; the steps that race (barrier, ring, overlap) repeat over
 trials and report how many were wrong. Needs GPUs; `unique_inputs` does not.
@@ -21,7 +21,7 @@ from ..compiler import compile
 from .diagnose import UNWRITTEN_WORD, diagnose_copy, diagnose_flag, diagnose_ring
 from .verdict import Verdict
 
-THREADS = 256  # threads per block of every lesson launch
+LESSON_THREADS = 256  # threads per block of every lesson launch
 LATE_START_NS = 1_000_000  # how long check_barrier holds one rank back per trial: far longer than its stores take
 
 
@@ -63,7 +63,7 @@ def run_addressing(team, kernel, n: int = 5000, blocks: int = 8) -> Verdict:
     _put(inp, inputs)
     out.fill(np.nan)
     team.synchronize()
-    team.launch(kernel, (blocks,), (THREADS,), lambda r: (inp.table(r), out[r], np.uint64(n), np.int32(size)))
+    team.launch(kernel, (blocks,), (LESSON_THREADS,), lambda r: (inp.table(r), out[r], np.uint64(n), np.int32(size)))
     team.synchronize()
     return diagnose_copy(_get(out), [np.concatenate(inputs)] * size, inputs=inputs)
 
@@ -75,11 +75,11 @@ def run_copy(team, kernel, n: int = 3 * 8192 + 100, blocks: int = 32) -> Verdict
     _put(inp, inputs)
     out.fill(np.nan)
     team.synchronize()
-    team.launch(kernel, (blocks,), (THREADS,),
+    team.launch(kernel, (blocks,), (LESSON_THREADS,),
                 lambda r: (out.table(r), inp[r], np.uint64(n), np.int32(r), np.int32(size)))
     team.synchronize()
-    grid = (f"the kernel never wrote them — is the grid covering n? ({blocks} blocks × {THREADS} threads = "
-            f"{blocks * THREADS} threads for n = {n}: loop with a grid stride)")
+    grid = (f"the kernel never wrote them — is the grid covering n? ({blocks} blocks × {LESSON_THREADS} threads = "
+            f"{blocks * LESSON_THREADS} threads for n = {n}: loop with a grid stride)")
     return diagnose_copy(_get(out), [inputs[(r - 1) % size] for r in range(size)], inputs=inputs,
                          causes={"unwritten_tail": grid})
 
@@ -90,9 +90,9 @@ def run_flag(team, produce, consume, rounds: int, n: int = 4096) -> Verdict:
     data, flag, ack = team.zeros((n,), "uint32"), team.zeros((1,), "uint32"), team.zeros((1,), "uint32")
     seen = team.empty((rounds * n,), "uint32").fill(np.uint32(UNWRITTEN_WORD))
     team.synchronize()
-    produce((1,), (THREADS,), (np.uint64(data.addresses[0][1]), np.uint64(flag.addresses[0][1]), ack[0], np.uint64(n),
+    produce((1,), (LESSON_THREADS,), (np.uint64(data.addresses[0][1]), np.uint64(flag.addresses[0][1]), ack[0], np.uint64(n),
                                np.uint32(rounds)), device=team.devices[0], stream=team.stream(0))
-    consume((1,), (THREADS,), (data[1], flag[1], np.uint64(ack.addresses[1][0]), seen[1], np.uint64(n),
+    consume((1,), (LESSON_THREADS,), (data[1], flag[1], np.uint64(ack.addresses[1][0]), seen[1], np.uint64(n),
                                np.uint32(rounds)), device=team.devices[1], stream=team.stream(1))
     team.synchronize()
     return diagnose_flag(cp.asnumpy(seen[1]).reshape(rounds, n))
@@ -117,7 +117,7 @@ def run_barrier(team, kernel, trials: int, n: int = 1 << 16) -> Verdict:
         team.synchronize()
         held = t % size
         late((1,), (1,), (np.uint64(LATE_START_NS),), device=team.devices[held], stream=team.stream(held))
-        team.launch(kernel, (1,), (THREADS,), lambda r: (box.table(r), flags.table(r), inp[r], out[r], np.uint64(n),
+        team.launch(kernel, (1,), (LESSON_THREADS,), lambda r: (box.table(r), flags.table(r), inp[r], out[r], np.uint64(n),
                                                          np.uint32(t + 1), np.int32(r), np.int32(size)))
         team.synchronize()
         return diagnose_copy(_get(out), [np.concatenate(inputs)] * size, inputs=inputs, causes=BARRIER_CAUSES)
@@ -136,7 +136,7 @@ def run_ring(team, kernel, trials: int, chunk: int = 5000) -> Verdict:
         out.fill(np.nan)
         team.synchronize()
         for step in range(2 * (size - 1)):
-            team.launch(kernel, (1,), (THREADS,), lambda r, step=step: (inp.table(r), out.table(r), flags.table(r),
+            team.launch(kernel, (1,), (LESSON_THREADS,), lambda r, step=step: (inp.table(r), out.table(r), flags.table(r),
                                                                         np.uint64(chunk), np.int32(step), np.int32(r),
                                                                         np.int32(size)))
         team.synchronize()
@@ -168,10 +168,10 @@ def run_overlap(team, consume, trials: int, chunks: int = 16, chunk: int = 1 << 
         team.synchronize()
         for r in range(size):  # senders first, on side streams: a receiver never waits on work queued behind it
             nxt = (r + 1) % size
-            send((1,), (THREADS,), (np.uint64(rows.addresses[r][nxt]), x[r], np.uint64(ready.addresses[r][nxt]),
+            send((1,), (LESSON_THREADS,), (np.uint64(rows.addresses[r][nxt]), x[r], np.uint64(ready.addresses[r][nxt]),
                                     np.uint64(chunk), np.int32(chunks), np.uint32(t + 1)),
                  device=team.devices[r], stream=side[r])
-        team.launch(consume, (chunks,), (THREADS,), lambda r: (rows[r], ready[r], out[r], np.uint64(chunk),
+        team.launch(consume, (chunks,), (LESSON_THREADS,), lambda r: (rows[r], ready[r], out[r], np.uint64(chunk),
                                                                np.uint32(t + 1)))
         team.synchronize()
         want = [2 * inputs[(r - 1) % size] for r in range(size)]

@@ -38,7 +38,7 @@ BLOCK_M, BLOCK_K = 128, 64  # rows of a tile of C; bf16 elements of a K slice (1
 TILE_WIDTHS = (256, 128)  # columns of a tile of C (gemm.cu's BN), widest first
 BLOCK_N = TILE_WIDTHS[0]
 MAX_SPLITS = 16  # the most units one tile's K is cut into
-THREADS = 384  # a producer warpgroup and two consumer warpgroups
+GEMM_THREADS = 384  # a producer warpgroup and two consumer warpgroups
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
 _SMEM_LIMIT = 232448  # gemm.cu kSmemLimit: the most dynamic shared memory a Hopper block may have (227 KiB)
 _SMEM_EXTRA = 2 * 2 * 64 * 64 * 2 + 1024 + 256  # gemm.cu Shape::kExtraBytes: two outboxes, alignment, mbarriers
@@ -338,7 +338,7 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)
     row_elements = SLICE_BYTES // a.element_size()
-    _kernel(how.block_n, dtype)((min(tiles * how.splits, blocks or sms),), (THREADS,),
+    _kernel(how.block_n, dtype)((min(tiles * how.splits, blocks or sms),), (GEMM_THREADS,),
                                 (a_sources(((a.data_ptr(), m),), k, itemsize=a.element_size()) if a_from is None
                                  else a_from,
                                  tensor_map(b, how.block_n, row_elements), np.int32(m), np.int32(n), np.int32(k), rows,
