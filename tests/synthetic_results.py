@@ -131,7 +131,7 @@ def _elapsed_ms(start, end):
 
 
 def record_overlap(monkeypatch, rng, gpus=(0, 1), reps=10) -> None:
-    """Every study of `pkit.experiments.overlap` recorded by its command line (`main([...STUDIES, '--record'])`)
+    """Every study of `pkit.experiments.overlap` recorded by its command line (`main([...MEASUREMENTS, '--record'])`)
     under $PKIT_RESULTS/MACHINE, with the GPU work replaced by stand-ins (the op classes the registry's patterns
     make, and what overlap_measure calls)."""
     import cupy
@@ -154,7 +154,7 @@ def record_overlap(monkeypatch, rng, gpus=(0, 1), reps=10) -> None:
     monkeypatch.setattr(overlap_gemm, "_plans_of_shape", plans)
     monkeypatch.setattr(overlap_measure, "torchrun", _torchrun(rng))
     monkeypatch.setattr(cupy.cuda, "get_elapsed_time", _elapsed_ms)
-    overlap.main([*overlap.STUDIES, "--gpus", *map(str, gpus), "--reps", str(reps), "--record"])
+    overlap.main([*overlap.MEASUREMENTS, "--gpus", *map(str, gpus), "--reps", str(reps), "--record"])
 
 
 def _raw_ceilings(rng):

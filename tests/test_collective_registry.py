@@ -14,7 +14,7 @@ from pkit.compiler import KERNEL_DIR
 from pkit.experiments import collectives as experiment
 from pkit.experiments.collectives import pytorch as torch_collectives
 from pkit.ops import baselines, collective_ops as R, collectives as C
-from pkit.widgets import COLLECTIVES as PATTERNS
+from pkit.widgets import ROOFLINE_COLLECTIVES
 
 ROOT = KERNEL_DIR.parents[1]
 ENTRIES = list(R.COLLECTIVES.values())
@@ -135,10 +135,10 @@ def test_every_place_exposes_exactly_the_registry_s_ops():
     assert {n for n in names if hasattr(baselines.NcclCollectives, n)} == {n for n in names if baselines.runs(n)}
     assert set(torch_collectives.OPS) == {n for n, e in R.COLLECTIVES.items() if e.torch}
     assert experiment.OPS == tuple(R.COLLECTIVES) and C.COLLECTIVES is R.COLLECTIVES
-    assert set(PATTERNS) == {"send", *names}
+    assert set(ROOFLINE_COLLECTIVES) == {"send", *names}
     for name, entry in R.COLLECTIVES.items():
-        assert [PATTERNS[name][0](n) for n in range(1, 9)] == [entry.bus_factor(n) for n in range(1, 9)]
-        assert PATTERNS[name][1] == entry.traffic
+        assert [ROOFLINE_COLLECTIVES[name][0](n) for n in range(1, 9)] == [entry.bus_factor(n) for n in range(1, 9)]
+        assert ROOFLINE_COLLECTIVES[name][1] == entry.traffic
 
 
 def test_docs_give_the_recipe_with_its_files():

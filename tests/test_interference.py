@@ -94,9 +94,9 @@ def test_schedules_stay_above_the_bound_and_those_taking_no_sms_beat_serial(two_
     quiet = {g: M.Interference(0.05, 0.01) for g in gemms}
     for link in (two_gpu_link, M.modelled_link(two_gpu_link, 8)):
         curves = M.curves(link, gemms, quiet, inner=(1024, 4096))
-        assert set(curves["pattern"]) == set(M.PATTERNS)
-        for pattern in M.PATTERNS:
-            assert set(curves.loc[curves["pattern"] == pattern, "schedule"]) == set(M.OVERLAP[pattern].names)
+        assert set(curves["pattern"]) == set(M.PATTERN_NAMES)
+        for pattern in M.PATTERN_NAMES:
+            assert set(curves.loc[curves["pattern"] == pattern, "schedule"]) == set(M.PATTERNS[pattern].names)
         assert (curves["fraction_of_bound"] <= 1.0 + 1e-9).all()
         serial = curves[curves["schedule"] == "serial"].set_index(["pattern", "inner"])["time_us"]
         gains = (curves["schedule"] == "ce_flags") | ((curves["schedule"] == "tma_pull") & (curves["inner"] <= 256))

@@ -69,7 +69,7 @@ def test_the_emulated_study_runs_on_a_tiny_shape(monkeypatch):
                         (m, k, inner) if E.PATTERNS[pattern].flow == "in" else (m, inner * gpus, n))
     frame = E.emulated(links=(200.0,), world_sizes=(2,), inner=(256,), rounds=2)
     print(frame.round(3).to_string())
-    for pattern in E.M.PATTERNS:
+    for pattern in E.M.PATTERN_NAMES:
         assert list(frame.loc[frame["pattern"] == pattern, "schedule"]) == list(E.PATTERNS[pattern].names)
     gather = frame[frame["pattern"] == "ag_gemm"]
     assert gather["verified"].all() and (frame["time_median_us"] > 0).all()

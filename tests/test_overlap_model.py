@@ -26,7 +26,7 @@ def two():
 
 def test_each_pattern_is_modelled_with_its_own_schedules(two, fits):
     frame = M.curves(two, *fits, inner=(256, 4096))
-    for pattern in M.PATTERNS:
+    for pattern in M.PATTERN_NAMES:
         assert tuple(frame.loc[frame["pattern"] == pattern, "schedule"].unique()) == PATTERNS[pattern].names
     for pattern in ("gemm_rs", "gemm_ar"):
         assert "tma_add" in set(frame.loc[frame["pattern"] == pattern, "schedule"])
@@ -52,7 +52,7 @@ def test_an_undescribable_schedule_is_refused_not_drawn(monkeypatch, two, fits):
 
 def test_the_bus_factor_is_collective_ops(monkeypatch):
     for gpus in (2, 4, 8):
-        for pattern in M.PATTERNS:
+        for pattern in M.PATTERN_NAMES:
             op = PATTERNS[pattern].nccl_op
             total = M.collective_bytes(pattern, 8192, 1024 * gpus, 8192)
             assert M.link_bytes(pattern, "serial", 8192, 1024 * gpus, 8192, gpus) == pytest.approx(

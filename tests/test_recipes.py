@@ -109,14 +109,17 @@ def test_add_a_collective(repo):
         f.write("\n// out[i] = in[i] on every rank (a stand-in op).\n__global__ void keep_own(const SMCall c) {\n"
                 "  c.barrier(PKIT_SITE);\n  pkit::copy16_grid(c.outputs().local(), c.inputs().local(), c.n16);\n"
                 "  c.barrier(PKIT_SITE);\n}\n")
+    _insert(root / "pkit/ops/collectives.py", "    @staticmethod\n    def _whole_packs(",
+            '    def keep_own(self, out, inp, mechanism: str = "auto") -> None:\n'
+            '        """A stand-in op."""\n        self._collective(collective("keep_own"), out, inp, mechanism)\n\n')
     _changed_only_as_named(root, before, _recipe("Add a collective"))
     out = _run(root, """
         from pkit.compiler import compile_cubin
         from pkit.experiments.collectives import OPS
         from pkit.ops.collectives import COLLECTIVES, SM_KERNELS, Collectives
-        from pkit.widgets import COLLECTIVES as PATTERNS
+        from pkit.widgets import ROOFLINE_COLLECTIVES
 
-        assert "keep_own" in COLLECTIVES and "keep_own" in OPS and "keep_own" in PATTERNS
+        assert "keep_own" in COLLECTIVES and "keep_own" in OPS and "keep_own" in ROOFLINE_COLLECTIVES
         assert Collectives.keep_own.__name__ == "keep_own" and "keep_own" in SM_KERNELS
         module = compile_cubin("collectives.cu", arch="sm_90a", name_expressions=["keep_own"])
         assert module.lowered["keep_own"]

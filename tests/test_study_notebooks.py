@@ -94,7 +94,7 @@ def test_overlap_notebook_replays_what_the_command_line_records(roots, monkeypat
     parameters, so a study recorded by `python -m pkit.experiments.overlap ... --record` replays in the notebook."""
     path = notebooks.NOTEBOOK_DIR / "05_overlap.ipynb"
     assert sorted(notebooks.study_of(path).experiments) == sorted(
-        [f"overlap_{s}" for s in overlap.STUDIES] + [f"interference_{p}" for p in interference.PARTS]
+        [f"overlap_{s}" for s in overlap.MEASUREMENTS] + [f"interference_{p}" for p in interference.PARTS]
         + list(overlap_emulated.EXPERIMENTS))
     cell = next(c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
     defaults = {t.id: ast.literal_eval(node.value) for node in ast.parse(cell.source).body

@@ -24,7 +24,7 @@ EXAMPLE = ROOT / "results" / "cpu" / "llm_eval_example.jsonl"
                                                    ("reduce_scatter", 2, 0.5), ("all_reduce", 8, 1.75),
                                                    ("all_to_all", 8, 0.875)])
 def test_collective_link_factors(collective, n, factor):
-    assert W.COLLECTIVES[collective][0](n) == pytest.approx(factor)
+    assert W.ROOFLINE_COLLECTIVES[collective][0](n) == pytest.approx(factor)
     p = W.roofline_point("H100", world_size=n, message_bytes=1 << 30, flops=0, collective=collective)
     assert p["cost"]["link_bytes"] == pytest.approx(factor * 2**30)
     assert p["link_s"] == pytest.approx(factor * 2**30 / (GPUS["H100"].nvlink_gbps_bidir / 2 * 1e9))

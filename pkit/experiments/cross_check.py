@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-TESTCASES = ("device_local_copy", "host_to_device_memcpy_ce")
+CHECKED_TESTCASES = ("device_local_copy", "host_to_device_memcpy_ce")
 """The matrix testcases the torch measurement repeats (GB/s of what each counts: read + write, one direction)."""
 
 
@@ -44,8 +44,8 @@ def _torch_GBps(torch, copy: Callable, counted_bytes: int, reps: int, warmup: in
 
 
 def torch_rates(device: int = 0, nbytes: int = 512 << 20, reps: int = 20, warmup: int = 3) -> dict[str, float]:
-    """GB/s of torch's `copy_` on GPU `device` for each of TESTCASES: a device-to-device copy of `nbytes` within
-    the GPU (read + write counted) and a non-blocking copy from pinned host memory (one direction)."""
+    """GB/s of torch's `copy_` on GPU `device` for each of CHECKED_TESTCASES: a device-to-device copy of `nbytes`
+    within the GPU (read + write counted) and a non-blocking copy from pinned host memory (one direction)."""
     import torch
 
     if not torch.cuda.is_available() or device >= torch.cuda.device_count():
@@ -60,8 +60,8 @@ def torch_rates(device: int = 0, nbytes: int = 512 << 20, reps: int = 20, warmup
 
 
 def compare(matrix: pd.DataFrame, torch_GBps: dict[str, float], device: int = 0) -> pd.DataFrame:
-    """The matrix's TESTCASES rows on GPU `device` (largest size) beside `torch_GBps` (testcase → GB/s): columns
-    testcase, src, dst, bytes, pkit_GBps, torch_GBps, ratio (pkit over torch)."""
+    """The matrix's CHECKED_TESTCASES rows on GPU `device` (largest size) beside `torch_GBps` (testcase → GB/s):
+    columns testcase, src, dst, bytes, pkit_GBps, torch_GBps, ratio (pkit over torch)."""
     missing = {"testcase", "src", "dst", "bytes", "bandwidth_GBps"} - set(matrix.columns)
     if missing:
         raise ValueError(f"matrix: missing columns {sorted(missing)}")
@@ -82,7 +82,7 @@ def cross_check(matrix: pd.DataFrame, device: int = 0, reps: int = 20, warmup: i
     Example:
         >>> cross_check(hierarchy.bandwidth_matrix([0]))                                   # doctest: +SKIP
     """
-    sized = matrix[matrix["testcase"].isin(TESTCASES)]
+    sized = matrix[matrix["testcase"].isin(CHECKED_TESTCASES)]
     if sized.empty:
-        raise ValueError(f"matrix: expected rows of {list(TESTCASES)}")
+        raise ValueError(f"matrix: expected rows of {list(CHECKED_TESTCASES)}")
     return compare(matrix, torch_rates(device, int(sized["bytes"].max()), reps, warmup), device)

@@ -42,9 +42,9 @@ def _add_eval(subparsers) -> None:
                                            "writes one JSON line per (problem, solution, sample).")
     _problem_source_args(ev)
     ev.add_argument("--solutions", type=Path, default=None,
-                    help="folder of candidates (layouts in docs/harness.md) or one candidate file (its problem from its "
-                         "path, or the one problem of --problems); default: the problems root, i.e. the "
-                         "shipped problems/*/solutions/*.py; required with --pkb-root")
+                    help="folder of candidates (layouts in docs/harness.md) or one candidate file (its problem from "
+                         "its path, or the one problem of --problems); default: the problems root, i.e. the shipped "
+                         "problems/*/solutions/*.py; required with --pkb-root")
     ev.add_argument("--reference-as-candidate", action="store_true",
                     help="also evaluate each selected problem's own reference as a candidate")
     ev.add_argument("--model", default=None, help="model name for candidates whose path names none")

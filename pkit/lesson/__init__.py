@@ -34,7 +34,8 @@ from .steps import STEPS, Step, solution
 from .verdict import Verdict
 
 __all__ = ["BARRIER_CAUSES", "COPY_CAUSES", "LATE_START_NS", "OFFLINE_ARCH", "OVERLAP_CAUSES", "RING_UNWRITTEN",
-           "STEPS", "LESSON_THREADS", "UNWRITTEN_WORD", "Step", "Verdict", "check_addressing", "check_barrier", "check_copy",
+           "STEPS", "LESSON_THREADS",
+           "UNWRITTEN_WORD", "Step", "Verdict", "check_addressing", "check_barrier", "check_copy",
            "check_flag", "check_overlap", "check_ring", "diagnose_copy", "diagnose_flag", "diagnose_ring",
            "draw_timeline", "load_ipython_extension", "recorded", "solution"]
 

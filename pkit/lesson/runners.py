@@ -1,5 +1,6 @@
 """What each lesson check runs on a team of GPUs: fresh random inputs, outputs poisoned with NaN, the learner's
-kernels launched on every rank (`LESSON_THREADS` threads per block), then the outputs diagnosed (`pkit.lesson.diagnose`).
+kernels launched on every rank (`LESSON_THREADS` threads per block), then the outputs diagnosed
+(`pkit.lesson.diagnose`).
 
 `run_<step>(team, *kernels, ...)` returns a `Verdict`; the steps that race (barrier, ring, overlap) repeat over
 trials and report how many were wrong. Needs GPUs; `unique_inputs` does not.
@@ -90,10 +91,10 @@ def run_flag(team, produce, consume, rounds: int, n: int = 4096) -> Verdict:
     data, flag, ack = team.zeros((n,), "uint32"), team.zeros((1,), "uint32"), team.zeros((1,), "uint32")
     seen = team.empty((rounds * n,), "uint32").fill(np.uint32(UNWRITTEN_WORD))
     team.synchronize()
-    produce((1,), (LESSON_THREADS,), (np.uint64(data.addresses[0][1]), np.uint64(flag.addresses[0][1]), ack[0], np.uint64(n),
-                               np.uint32(rounds)), device=team.devices[0], stream=team.stream(0))
+    produce((1,), (LESSON_THREADS,), (np.uint64(data.addresses[0][1]), np.uint64(flag.addresses[0][1]), ack[0],
+                                      np.uint64(n), np.uint32(rounds)), device=team.devices[0], stream=team.stream(0))
     consume((1,), (LESSON_THREADS,), (data[1], flag[1], np.uint64(ack.addresses[1][0]), seen[1], np.uint64(n),
-                               np.uint32(rounds)), device=team.devices[1], stream=team.stream(1))
+                                      np.uint32(rounds)), device=team.devices[1], stream=team.stream(1))
     team.synchronize()
     return diagnose_flag(cp.asnumpy(seen[1]).reshape(rounds, n))
 
@@ -117,8 +118,9 @@ def run_barrier(team, kernel, trials: int, n: int = 1 << 16) -> Verdict:
         team.synchronize()
         held = t % size
         late((1,), (1,), (np.uint64(LATE_START_NS),), device=team.devices[held], stream=team.stream(held))
-        team.launch(kernel, (1,), (LESSON_THREADS,), lambda r: (box.table(r), flags.table(r), inp[r], out[r], np.uint64(n),
-                                                         np.uint32(t + 1), np.int32(r), np.int32(size)))
+        team.launch(kernel, (1,), (LESSON_THREADS,), lambda r: (box.table(r), flags.table(r), inp[r], out[r],
+                                                                np.uint64(n), np.uint32(t + 1), np.int32(r),
+                                                                np.int32(size)))
         team.synchronize()
         return diagnose_copy(_get(out), [np.concatenate(inputs)] * size, inputs=inputs, causes=BARRIER_CAUSES)
 
@@ -136,9 +138,9 @@ def run_ring(team, kernel, trials: int, chunk: int = 5000) -> Verdict:
         out.fill(np.nan)
         team.synchronize()
         for step in range(2 * (size - 1)):
-            team.launch(kernel, (1,), (LESSON_THREADS,), lambda r, step=step: (inp.table(r), out.table(r), flags.table(r),
-                                                                        np.uint64(chunk), np.int32(step), np.int32(r),
-                                                                        np.int32(size)))
+            team.launch(kernel, (1,), (LESSON_THREADS,),
+                        lambda r, step=step: (inp.table(r), out.table(r), flags.table(r), np.uint64(chunk),
+                                              np.int32(step), np.int32(r), np.int32(size)))
         team.synchronize()
         return diagnose_ring(_get(out), inputs)
 

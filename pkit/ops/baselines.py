@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .collective_ops import COLLECTIVES, CollectiveOp, collective
+from .collective_ops import COLLECTIVES, collective
 
 # ncclDataType_t and ncclRedOp_t values from nccl.h
 NCCL_DTYPE = {"float32": 7, "bfloat16": 9, "uint8": 1, "int32": 2, "uint32": 3}
@@ -49,6 +49,30 @@ class NcclCollectives:
         entry = collective(op)
         root = entry.root(root, self.team.size)
         NCCL_CALLS[entry.nccl](self, out, inp, *(() if root is None else (root,)))
+
+    def all_reduce(self, out, inp) -> None:
+        """NCCL's all-reduce (`run`)."""
+        self.run("all_reduce", out, inp)
+
+    def all_gather(self, out, inp) -> None:
+        """NCCL's all-gather (`run`)."""
+        self.run("all_gather", out, inp)
+
+    def reduce_scatter(self, out, inp) -> None:
+        """NCCL's reduce-scatter (`run`)."""
+        self.run("reduce_scatter", out, inp)
+
+    def all_to_all(self, out, inp) -> None:
+        """NCCL's all-to-all as grouped sends and receives (`run`)."""
+        self.run("all_to_all", out, inp)
+
+    def broadcast(self, out, inp, root: int = 0) -> None:
+        """NCCL's broadcast from rank `root` (`run`)."""
+        self.run("broadcast", out, inp, root)
+
+    def reduce(self, out, inp, root: int = 0) -> None:
+        """NCCL's reduce into rank `root` (`run`)."""
+        self.run("reduce", out, inp, root)
 
     def _each(self, call) -> None:
         import cupy as cp
@@ -118,22 +142,3 @@ def _reduce(nccl: NcclCollectives, out, inp, root: int) -> None:
 NCCL_CALLS = {"allReduce": _all_reduce, "allGather": _all_gather, "reduceScatter": _reduce_scatter,
               "send/recv": _send_recv, "broadcast": _broadcast, "reduce": _reduce}
 """call(nccl, out, inp), with the root after them for a rooted op's call."""
-
-
-def _method(entry: CollectiveOp):
-    """NcclCollectives.<op>(out, inp), with `root=0` for a rooted op: `run` of a registered op."""
-    def call(self, out, inp) -> None:
-        self.run(entry.name, out, inp)
-
-    def rooted(self, out, inp, root: int = 0) -> None:
-        self.run(entry.name, out, inp, root)
-
-    method = rooted if entry.rooted else call
-    method.__name__ = method.__qualname__ = entry.name
-    method.__doc__ = f"{entry.description}, by NCCL's {entry.nccl} (`run`)."
-    return method
-
-
-for _entry in COLLECTIVES.values():
-    if runs(_entry.name):
-        setattr(NcclCollectives, _entry.name, _method(_entry))

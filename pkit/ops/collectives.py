@@ -48,7 +48,7 @@ from ..compiler import Kernel
 from ..kernel_args import KernelArgs
 from ..launch import THREADS
 from ..team import _BARRIER_BLOCKS
-from .collective_ops import LL_MAX_BYTES, REDUCIBLE, ROOTED, CollectiveOp, choose, collective, fits, kernel_names
+from .collective_ops import LL_MAX_BYTES, REDUCIBLE, CollectiveOp, choose, collective, fits, kernel_names
 # The registry's other names, which callers import from here (pkit.ops.overlap, pkit.lesson, the cli, scripts):
 from .collective_ops import (COLLECTIVES, MECHANISMS, bandwidths, bus_bandwidth_factor,  # noqa: F401
                              list_collectives, listing, lookup, per_peer_bytes)
@@ -171,7 +171,7 @@ class Collectives:
         if dtype is not None and array.dtype != dtype:
             raise ValueError(f"{arg}: expected dtype {dtype}, got {array.dtype}")
 
-    def _share(self, arg: str, array, total: int) -> int:
+    def _share_bytes(self, arg: str, array, total: int) -> int:
         """Bytes of one rank's share, checked to split evenly into 16-byte packs."""
         size = self.team.size
         item = array.storage_dtype.itemsize
@@ -198,7 +198,7 @@ class Collectives:
         self._check(checked_arg, checked, total, given.dtype)
         ctype = self._ctype(inp) if entry.reduces else None
         if entry.input_by_rank or entry.output_by_rank:
-            nbytes = self._share(*(("inp", inp) if entry.input_by_rank else ("out", out)), total)
+            nbytes = self._share_bytes(*(("inp", inp) if entry.input_by_rank else ("out", out)), total)
         else:
             nbytes = self._whole_packs(total * inp.storage_dtype.itemsize)
         chosen = self._mechanism(entry.name, nbytes, mechanism)
@@ -248,7 +248,7 @@ class Collectives:
         if chosen == "ce":
             engines = self._copy_engines  # first: it refuses one process per GPU
             split = not (algorithm == "one_shot" or (algorithm == "auto" and self.team.size == 2))
-            piece = self._share("inp", inp, total) if split else self._whole_packs(nbytes)
+            piece = self._share_bytes("inp", inp, total) if split else self._whole_packs(nbytes)
             return self._ce_reduce(engines, out, inp, piece, ctype, split, split)
         self._whole_packs(nbytes)
         if chosen == "ll":
@@ -256,8 +256,30 @@ class Collectives:
         if algorithm == "auto":
             splits = total % self.team.size == 0 and (total // self.team.size * item) % 16 == 0
             algorithm = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or not splits else "two_shot"
-        n16 = (nbytes if algorithm == "one_shot" else self._share("inp", inp, total)) // 16
+        n16 = (nbytes if algorithm == "one_shot" else self._share_bytes("inp", inp, total)) // 16
         self._launch(entry.kernel("sm", ctype, algorithm), inp, out, n16)
+
+    def all_gather(self, out, inp, mechanism: str = "auto") -> None:
+        """The registry's all_gather (`COLLECTIVES`, `run`); `mechanism`: one of its mechanisms or 'auto'."""
+        self._collective(collective("all_gather"), out, inp, mechanism)
+
+    def reduce_scatter(self, out, inp, mechanism: str = "auto") -> None:
+        """The registry's reduce_scatter (`COLLECTIVES`, `run`); `mechanism`: one of its mechanisms or 'auto'."""
+        self._collective(collective("reduce_scatter"), out, inp, mechanism)
+
+    def all_to_all(self, out, inp, mechanism: str = "auto") -> None:
+        """The registry's all_to_all (`COLLECTIVES`, `run`); `mechanism`: one of its mechanisms or 'auto'."""
+        self._collective(collective("all_to_all"), out, inp, mechanism)
+
+    def broadcast(self, out, inp, root: int = 0, mechanism: str = "auto") -> None:
+        """The registry's broadcast (`COLLECTIVES`, `run`) from rank `root`; `mechanism`: one of its mechanisms or
+        'auto'."""
+        self._collective(collective("broadcast"), out, inp, mechanism, root)
+
+    def reduce(self, out, inp, root: int = 0, mechanism: str = "auto") -> None:
+        """The registry's reduce (`COLLECTIVES`, `run`) into rank `root`; `mechanism`: one of its mechanisms or
+        'auto'."""
+        self._collective(collective("reduce"), out, inp, mechanism, root)
 
     @staticmethod
     def _whole_packs(nbytes: int) -> int:
@@ -275,25 +297,6 @@ class Collectives:
             return getattr(self, op)(out, inp, **options)
         self._collective(entry, out, inp, **options)
 
-
-def _method(entry: CollectiveOp):
-    """Collectives.<op>(out, inp, mechanism="auto"), with `root=0` for a rooted op: `run` of a registered op."""
-    def call(self, out, inp, mechanism: str = "auto") -> None:
-        self._collective(entry, out, inp, mechanism)
-
-    def rooted(self, out, inp, root: int = 0, mechanism: str = "auto") -> None:
-        self._collective(entry, out, inp, mechanism, root)
-
-    method = rooted if entry.rooted else call
-    method.__name__ = method.__qualname__ = entry.name
-    method.__doc__ = (f"{entry.description} (`Collectives.run`; `mechanism`: one of {entry.mechanisms} or 'auto'"
-                      + (f"; `root`: a rank, {ROOTED[entry.rooted]}" if entry.rooted else "") + ").")
-    return method
-
-
-for _entry in COLLECTIVES.values():
-    if not hasattr(Collectives, _entry.name):
-        setattr(Collectives, _entry.name, _method(_entry))
 
 # The kernels of collectives.cu and ll_collectives.cu (NVRTC name expressions: the registry's, and the copy
 # engine's reduce_staged), and their argument structs: each mirrors the C++ struct of the same name field by

@@ -10,7 +10,7 @@ work anywhere. One module per explorer, the pieces they share in `common`:
 - `transfer_explorer(machine)` (transfers.py): `transfer_frame(machine)` gathers the recorded transfer results and
   `transfer_lookup(frame, mechanisms, nbytes, sms)` reads bandwidth and time at the nearest recorded point;
 - `overlap_explorer()` (overlap.py): `overlap_view(overlap_inputs(), link_GBps, pattern, inner, gpus)`, the overlap
-  model's curves for a link of any rate and the nearest emulated points (pkit.experiments.overlap_emulated);
+  model's curves for a link of any rate and the nearest emulated points (pkit.experiments.overlap.emulated);
 - `eval_browser(paths)` (evals.py): `load_records`, `eval_table`, `filter_table` and `record_detail` over
   `pkit eval` JSONL files (docs/harness.md).
 
@@ -31,12 +31,12 @@ Example:
 """
 from .evals import ALL, FAILED, detail_html, eval_browser, eval_table, filter_table, load_records, record_detail
 from .overlap import overlap_explorer, overlap_figure, overlap_html, overlap_inputs, overlap_view
-from .roofline import (COLLECTIVES, ROOFLINE_TERMS, roofline_explorer, roofline_figure, roofline_html,
+from .roofline import (ROOFLINE_COLLECTIVES, ROOFLINE_TERMS, roofline_explorer, roofline_figure, roofline_html,
                        roofline_point)
 from .transfers import (KERNEL_SETS, TRANSFER_STUDIES, transfer_explorer, transfer_figure, transfer_frame,
                         transfer_html, transfer_lookup)
 
-__all__ = ["ALL", "COLLECTIVES", "FAILED", "KERNEL_SETS", "ROOFLINE_TERMS", "TRANSFER_STUDIES", "detail_html",
+__all__ = ["ALL", "ROOFLINE_COLLECTIVES", "FAILED", "KERNEL_SETS", "ROOFLINE_TERMS", "TRANSFER_STUDIES", "detail_html",
            "eval_browser", "eval_table", "filter_table", "load_records", "overlap_explorer", "overlap_figure",
            "overlap_html", "overlap_inputs", "overlap_view", "record_detail", "roofline_explorer",
            "roofline_figure", "roofline_html", "roofline_point", "transfer_explorer", "transfer_figure",

@@ -49,8 +49,8 @@ def overlap_view(inputs: dict, link_GBps: float, pattern: str, inner: int, gpus:
     ceilings recorded where they are): `curves` (every schedule of `pattern` over the sweep), `point` (its rows at
     `inner`, the sweep size nearest to it), `emulated` (the recorded emulated points of `pattern` at the recorded
     link rate and W nearest to those asked, at that size; empty where none) with `note` saying which, and `title`."""
-    if pattern not in M.PATTERNS:
-        raise ValueError(f"pattern: expected one of {list(M.PATTERNS)}, got {pattern!r}")
+    if pattern not in M.PATTERN_NAMES:
+        raise ValueError(f"pattern: expected one of {list(M.PATTERN_NAMES)}, got {pattern!r}")
     if not (isinstance(gpus, int) and gpus >= 2):
         raise ValueError(f"gpus: expected an integer >= 2, got {gpus!r}")
     link = M.emulated_link(inputs["link"], gpus, float(link_GBps), "asked")
@@ -112,7 +112,7 @@ def overlap_explorer(calibration: str = "h200x1", links: str = studies.FIGURES_M
     inputs = overlap_inputs(calibration, links, root=root)
     controls = {"link_GBps": w.FloatLogSlider(value=inputs["link"].ce_GBps, base=10, min=1, max=3.5,
                                               description="link GB/s"),
-                "pattern": w.Dropdown(options=[(figures.label(p), p) for p in M.PATTERNS], description="pattern"),
+                "pattern": w.Dropdown(options=[(figures.label(p), p) for p in M.PATTERN_NAMES], description="pattern"),
                 "inner": w.SelectionSlider(options=list(M.INNER), value=1024, description="N/K local"),
                 "gpus": w.Dropdown(options=list(WORLD_SIZES), value=2, description="W")}
     outputs = {"text": w.HTML(), "chart": w.Image(format="png")}

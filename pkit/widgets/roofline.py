@@ -8,12 +8,12 @@ import math
 
 from .. import figures
 from ..hardware import GPUS
-from ..ops.collective_ops import COLLECTIVES as REGISTRY
+from ..ops.collective_ops import COLLECTIVES
 from ..roofline import DTYPES, Ceilings, floor
 from .common import box, check_positive_int, png, size_options
 
-COLLECTIVES = {"send": (lambda n: 1.0, "one GPU sends the whole message to one peer"),
-               **{name: (op.bus_factor, op.traffic) for name, op in REGISTRY.items()}}
+ROOFLINE_COLLECTIVES = {"send": (lambda n: 1.0, "one GPU sends the whole message to one peer"),
+                        **{name: (op.bus_factor, op.traffic) for name, op in COLLECTIVES.items()}}
 """Communication patterns: a point-to-point send and every registered collective (pkit/ops/collective_ops.py),
 name → (link bytes per GPU as a multiple of the message size, given the world size n; what moves). A collective's
 multiple is its nccl-tests bus-bandwidth factor: the bytes each GPU must send or receive over its links in one
@@ -45,8 +45,8 @@ def roofline_point(gpu: str = "H200", world_size: int = 8, message_bytes: int = 
     """The datasheet-modelled floor of one step on each of `world_size` GPUs of kind `gpu`: `flops` FLOPs at the
     dense matmul rate of `dtype`, and a `collective` over a message of `message_bytes` per GPU on NVLink.
 
-    Link bytes are the message times the collective's factor (`COLLECTIVES`); HBM bytes default to the message
-    read once and written once (2 × message_bytes). Ceilings come from `Ceilings.datasheet(gpu)` (α = 0: a
+    Link bytes are the message times the collective's factor (`ROOFLINE_COLLECTIVES`); HBM bytes default to the
+    message read once and written once (2 × message_bytes). Ceilings come from `Ceilings.datasheet(gpu)` (α = 0: a
     datasheet states no sync latency). Returns a dict: the inputs, `cost` (flops, hbm_bytes, link_bytes), the
     terms `compute_s`, `hbm_s`, `link_s`, the floor `time_s` = max of the terms (compute and communication
     overlapped), `serial_s` = T_c + T_l (one after the other), `bound` (compute, hbm or link), `balance_flops`
@@ -54,14 +54,14 @@ def roofline_point(gpu: str = "H200", world_size: int = 8, message_bytes: int = 
     """
     if gpu not in GPUS:
         raise ValueError(f"gpu: expected one of {list(GPUS)}, got {gpu!r}")
-    if collective not in COLLECTIVES:
-        raise ValueError(f"collective: expected one of {list(COLLECTIVES)}, got {collective!r}")
+    if collective not in ROOFLINE_COLLECTIVES:
+        raise ValueError(f"collective: expected one of {list(ROOFLINE_COLLECTIVES)}, got {collective!r}")
     check_positive_int("world_size", world_size, 2)
     message = _check_nonnegative("message_bytes", message_bytes)
     flops = _check_nonnegative("flops", flops)
     hbm = 2 * message if hbm_bytes is None else _check_nonnegative("hbm_bytes", hbm_bytes)
     ceilings = Ceilings.datasheet(gpu)
-    factor, _ = COLLECTIVES[collective]
+    factor, _ = ROOFLINE_COLLECTIVES[collective]
     cost = {"flops": flops, "hbm_bytes": hbm, "link_bytes": factor(world_size) * message}
     f = floor(cost, ceilings, dtype)
     rate = ceilings.flops_rate(dtype)
@@ -91,7 +91,7 @@ def roofline_html(point: dict) -> str:
                                f"({figures.label(p['dtype'])} dense)"), p["compute_s"]),
             ("HBM (T_m)", f"{p['cost']['hbm_bytes'] / 1e9:.3g} GB at {p['hbm_bytes_per_s'] / 1e12:.3g} TB/s",
              p["hbm_s"]),
-            ("NVLink (T_l)", (f"{link_gb:.3g} GB ({COLLECTIVES[p['collective']][1]}) at "
+            ("NVLink (T_l)", (f"{link_gb:.3g} GB ({ROOFLINE_COLLECTIVES[p['collective']][1]}) at "
                               f"{p['link_bytes_per_s'] / 1e9:.4g} GB/s one direction"), p["link_s"])]
     body = "".join(f"<tr><td>{html.escape(name)}</td><td>{html.escape(what)}</td>"
                    f"<td style='text-align:right'>{_seconds(t) if t > 0 else '0'}</td></tr>" for name, what, t in rows)
@@ -136,7 +136,7 @@ def roofline_explorer(gpu: str = "H200", world_size: int = 8, message_bytes: int
         "gpu": w.Dropdown(options=list(GPUS), value=gpu, description="GPU", style=style),
         "world_size": w.IntSlider(value=world_size, min=2, max=max(8, world_size), description="world size",
                                   style=style),
-        "collective": w.Dropdown(options=[(figures.label(c), c) for c in COLLECTIVES], value=collective,
+        "collective": w.Dropdown(options=[(figures.label(c), c) for c in ROOFLINE_COLLECTIVES], value=collective,
                                  description="collective", style=style),
         "message_bytes": w.SelectionSlider(options=size_options(1 << 10, max(1 << 34, message_bytes)),
                                            value=1 << (int(message_bytes).bit_length() - 1),

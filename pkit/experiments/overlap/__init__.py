@@ -17,7 +17,7 @@ whose public names this one gathers:
 
 Example:
     >>> from pkit.experiments import overlap
-    >>> overlap.STUDIES[:4], overlap.TORCH_SCHEDULES
+    >>> overlap.MEASUREMENTS[:4], overlap.TORCH_SCHEDULES
     (('gemm', 'gemm_fp8', 'gemm_plans', 'ag_gemm'), ('torch_serial', 'torch_async_tp'))
     >>> import pkit; frame = overlap.sweep(pkit.Team(pkit.team.team_devices()), n_locals=[1024, 4096])  # doctest: +SKIP
     >>> overlap.with_bounds(frame)                                                                     # doctest: +SKIP
@@ -30,12 +30,12 @@ from .checks import bf16_match, check, fill, fill_partial
 from .cli import main
 from .plots import draw
 from .gemm import gemm_rates, plan_sweep, study_shapes
-from .sweeps import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, NEEDS, STUDIES, TORCH_PATTERNS, calibration,
+from .sweeps import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, NEEDS, MEASUREMENTS, TORCH_PATTERNS, calibration,
                               measure, parameters, recorded, sweep,
                               sweep_partial, timeline, torch_sweep, variants)
 
 __all__ = ["DEFAULT_N_LOCALS", "GEMM_GATE", "GEMM_IMPLEMENTATIONS", "NEEDS", "SHAPE",
-           "STUDIES", "TERMS", "TORCH_PATTERNS", "TORCH_SCHEDULES", "bf16_match", "calibration", "check", "compare",
+           "MEASUREMENTS", "TERMS", "TORCH_PATTERNS", "TORCH_SCHEDULES", "bf16_match", "calibration", "check", "compare",
            "draw", "fill", "fill_partial", "gemm_gate", "gemm_rates", "main", "measure", "parameters", "plan_sweep", "recorded",
            "shape_bounds", "sweep", "study_shapes", "sweep_partial", "timeline", "timeline_summary", "torch_sweep", "variants",
            "with_bounds"]

@@ -1,12 +1,12 @@
 """Record the overlap studies from a shell: `python -m pkit.experiments.overlap STUDY... [--gpus G...] [--reps N]
-[--record]` measures each study (STUDIES: gemm, the patterns' sweeps, PyTorch's, the timeline), prints its frame,
+[--record]` measures each study (MEASUREMENTS: gemm, the patterns' sweeps, PyTorch's, the timeline), prints its frame,
 and with --record writes results/<machine>/overlap_<study>.{csv,json} with the parameters notebook 05 records.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from .sweeps import STUDIES, measure, parameters
+from .sweeps import MEASUREMENTS, measure, parameters
 
 
 def main(argv=None) -> None:
@@ -17,7 +17,7 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m pkit.experiments.overlap", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("studies", nargs="+", choices=STUDIES)
+    parser.add_argument("studies", nargs="+", choices=MEASUREMENTS)
     parser.add_argument("--gpus", type=int, nargs="+", default=None, help="GPU ids (default: every GPU here)")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--record", action="store_true", help="write results/<machine>/overlap_<study>.{csv,json}")

@@ -223,7 +223,7 @@ def _check_gather(op) -> tuple[bool, float]:
 
 
 def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequence[int] = WORLD_SIZES,
-             inner: Sequence[int] = INNER, patterns: Sequence[str] = M.PATTERNS, rounds: int = ROUNDS,
+             inner: Sequence[int] = INNER, patterns: Sequence[str] = M.PATTERN_NAMES, rounds: int = ROUNDS,
              root=None) -> pd.DataFrame:
     """Every schedule of each pattern (its registry grid) at the overlap sweep's shapes (`inner`), one rank of
     W = each of `world_sizes` on GPU `device`, peers emulated at each of `links` (`link_rate`). Each point: a

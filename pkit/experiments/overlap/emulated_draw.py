@@ -73,7 +73,7 @@ def draw(table: pd.DataFrame):
                 ax.plot(loose["inner"], loose["fraction_of_bound"], "o", mfc="none", mec=color, ms=5, ls="none")
             ax.set_xscale("log", base=2)
             ax.set(ylim=(0, 1.05), title=f"{figures.label(pattern)}, W = {gpus}\n{title_of(gbps)}",
-                   xlabel="N_local" if M.OVERLAP[pattern].flow == "in" else "K_local")
+                   xlabel="N_local" if M.PATTERNS[pattern].flow == "in" else "K_local")
             ax.title.set_fontsize(8.5)
             ax.legend(fontsize=6.5, loc="lower right")
         row[0].set_ylabel("bound / time")

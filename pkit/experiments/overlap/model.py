@@ -56,12 +56,12 @@ import pandas as pd
 from ...hardware import GPUS
 from ...ops.collective_ops import bus_bandwidth_factor
 from ...ops.overlap import CHUNK_ROWS
-from ...ops.overlap_patterns import PATTERNS as OVERLAP
+from ...ops.overlap_patterns import PATTERNS
 from ...ops.overlap_patterns import gemm_of
 from ...roofline import Ceilings
 from .shapes import DEFAULT_N_LOCALS
 
-PATTERNS = tuple(OVERLAP)
+PATTERN_NAMES = tuple(PATTERNS)
 ITEMSIZE = 2  # bf16
 MEASURED_SMS = GPUS["H200"].sms  # the SMs of the GPU the one-GPU GEMM studies ran on
 
@@ -262,7 +262,7 @@ def calibrate(gemm: pd.DataFrame, copies: pd.DataFrame, names: Sequence[str]) ->
     """({name: GemmFit}, {name: Interference}) for each GEMM implementation in `names` (in that order; the
     schedules' GEMMs, `gemm_of`, among them), fitted to a recorded gemm study (overlap_gemm) and interference
     study's copies (interference_copies). The SM-partition study checks the GEMM fits (`partition_check`)."""
-    missing = {gemm_of(s) for p in PATTERNS for s in OVERLAP[p].names} - set(names)
+    missing = {gemm_of(s) for p in PATTERN_NAMES for s in PATTERNS[p].names} - set(names)
     if missing:
         raise ValueError(f"names: expected every GEMM the schedules run, missing {sorted(missing)}")
     return ({g: GemmFit.from_frame(gemm, g) for g in names},
@@ -355,9 +355,9 @@ def emulated_link(measured: Link, gpus: int, rate_GBps: float, rate_source: str)
 def describe(pattern: str, schedule: str):
     """`schedule`'s registry entry (pkit.ops.overlap_patterns) as `pattern` runs it, if the model can describe it: a
     `structure`, and for one that overlaps, a transfer the links have a rate for; else a ValueError saying why."""
-    if pattern not in OVERLAP:
-        raise ValueError(f"pattern: expected one of {list(OVERLAP)}, got {pattern!r}")
-    entry = OVERLAP[pattern].schedule(schedule)
+    if pattern not in PATTERNS:
+        raise ValueError(f"pattern: expected one of {list(PATTERNS)}, got {pattern!r}")
+    entry = PATTERNS[pattern].schedule(schedule)
     if entry.structure is None:
         raise ValueError(f"schedule: expected one whose registry entry describes its structure (Structure, "
                          f"pkit.ops.overlap_patterns), got {schedule!r} of {pattern}, which has none: the model "
@@ -370,22 +370,22 @@ def describe(pattern: str, schedule: str):
 
 def schedules_of(pattern: str) -> tuple[str, ...]:
     """`pattern`'s schedules, the registry's, each one the model describes (`describe` refuses the others)."""
-    if pattern not in OVERLAP:
-        raise ValueError(f"pattern: expected one of {list(OVERLAP)}, got {pattern!r}")
-    return tuple(describe(pattern, s).name for s in OVERLAP[pattern].names)
+    if pattern not in PATTERNS:
+        raise ValueError(f"pattern: expected one of {list(PATTERNS)}, got {pattern!r}")
+    return tuple(describe(pattern, s).name for s in PATTERNS[pattern].names)
 
 
 def collective_bytes(pattern: str, m: int, k: int, n: int) -> float:
     """S of `pattern`'s collective (nccl-tests' size, bytes): the gathered operand (M × K) where bytes flow in, the
     summed output (M × N) where they flow out."""
-    return float(m * (k if OVERLAP[pattern].flow == "in" else n) * ITEMSIZE)
+    return float(m * (k if PATTERNS[pattern].flow == "in" else n) * ITEMSIZE)
 
 
 def link_bytes(pattern: str, schedule: str, m: int, k: int, n: int, gpus: int) -> float:
     """Bytes each GPU moves over its link (one way) in one call of `schedule`, from its structure's `moves`."""
     from ...ops.gemm import BLOCK_N
 
-    entry, moves = OVERLAP[pattern], describe(pattern, schedule).structure.moves
+    entry, moves = PATTERNS[pattern], describe(pattern, schedule).structure.moves
     total = collective_bytes(pattern, m, k, n)
     if moves == "collective":
         return bus_bandwidth_factor(entry.nccl_op, gpus) * total
@@ -398,7 +398,7 @@ def link_bytes(pattern: str, schedule: str, m: int, k: int, n: int, gpus: int) -
 def _gemm_shape(pattern: str, m: int, k: int, n: int, gpus: int) -> tuple[int, int, int]:
     """Each GPU's GEMM (M, N, K): all M rows by its N_local (n) where bytes flow in; its K/W slice of K (k total)
     where they flow out."""
-    return (m, n, k) if OVERLAP[pattern].flow == "in" else (m, n, k // gpus)
+    return (m, n, k) if PATTERNS[pattern].flow == "in" else (m, n, k // gpus)
 
 
 def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gemm: GemmFit,
@@ -418,7 +418,7 @@ def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gem
     t_gemm = gemm.time_s(gm, gn, gk)
     moved = link_bytes(pattern, schedule, m, k, n, gpus)
     if shape.overlap == "none":
-        t_link = link.nccl_s(OVERLAP[pattern].nccl_op, collective_bytes(pattern, m, k, n), gpus)
+        t_link = link.nccl_s(PATTERNS[pattern].nccl_op, collective_bytes(pattern, m, k, n), gpus)
         slow, fill, time = 1.0, 0.0, t_gemm + t_link
     else:
         rate = link.rate(entry.transfer, comm_sms)
@@ -434,7 +434,7 @@ def predict(pattern: str, schedule: str, m: int, k: int, n: int, link: Link, gem
             pieces = max(1, gm // chunk_rows)
         else:
             pieces = int(waves(gm, gn, sms))
-        if OVERLAP[pattern].flow == "in":
+        if PATTERNS[pattern].flow == "in":
             time = max(compute, t_link + compute / pieces)
         else:
             time = max(compute + t_link / pieces, compute / pieces + t_link)
@@ -489,11 +489,11 @@ INNER = DEFAULT_N_LOCALS
 def shape_of(pattern: str, inner: int, gpus: int, m: int = 8192, k: int = 8192, n: int = 8192) -> tuple[int, int, int]:
     """(m, k, n) of `predict` for the overlap sweep's point `inner`: N_local where bytes flow in (K = `k`), K_local
     where they flow out (k = K_local × GPUs, N = `n`)."""
-    return (m, k, inner) if OVERLAP[pattern].flow == "in" else (m, inner * gpus, n)
+    return (m, k, inner) if PATTERNS[pattern].flow == "in" else (m, inner * gpus, n)
 
 
 def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = INNER, m: int = 8192, k: int = 8192,
-           patterns: Sequence[str] = PATTERNS, ceilings: Ceilings | None = None) -> pd.DataFrame:
+           patterns: Sequence[str] = PATTERN_NAMES, ceilings: Ceilings | None = None) -> pd.DataFrame:
     """`predict` for every pattern and each of its schedules (`schedules_of`) over `inner` (`shape_of`), with the
     overlap bound of each shape under `ceilings` (default `bound_ceilings(link)`: datasheet GEMM and HBM, the link's
     ceiling) and the fraction of it each schedule reaches. `gemms`/`interference`: by implementation
@@ -506,7 +506,7 @@ def curves(link: Link, gemms: dict, interference: dict, inner: Sequence[int] = I
     for pattern in patterns:
         for x in inner:
             mm, kk, nn = shape_of(pattern, x, link.gpus, m, k)
-            bound = floor(OVERLAP[pattern].cost(mm, kk, nn, link.gpus), ceilings, "bfloat16")
+            bound = floor(PATTERNS[pattern].cost(mm, kk, nn, link.gpus), ceilings, "bfloat16")
             for schedule in schedules_of(pattern):
                 impl = gemm_of(schedule)
                 row = predict(pattern, schedule, mm, kk, nn, link, gemms[impl], interference[impl])
@@ -608,7 +608,7 @@ def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: 
             m, k, n = shape
             scale = (lambda g: g) if link.gpu == "H200" else (lambda g: scaled_gemm(g, link.gpu))
             fits = {i: scale(g) for i, g in gemms.items()}
-            bound = floor(OVERLAP[pattern].cost(m, k, n, link.gpus), Ceilings.datasheet(link.gpu), "bfloat16").time_s * 1e6
+            bound = floor(PATTERNS[pattern].cost(m, k, n, link.gpus), Ceilings.datasheet(link.gpu), "bfloat16").time_s * 1e6
             times = {}
             for schedule in schedules_of(pattern):
                 impl = gemm_of(schedule)

@@ -1,11 +1,11 @@
 """Measuring the overlap study: the schedules of pkit.ops.overlap timed side by side over shape sweeps, each checked
 against float32 first (`pkit.experiments.overlap.checks`), PyTorch's under torchrun, pkit's GEMM against cuBLAS,
-one ce_chunks run's timeline, and each study measured or replayed by name (`STUDIES`).
+one ce_chunks run's timeline, and each study measured or replayed by name (`MEASUREMENTS`).
 
 Patterns, schedules and their option grids come from the registry, `pkit.ops.overlap_patterns`.
 
 Example:
-    >>> STUDIES
+    >>> MEASUREMENTS
     ('gemm', 'gemm_fp8', 'gemm_plans', 'ag_gemm', 'gemm_rs', 'gemm_ar', 'torch_ag_gemm', 'torch_gemm_rs', 'timeline')
     >>> import pkit; frame = sweep(pkit.Team(pkit.team.team_devices()), n_locals=[1024, 4096])   # doctest: +SKIP
 """
@@ -30,7 +30,7 @@ GEMM_IMPLEMENTATIONS = GEMMS  # the implementations the overlap schedules run (p
 GEMM_STUDIES = ("gemm", "gemm_fp8", "gemm_plans")  # one GPU's: pkit's GEMM against cuBLAS (bf16, FP8), its plans
 
 TORCH_PATTERNS = tuple(p.name for p in PATTERNS.values() if p.torch_fused)  # the ones torch_sweep times
-STUDIES = (*GEMM_STUDIES, *PATTERNS, *(f"torch_{p}" for p in TORCH_PATTERNS), "timeline")
+MEASUREMENTS = (*GEMM_STUDIES, *PATTERNS, *(f"torch_{p}" for p in TORCH_PATTERNS), "timeline")
 """What `measure` and `recorded` take, each recorded as experiment 'overlap_<study>'."""
 
 
@@ -145,13 +145,13 @@ def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows
 
 
 def measure(study: str, gpus: Sequence[int] | None = None, reps: int = 10) -> pd.DataFrame:
-    """One of STUDIES at its default shapes on `gpus` (default: every GPU of this machine): 'gemm' and 'gemm_fp8'
+    """One of MEASUREMENTS at its default shapes on `gpus` (default: every GPU of this machine): 'gemm' and 'gemm_fp8'
     (gemm.gemm_rates in bf16 and FP8, on the first), 'gemm_plans' (gemm.plan_sweep, on the first), the three patterns' sweeps, PyTorch's two fused schedules (torchrun), or the ce_chunks timeline
     (one rank per GPU, at least two)."""
     import pkit
 
-    if study not in STUDIES:
-        raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
+    if study not in MEASUREMENTS:
+        raise ValueError(f"study: expected one of {MEASUREMENTS}, got {study!r}")
     if study in GEMM_STUDIES:
         from .gemm import gemm_rates, plan_sweep
 
@@ -181,15 +181,15 @@ def parameters(gpus: Sequence[int] | None, reps: int) -> dict:
 
 
 def recorded(study: str, *, mode: str, machine: str, gpus: Sequence[int] | None = None, reps: int = 10):
-    """One of STUDIES as experiment 'overlap_<study>' through `pkit.studies.measure_or_replay`: measured by
+    """One of MEASUREMENTS as experiment 'overlap_<study>' through `pkit.studies.measure_or_replay`: measured by
     `measure(study, gpus, reps)` and recorded (mode 'measure'), or read back (mode 'replay'), with the
     `parameters` the command line records, so studies recorded by `main` and by notebook 05 are
     interchangeable. Returns the `pkit.results.Recorded`, or None after one line saying why where this machine
     cannot measure it (it needs two GPUs) or it is not recorded for `machine`."""
     from ...studies import measure_or_replay
 
-    if study not in STUDIES:
-        raise ValueError(f"study: expected one of {STUDIES}, got {study!r}")
+    if study not in MEASUREMENTS:
+        raise ValueError(f"study: expected one of {MEASUREMENTS}, got {study!r}")
     return measure_or_replay(f"overlap_{study}", lambda: measure(study, gpus, reps), mode=mode, machine=machine,
                              parameters=parameters(gpus, reps) if mode == "measure" else None)
 
