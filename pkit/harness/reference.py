@@ -105,14 +105,16 @@ class Timing:
 @dataclass
 class Plan:
     """What the windows of one round share: the input sets' seeds, each call's change seed (`fresh`), the calls
-    whose whole outputs are kept, the tolerance (`options.tolerances`) the outputs' checks are computed for, and
-    the tag of the kept outputs' files (`<role><rank>_<tag>_timed<i>.pt`)."""
+    whose whole outputs are kept (copied on the device after the call, in both roles alike), the tolerance
+    (`options.tolerances`) the outputs' checks are computed for, the tag of the kept outputs' files
+    (`<role><rank>_<tag>_timed<i>.pt`) and whether they are written (`save`) once the window has closed."""
 
     seeds: list[int]
     fresh: list[int]
     kept: set[int]
     tolerance: dict
     tag: str = "timed"
+    save: bool = True
 
     @classmethod
     def new(cls, sets: int, iters: int, out_bytes: int | None, tolerance: dict, tag: str = "timed") -> "Plan":
@@ -146,7 +148,7 @@ def timed_phase(workers: WorkerSet, plan: Plan, inplace, deadline: float) -> Tim
 
     opened = time.monotonic()
     workers.send({"op": "time", "seeds": seeds, "iters": iters, "inplace": sorted(inplace),
-                  "tolerance": plan.tolerance, "tag": plan.tag})
+                  "tolerance": plan.tolerance, "tag": plan.tag, "save": plan.save})
     built = [m["_at"] for m in workers.gather("built", deadline)]
     workers.send({"op": "go", "fresh": fresh[0]})
     done = workers.gather("timed", deadline, answer)

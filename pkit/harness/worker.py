@@ -10,7 +10,7 @@ serves commands from the parent until `quit`:
 | `trials` seeds | per seed: fresh inputs, one call, outputs and inputs saved for the parent; waits for its verdict | `trial` per seed, `trials_done` |
 | `plan` seed, iters | builds one input set, measures its size and build time | `plan` with the number of timed input sets |
 | `warmup` n | n calls on copies of the last trial's inputs | `warm` |
-| `time` seeds, iters, inplace, tolerance, tag | builds one input set per seed (says `built`), then `iters` timed calls rotating over them, each on its set changed with the seed the parent sent with the call (`go` for the first, each `keep` answer for the next; pkit.harness.fresh), the change made and undone outside the timed sample; after each call sends its time and the output's `fingerprint_check` under `tolerance` (the reference's is what the candidate's calls are checked against, the candidate's fingerprint is its `want`) and asks whether to keep the whole output (copied on the device, saved after the window as `<tag>_timed<i>`) | `built`, `called` per call, `timed` with samples (ms), `saved` |
+| `time` seeds, iters, inplace, tolerance, tag, save | builds one input set per seed (says `built`), then `iters` timed calls rotating over them, each on its set changed with the seed the parent sent with the call (`go` for the first, each `keep` answer for the next; pkit.harness.fresh), the change made and undone outside the timed sample; after each call sends its time and the output's `fingerprint_check` under `tolerance` (the reference's is what the candidate's calls are checked against, the candidate's fingerprint is its `want`) and asks whether to keep the whole output (copied on the device; saved after the window as `<tag>_timed<i>` when `save`) | `built`, `called` per call, `timed` with samples (ms), `saved` |
 
 Its role is `reference` (the problem's reference; never imports a candidate) or `candidate` (imports the
 candidate file after the timer has bound its clocks). The worker judges nothing: outputs go to files in the
@@ -253,7 +253,7 @@ class Worker:
             fresh = answer.get("fresh")  # the next call's change
         del sets
         self.channel.send({"op": "timed", "samples_ms": samples})
-        for i, out in kept.items():
+        for i, out in kept.items() if message["save"] else ():
             snapshot.save(self.file(f"{message['tag']}_timed{i}"), out)
         del kept
         release_memory(self.device)
