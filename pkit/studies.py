@@ -190,8 +190,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           (Part("overlap_gemm", optional=True), Part("overlap_gemm_fp8", optional=True),
            Part("overlap_gemm_plans", optional=True), Part("interference_copies", optional=True),
            Part("interference_partition", optional=True),
-           *(Part(e, **_PEER, optional=True) for e in ("overlap_ag_gemm", "overlap_gemm_rs", "overlap_gemm_ar")),
-           *(Part(e, **_NCCL, optional=True) for e in ("overlap_torch_ag_gemm", "overlap_torch_gemm_rs")),
+           *(Part(e, **_NCCL, optional=True) for e in ("overlap_ag_gemm", "overlap_gemm_rs", "overlap_gemm_ar",
+                                                       "overlap_torch_ag_gemm", "overlap_torch_gemm_rs")),
            Part("overlap_timeline", **_PEER, optional=True),
            Part("overlap_emulated", optional=True, description="one rank of every overlap schedule on one GPU, its "
                 "peers' bytes paced through the copy engine at a link's rate (W = 2, 8)"),
@@ -281,6 +281,27 @@ def require_part(experiment: str, machine: Machine | None = None, prog: str = ""
         raise SystemExit(f"{prog}: study {study.name!r}: {why}")
     if why:
         raise PkitError(f"study {study.name!r}: {why}")
+
+
+def gpu_needs(experiment: str) -> tuple[int, str]:
+    """(how many GPUs, why in words) measuring `experiment` needs, from its `Part`: what experiment code checks a
+    machine against, so that a study's needs are said once, here.
+
+    Example:
+        >>> gpu_needs("collectives_pkit_nccl")
+        (2, '(2 GPUs with peer access, one per rank (NCCL))')
+    """
+    _, part = for_experiment(experiment)
+    return part.gpus, f"({part.needs()})"
+
+
+def part_devices(experiment: str, devices=None, arg: str = "devices") -> list[int]:
+    """`devices` (None: every GPU of this machine) as a list of GPU ids, checked to be as many as `experiment`
+    needs (`gpu_needs`); else a PkitError naming `arg`, what the experiment needs and the fix."""
+    from .team import team_devices
+
+    need, what = gpu_needs(experiment)
+    return team_devices(devices, need=need, arg=arg, what=what)
 
 
 def measure_or_replay(experiment: str, measure, *, mode: str, machine: str, parameters: dict | None = None):

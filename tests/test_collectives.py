@@ -189,8 +189,8 @@ def test_sweeps_need_two_gpus_and_say_so(gpus_here, gpus):
     from pkit.experiments import collectives as E
 
     gpus_here(gpus)
-    needs = (rf"expected at least 2 distinct GPUs \(NCCL, the baseline, takes one GPU per rank\), this machine has "
-             rf"{gpus}; run on a machine with 2 or more GPUs \(this one has {gpus}\), or replay recorded results")
+    needs = (rf"expected at least 2 distinct GPUs \(2 GPUs with peer access, one per rank \(NCCL\)\), this machine "
+             rf"has {gpus}; run on a machine with 2 or more GPUs \(this one has {gpus}\), or replay recorded results")
     for call, arg in ((E.sweep, "devices"), (E.latency_sweep, "devices"), (E.torch_baselines, "nproc"),
                       (E.graph_latency, "nproc"), (E.latency_torch, "nproc")):
         with pytest.raises(pkit.PkitError, match=f"{arg}: {needs}"):
@@ -206,7 +206,7 @@ def test_sweep_sizes_split_over_every_gpu_of_the_machine(gpus_here):
     gpus_here(8)
     with pytest.raises(ValueError, match=r"sizes: expected positive multiples of 128 bytes \(16 per rank\)"):
         E.sweep(sizes=[1 << 16, 1000])
-    assert gpu_processes() == 8 and gpu_processes(3) == 3
+    assert gpu_processes(None, "collectives_torch") == 8 and gpu_processes(3, "collectives_torch") == 3
     with pytest.raises(ValueError, match="nproc: expected at least 2 processes .*got 1; pass nproc=None"):
         E.torch_baselines(nproc=1)
 

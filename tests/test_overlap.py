@@ -224,12 +224,13 @@ def test_studies_need_two_gpus_and_say_so(gpus_here, gpus):
     from pkit.experiments import overlap as E
 
     gpus_here(gpus)
-    needs = (r"expected at least 2 distinct GPUs \(one GPU per rank: the serial schedules run NCCL\), this machine "
-             rf"has {gpus}")
-    for study in ("ag_gemm", "timeline", "torch_gemm_rs"):
+    nccl = (r"expected at least 2 distinct GPUs \(2 GPUs with peer access, one per rank \(NCCL\)\), this machine "
+            rf"has {gpus}")
+    peer = rf"expected at least 2 distinct GPUs \(2 GPUs with peer access\), this machine has {gpus}"
+    for study, needs in (("ag_gemm", nccl), ("timeline", peer), ("torch_gemm_rs", nccl)):
         with pytest.raises(pkit.PkitError, match=f"gpus: {needs}"):
             E.measure(study)
-    with pytest.raises(pkit.PkitError, match=f"nproc: {needs}"):
+    with pytest.raises(pkit.PkitError, match=f"nproc: {nccl}"):
         E.torch_sweep([512])
     assert E.parameters(None, 10) == {"gpus": list(range(gpus)), "reps": 10}
 

@@ -17,17 +17,19 @@ import pandas as pd
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def gpu_processes(nproc: int | None = None, what: str = "(one process per GPU)") -> int:
-    """How many processes a one-process-per-GPU run starts: `nproc`, at least 2, or None: one per GPU of this
-    machine, which must have two or more (else an error naming `nproc`, what needs the GPUs (`what`) and the fix).
-    An `nproc` above the GPUs here fails in the run, saying so (collectives.pytorch.init_one_gpu_per_rank)."""
-    from ..team import team_devices
+def gpu_processes(nproc: int | None, experiment: str) -> int:
+    """How many processes a one-process-per-GPU run of `experiment` starts: `nproc`, at least the GPUs the
+    experiment needs (`pkit.studies.gpu_needs`), or None: one per GPU of this machine, which must have that many
+    (else an error naming `nproc`, what the experiment needs and the fix). An `nproc` above the GPUs here fails in
+    the run, saying so (collectives.pytorch.init_one_gpu_per_rank)."""
+    from ..studies import gpu_needs, part_devices
 
     if nproc is None:
-        return len(team_devices(need=2, arg="nproc", what=what))
-    if not (isinstance(nproc, int) and nproc >= 2):
-        raise ValueError(f"nproc: expected at least 2 processes {what}, got {nproc!r}; pass nproc=None for one "
-                         "process per GPU of this machine")
+        return len(part_devices(experiment, arg="nproc"))
+    need, what = gpu_needs(experiment)
+    if not (isinstance(nproc, int) and nproc >= need):
+        raise ValueError(f"nproc: expected at least {need} processes {what}, got {nproc!r}; pass nproc=None for "
+                         "one process per GPU of this machine")
     return nproc
 
 
@@ -36,7 +38,9 @@ def torchrun(module: str, args: Sequence[str], nproc: int | None = None, timeout
     off; rank 0's CSV as a DataFrame. `nproc`: processes, None meaning one per GPU of this machine. A failed run
     raises RuntimeError with the end of its stderr."""
     if nproc is None:
-        nproc = gpu_processes(what="(one process per GPU)")
+        from ..team import team_devices
+
+        nproc = len(team_devices(arg="nproc"))
     if not (isinstance(nproc, int) and nproc >= 1):
         raise ValueError(f"nproc: expected a positive number of processes, got {nproc!r}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,6 +25,7 @@ from ...gpus import on_device as _on
 from ...ops.baselines import NcclCollectives, runs as nccl_runs
 from ...ops.collective_ops import COLLECTIVES, bandwidths, choose, collective, per_peer_bytes
 from ...ops.collectives import Collectives
+from ...studies import part_devices
 from ...team import team_devices
 from ...timing import bench as time_calls
 from ...tolerance import tolerance
@@ -33,7 +34,6 @@ from ..torchrun import gpu_processes, torchrun
 
 OPS = tuple(COLLECTIVES)
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
-NEEDS = "(NCCL, the baseline, takes one GPU per rank)"  # why the one-process sweeps need two GPUs or more
 ITEMSIZE = {"bfloat16": 2, "float32": 4}  # bytes per element of the swept dtypes
 ROOT = 0  # the root of the rooted ops (broadcast, reduce) in every measurement, as nccl-tests' default
 
@@ -121,7 +121,7 @@ def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype:
     if implementations is not None and not set(implementations) <= set(known):
         raise ValueError(f"implementations: expected names from {known}, got {list(implementations)}")
     dtypes = _dtypes(dtype)
-    devices = team_devices(devices, need=2, what=NEEDS)
+    devices = part_devices("collectives_pkit_nccl", devices)
     quantum = 16 * len(devices)
     if not sizes or any(s <= 0 or s % quantum for s in sizes):
         raise ValueError(f"sizes: expected positive multiples of {quantum} bytes (16 per rank), got {list(sizes)}")
@@ -223,7 +223,7 @@ def torch_baselines(sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[
     torchrun (one process per GPU: `nproc` of them, default every GPU of this machine; one run per dtype of
     `dtype`: one or a list), the same columns as `sweep`; `graph` times CUDA-graph replays."""
     dtypes = _dtypes(dtype)
-    nproc = gpu_processes(nproc, NEEDS)
+    nproc = gpu_processes(nproc, "collectives_torch")
     frames = [torchrun("pkit.experiments.collectives.pytorch",
                        ["--dtype", dt, "--reps", reps, "--calls-per-sample", calls_per_sample, "--ops", *ops,
                         *(["--graph"] if graph else []), "--sizes", *sizes], nproc=nproc, timeout_s=timeout_s)
@@ -251,7 +251,7 @@ def latency_sweep(sizes: Sequence[int] = LATENCY_SIZES, calls_per_sample: int = 
     """bf16 all-reduce latency as nccl-tests times it: `calls_per_sample` back-to-back calls per sample, of
     each of `implementations` at each size, after the launch floor (`launch_floor`, row 'empty_kernel'), on
     `devices` (default: every GPU of this machine, at least two). Columns as `sweep`'s; times in µs per call."""
-    devices = team_devices(devices, need=2, what=NEEDS)
+    devices = part_devices("collectives_latency", devices)
     return pd.concat([launch_floor(devices, calls_per_sample=calls_per_sample, reps=reps),
                       sweep(ops=["all_reduce"], sizes=sizes, reps=reps, calls_per_sample=calls_per_sample,
                             implementations=implementations, devices=devices)], ignore_index=True)
@@ -267,7 +267,7 @@ def graph_latency(sizes: Sequence[int] = GRAPH_SIZES, dtype: str = "bfloat16", c
     one-process NCCL at the sizes whose shares are whole 16-byte packs, and under torchrun torch NCCL, pkit.dist
     (`pkit_dist`, any size) and torch symmetric memory (all-reduce, from SYMM_MIN_BYTES). Columns as `sweep`'s,
     `timing` 'graph'; `best_peer` compares them."""
-    nproc = gpu_processes(nproc, NEEDS)
+    nproc = gpu_processes(nproc, "collectives_torch")
     whole = [s for s in sizes if s % (16 * nproc) == 0]
     ours = sweep(sizes=whole, dtype=dtype, devices=tuple(range(nproc)), reps=reps,
                  calls_per_sample=calls_per_sample, graph=True)

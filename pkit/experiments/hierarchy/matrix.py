@@ -413,9 +413,10 @@ KEY_PATHS = (  # (path, testcase, src, dst): 'device' and 'peer' stand for the t
 )
 
 
-def key_paths(frame: pd.DataFrame, device: int = 0, peer: int = 1) -> pd.DataFrame:
-    """The matrix's headline numbers (`KEY_PATHS`) between GPU `device`, GPU `peer` and the host: one row per
-    path the frame measured, with its testcase, bandwidth_GBps (10⁹ B/s of what the testcase counts) and cv.
+def key_paths(frame: pd.DataFrame, device: int = 0, peer: int | None = None) -> pd.DataFrame:
+    """The matrix's headline numbers (`KEY_PATHS`) between GPU `device`, GPU `peer` (default: the next GPU the
+    frame measured after `device`, none on one GPU) and the host: one row per path the frame measured, with its
+    testcase, bandwidth_GBps (10⁹ B/s of what the testcase counts) and cv.
 
     Example:
         >>> df = pd.DataFrame({"testcase": ["device_to_device_memcpy_write_ce", "device_to_host_memcpy_ce"],
@@ -427,6 +428,9 @@ def key_paths(frame: pd.DataFrame, device: int = 0, peer: int = 1) -> pd.DataFra
     missing = {"testcase", "src", "dst", "bytes", "bandwidth_GBps", "cv"} - set(frame.columns)
     if missing:
         raise ValueError(f"frame: missing columns {sorted(missing)}")
+    if peer is None:
+        measured = sorted({int(e[3:]) for e in (*frame["src"], *frame["dst"]) if e.startswith("GPU")} - {device})
+        peer = next((g for g in measured if g > device), measured[0] if measured else None)
     where = {"device": f"GPU{device}", "peer": f"GPU{peer}", "CPU": "CPU"}
     largest = frame[frame["bytes"] == frame.groupby("testcase")["bytes"].transform("max")]
     rows = []

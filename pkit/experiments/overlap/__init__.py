@@ -30,11 +30,11 @@ from .checks import bf16_match, check, fill, fill_partial
 from .cli import main
 from .plots import draw
 from .gemm import gemm_rates, plan_sweep, study_shapes
-from .sweeps import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, NEEDS, MEASUREMENTS, TORCH_PATTERNS, calibration,
+from .sweeps import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, MEASUREMENTS, TORCH_PATTERNS, calibration,
                               measure, parameters, recorded, sweep,
                               sweep_partial, timeline, torch_sweep, variants)
 
-__all__ = ["DEFAULT_N_LOCALS", "GEMM_GATE", "GEMM_IMPLEMENTATIONS", "NEEDS", "SHAPE",
+__all__ = ["DEFAULT_N_LOCALS", "GEMM_GATE", "GEMM_IMPLEMENTATIONS", "SHAPE",
            "MEASUREMENTS", "TERMS", "TORCH_PATTERNS", "TORCH_SCHEDULES", "bf16_match", "calibration", "check", "compare",
            "draw", "fill", "fill_partial", "gemm_gate", "gemm_rates", "main", "measure", "parameters", "plan_sweep", "recorded",
            "shape_bounds", "sweep", "study_shapes", "sweep_partial", "timeline", "timeline_summary", "torch_sweep", "variants",

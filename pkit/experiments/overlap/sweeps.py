@@ -18,12 +18,12 @@ from tqdm.auto import tqdm
 
 from ...ops.overlap import make
 from ...ops.overlap_patterns import GEMMS, OPTIONS, PATTERNS
+from ...studies import part_devices
 from ...team import team_devices
 from ...timing import BenchResult, bench
 from .checks import check, fill, fill_partial
 from ..torchrun import gpu_processes, torchrun
 from .shapes import DEFAULT_N_LOCALS
-NEEDS = "(one GPU per rank: the serial schedules run NCCL)"  # why the studies of two or more ranks need their GPUs
 
 
 GEMM_IMPLEMENTATIONS = GEMMS  # the implementations the overlap schedules run (pkit's GEMM and cuBLAS)
@@ -118,7 +118,7 @@ def torch_sweep(inner: Sequence[int] = DEFAULT_N_LOCALS, pattern: str = "ag_gemm
                          f"{pattern!r}")
     return torchrun("pkit.experiments.overlap.pytorch", ["--pattern", pattern, "--shape", m, k, n, "--reps", reps,
                                                        "--inner", *inner],
-                    nproc=gpu_processes(nproc, NEEDS), timeout_s=timeout_s)
+                    nproc=gpu_processes(nproc, f"overlap_torch_{pattern}"), timeout_s=timeout_s)
 
 
 def timeline(team, n_local: int = 4096, m: int = 8192, k: int = 8192, chunk_rows: int = 1024) -> pd.DataFrame:
@@ -155,11 +155,11 @@ def measure(study: str, gpus: Sequence[int] | None = None, reps: int = 10) -> pd
     if study in GEMM_STUDIES:
         from .gemm import gemm_rates, plan_sweep
 
-        device = team_devices(gpus, arg="gpus")[0]
+        device = part_devices(f"overlap_{study}", gpus, arg="gpus")[0]
         if study == "gemm_plans":
             return plan_sweep(device=device)
         return gemm_rates(dtype="float8_e4m3fn" if study == "gemm_fp8" else "bfloat16", device=device, reps=2 * reps)
-    gpus = team_devices(gpus, need=2, arg="gpus", what=NEEDS)
+    gpus = part_devices(f"overlap_{study}", gpus, arg="gpus")
     if study.startswith("torch_"):
         return torch_sweep(pattern=study.removeprefix("torch_"), nproc=len(gpus), reps=reps)
     team = pkit.Team(gpus)
