@@ -5,6 +5,7 @@ import pytest
 
 from pkit import results
 from pkit.experiments import interference as I
+from pkit.experiments.overlap import links as L
 from pkit.experiments.overlap import model as M
 
 ROOT = results.REPO_ROOT
@@ -78,7 +79,7 @@ def test_the_model_meets_the_one_gpu_measurements_within_5_percent():
 
 @pytest.fixture(scope="module")
 def two_gpu_link():
-    return M.recorded_link("h200x2-nv18", root=ROOT / "results")
+    return L.recorded_link("h200x2-nv18", root=ROOT / "results")
 
 
 def test_serial_predictions_add_up_the_recorded_pieces(two_gpu_link):
@@ -92,7 +93,7 @@ def test_schedules_stay_above_the_bound_and_those_taking_no_sms_beat_serial(two_
     frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
     gemms = {g: M.GemmFit.from_frame(frame, g) for g in ("pkit_gemm", "cublas")}
     quiet = {g: M.Interference(0.05, 0.01) for g in gemms}
-    for link in (two_gpu_link, M.modelled_link(two_gpu_link, 8)):
+    for link in (two_gpu_link, L.modelled_link(two_gpu_link, 8)):
         curves = M.curves(link, gemms, quiet, inner=(1024, 4096))
         assert set(curves["pattern"]) == set(M.PATTERN_NAMES)
         for pattern in M.PATTERN_NAMES:
@@ -105,7 +106,7 @@ def test_schedules_stay_above_the_bound_and_those_taking_no_sms_beat_serial(two_
         # ce_chunks runs a GEMM per chunk (more waves of tiles), tma_pull loads the rows again per 256 columns: they
         # may lose to serial
         # sm_pull gives the GEMM's SMs away: where the GEMM dominates it may lose to serial, never beat the bound
-    eight = M.modelled_link(two_gpu_link, 8)
+    eight = L.modelled_link(two_gpu_link, 8)
     assert not eight.measured and "datasheet" in eight.source and eight.gpus == 8
     with pytest.raises(ValueError, match="gpus: NCCL was measured at 2 GPUs"):
         two_gpu_link.nccl_s("all_gather", 1 << 20, 8)
@@ -135,7 +136,7 @@ def test_fused_problems_project_through_the_model(two_gpu_link):
     frame = results.load("overlap_gemm", "h200x1", root=ROOT / "results").frame
     gemms = {g: M.GemmFit.from_frame(frame, g) for g in ("pkit_gemm", "cublas")}
     quiet = {g: M.Interference(0.05, 0.01) for g in gemms}
-    links = [two_gpu_link, M.modelled_link(two_gpu_link, 8), M.modelled_link(two_gpu_link, 8, "B200")]
+    links = [two_gpu_link, L.modelled_link(two_gpu_link, 8), L.modelled_link(two_gpu_link, 8, "B200")]
     fused = M.project_fused(links, gemms, quiet)
     assert set(fused["problem"]) == set(M.FUSED_PROBLEMS) and set(fused["gpus"]) == {2, 8}
     assert (fused["fraction_of_bound"] <= 1 + 1e-9).all()

@@ -6,6 +6,7 @@ import pytest
 
 from pkit import results
 from pkit.experiments.overlap import model as M
+from pkit.experiments.overlap import links as L
 from pkit.ops import collective_ops
 from pkit.ops.overlap_patterns import PATTERNS, Pattern, Schedule
 
@@ -21,7 +22,7 @@ def fits():
 
 @pytest.fixture(scope="module")
 def two():
-    return M.recorded_link("h200x2-nv18", root=ROOT / "results")
+    return L.recorded_link("h200x2-nv18", root=ROOT / "results")
 
 
 def test_each_pattern_is_modelled_with_its_own_schedules(two, fits):
@@ -60,7 +61,7 @@ def test_the_bus_factor_is_collective_ops(monkeypatch):
     doubled = dataclasses.replace(collective_ops.COLLECTIVES["all_gather"], bus_factor=lambda n: 2.0 * (n - 1) / n)
     monkeypatch.setitem(collective_ops.COLLECTIVES, "all_gather", doubled)
     assert M.link_bytes("ag_gemm", "ce_flags", 8192, 8192, 1024, 2) == 8192 * 8192 * 2  # 2 · 1/2 of S: the registry's
-    slow = M.emulated_link(M.recorded_link("h200x2-nv18", root=ROOT / "results"), 2, 100.0, "test")
+    slow = L.emulated_link(L.recorded_link("h200x2-nv18", root=ROOT / "results"), 2, 100.0, "test")
     assert slow.nccl_s("all_gather", 1e9, 2) == pytest.approx(1e9 / 100e9)
 
 
@@ -86,7 +87,7 @@ def test_the_bound_uses_recorded_ceilings_and_says_so(two, fits):
     assert "results/h200x1/overlap_gemm" in measured.origin and "hierarchy_matrix" in measured.origin
     assert "datasheet" in sheet.origin and "mechanisms_size_sweep" in measured.origin
     assert measured.link_bytes_per_s == pytest.approx(two.ce_GBps * 1e9)
-    eight = M.modelled_link(two, 8)
+    eight = L.modelled_link(two, 8)
     assert "datasheet" in M.bound_ceilings(eight).origin and eight.ceiling_GBps == 450.0
     frame = M.curves(two, *fits, inner=(1024,), ceilings=measured)
     assert (frame["fraction_of_bound"] <= 1 + 1e-9).all() and frame["bound_origin"].iloc[0] == measured.origin

@@ -22,6 +22,7 @@ import pandas as pd
 
 from .. import figures, results, studies
 from ..experiments.overlap import emulated_draw as D
+from ..experiments.overlap import links as L
 from ..experiments.overlap import model as M
 from .common import box, png
 
@@ -40,7 +41,7 @@ def overlap_inputs(calibration: str = "h200x1", links: str = studies.FIGURES_MAC
                                                                           root=root) else None
     emulated = load("overlap_emulated", calibration).frame if results.is_recorded("overlap_emulated", calibration,
                                                                                   root=root) else None
-    return {"gemms": gemms, "fits": fits, "link": M.recorded_link(links, root=root), "gemm": gemm, "hbm": matrix,
+    return {"gemms": gemms, "fits": fits, "link": L.recorded_link(links, root=root), "gemm": gemm, "hbm": matrix,
             "emulated": emulated}
 
 
@@ -53,7 +54,7 @@ def overlap_view(inputs: dict, link_GBps: float, pattern: str, inner: int, gpus:
         raise ValueError(f"pattern: expected one of {list(M.PATTERN_NAMES)}, got {pattern!r}")
     if not (isinstance(gpus, int) and gpus >= 2):
         raise ValueError(f"gpus: expected an integer >= 2, got {gpus!r}")
-    link = M.emulated_link(inputs["link"], gpus, float(link_GBps), "asked")
+    link = L.emulated_link(inputs["link"], gpus, float(link_GBps), "asked")
     curves = M.curves(link, inputs["gemms"], inputs["fits"], patterns=[pattern],
                       ceilings=M.bound_ceilings(link, inputs["gemm"], inputs["hbm"]))
     near = min(M.INNER, key=lambda x: abs(math.log2(x / inner)))

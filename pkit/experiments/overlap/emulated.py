@@ -41,6 +41,7 @@ from ...ops.collective_ops import bus_bandwidth_factor
 from ...ops.overlap import AllGatherGemm, PartialGemm
 from ...ops.overlap_patterns import PATTERNS
 from . import model as M
+from . import links as L
 
 INNER = M.INNER  # the overlap sweep's N_local (AG+GEMM) and K_local (GEMM+RS/AR)
 WORLD_SIZES = (2, 8)
@@ -61,7 +62,7 @@ def link_rate(link, root=None) -> tuple[float, str]:
     if isinstance(link, (int, float, np.integer, np.floating)) and not isinstance(link, bool) and link > 0:
         return float(link), "given"
     if link == "h200x2":
-        two = M.recorded_link(LINK_MACHINE, root=root)
+        two = L.recorded_link(LINK_MACHINE, root=root)
         return two.ce_GBps, two.ceiling_source
     if link == "h200x8":
         sheet = GPUS["H200"]

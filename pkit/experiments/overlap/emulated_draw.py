@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import model as M
+from . import links as L
 
 KEY = ["link_GBps", "gpus", "pattern", "schedule", "inner"]
 
@@ -21,7 +22,7 @@ def title_of(link_GBps: float) -> str:
     return f"one GPU, link emulated at {link_GBps:.0f} GB/s"
 
 
-def beside_model(emulated: pd.DataFrame, gemms: dict, interference: dict, measured: M.Link, gemm=None,
+def beside_model(emulated: pd.DataFrame, gemms: dict, interference: dict, measured: L.Link, gemm=None,
                  hbm=None) -> pd.DataFrame:
     """Each emulated point (overlap_emulated rows) beside the model for the same link (`model.emulated_link`
     of `measured` at the point's rate and W; the bound's ceilings `bound_ceilings(link, gemm, hbm)`, recorded where
@@ -30,7 +31,7 @@ def beside_model(emulated: pd.DataFrame, gemms: dict, interference: dict, measur
     words)."""
     tables = []
     for (gbps, gpus, source), points in emulated.groupby(["link_GBps", "gpus", "link_source"]):
-        link = M.emulated_link(measured, int(gpus), float(gbps), source)
+        link = L.emulated_link(measured, int(gpus), float(gbps), source)
         model = M.curves(link, gemms, interference, inner=sorted(set(points["inner"])),
                          patterns=list(dict.fromkeys(points["pattern"])),
                          ceilings=M.bound_ceilings(link, gemm, hbm))
