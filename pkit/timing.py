@@ -119,15 +119,9 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
     import cupy as cp
 
     from .gpus import on_device as _on, require_gpus
-    from .launch import hold_streams, synchronize
+    from .launch import synchronize
 
-    if warmup < 0 or reps < 1:
-        raise ValueError(f"warmup/reps: expected warmup >= 0 and reps >= 1, got {warmup}, {reps}")
-    if hide_launch and warmup < 1:
-        raise ValueError("warmup: hide_launch needs at least one warm-up call; a first call may load a module, "
-                         "which waits for the held stream and would hang until the hold times out")
-    if not (isinstance(calls_per_sample, (int, np.integer)) and calls_per_sample >= 1):
-        raise ValueError(f"calls_per_sample: expected an integer >= 1, got {calls_per_sample!r}")
+    _check_counts(warmup, reps, hide_launch, calls_per_sample)
     devs = tuple(devices) if devices is not None else (cp.cuda.runtime.getDevice(),)
     require_gpus(devs)
     argsets = list(rotate) if rotate is not None else [()]
@@ -154,18 +148,7 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
         for i in range(warmup):
             call(i)
         synchronize(devs)
-        events = {d: [_on(d, cp.cuda.Event) for _ in range(reps + 1)] for d in devs}
-        with hold_streams({d: streams[d] for d in devs}, enabled=hide_launch):
-            for d in devs:
-                _on(d, lambda: events[d][0].record(streams[d]))
-            for i in range(reps):
-                for k in range(per_sample):
-                    call(i * per_sample + k)
-                for d in devs:
-                    _on(d, lambda: events[d][i + 1].record(streams[d]))
-        synchronize(devs)
-        per_device = np.array([[cp.cuda.get_elapsed_time(events[d][i], events[d][i + 1]) for i in range(reps)]
-                               for d in devs]) / (per_sample * per_graph)
+        per_device = _samples_ms(call, streams, reps, per_sample, hide_launch) / (per_sample * per_graph)
     finally:
         for d in devs:
             _on(d, cp.cuda.Stream.null.use)
@@ -173,3 +156,37 @@ def bench(fn: Callable, *, devices: Sequence[int] | None = None, warmup: int = 1
                        dict(meta, warmup=warmup, graph=graph, hide_launch=hide_launch, rotations=len(argsets),
                             calls_per_sample=calls_per_sample))
 
+
+def _check_counts(warmup: int, reps: int, hide_launch: bool, calls_per_sample) -> None:
+    """`bench`'s counts, checked: a ValueError naming the first that is out of range."""
+    if warmup < 0 or reps < 1:
+        raise ValueError(f"warmup/reps: expected warmup >= 0 and reps >= 1, got {warmup}, {reps}")
+    if hide_launch and warmup < 1:
+        raise ValueError("warmup: hide_launch needs at least one warm-up call; a first call may load a module, "
+                         "which waits for the held stream and would hang until the hold times out")
+    if not (isinstance(calls_per_sample, (int, np.integer)) and calls_per_sample >= 1):
+        raise ValueError(f"calls_per_sample: expected an integer >= 1, got {calls_per_sample!r}")
+
+
+def _samples_ms(call: Callable[[int], None], streams: dict, reps: int, per_sample: int, hide_launch: bool):
+    """Milliseconds of `reps` samples on each device of `streams` (device → stream), one row per device: a sample
+    is `per_sample` calls of `call` (by call number) between two events on each stream; with `hide_launch` the
+    streams are held while every launch queues."""
+    import cupy as cp
+
+    from .gpus import on_device as _on
+    from .launch import hold_streams, synchronize
+
+    devs = tuple(streams)
+    events = {d: [_on(d, cp.cuda.Event) for _ in range(reps + 1)] for d in devs}
+    with hold_streams(streams, enabled=hide_launch):
+        for d in devs:
+            _on(d, lambda: events[d][0].record(streams[d]))
+        for i in range(reps):
+            for k in range(per_sample):
+                call(i * per_sample + k)
+            for d in devs:
+                _on(d, lambda: events[d][i + 1].record(streams[d]))
+    synchronize(devs)
+    return np.array([[cp.cuda.get_elapsed_time(events[d][i], events[d][i + 1]) for i in range(reps)]
+                     for d in devs])

@@ -282,6 +282,18 @@ def _scale_address(scale, name: str, device) -> int:
     return scale.data_ptr()
 
 
+def _check_options(dtype: str, scale_a, scale_b, blocks, sms: int) -> None:
+    """`gemm`'s scales (both for float8_e4m3fn inputs, neither for bfloat16) and `blocks` (at most one per SM of
+    `sms`), else a ValueError naming them."""
+    fp8 = dtype != "bfloat16"
+    if fp8 != (scale_a is not None) or fp8 != (scale_b is not None):
+        raise ValueError(f"scale_a, scale_b: expected both for float8_e4m3fn inputs and neither for bfloat16, got "
+                         f"{dtype} with scale_a={'a tensor' if scale_a is not None else None}, "
+                         f"scale_b={'a tensor' if scale_b is not None else None}")
+    if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= sms):
+        raise ValueError(f"blocks: expected an integer in [1, {sms}] (one block per SM at most), got {blocks!r}")
+
+
 def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
          first_row: int = 0, add_into=None, a_from=None, scale_a=None, scale_b=None, how: Plan | None = None):
     """C = A · Bᵀ (fp32 accumulation, bf16 C) on A's GPU, enqueued on CuPy's current stream there (as every pkit
@@ -307,13 +319,8 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     m, n, k = _check(a, b, out)
     dtype = str(a.dtype).removeprefix("torch.")
     fp8 = dtype != "bfloat16"
-    if fp8 != (scale_a is not None) or fp8 != (scale_b is not None):
-        raise ValueError(f"scale_a, scale_b: expected both for float8_e4m3fn inputs and neither for bfloat16, got "
-                         f"{dtype} with scale_a={'a tensor' if scale_a is not None else None}, "
-                         f"scale_b={'a tensor' if scale_b is not None else None}")
     sms = pkit.devices()[a.device.index].sms
-    if blocks is not None and not (isinstance(blocks, (int, np.integer)) and 1 <= blocks <= sms):
-        raise ValueError(f"blocks: expected an integer in [1, {sms}] (one block per SM at most), got {blocks!r}")
+    _check_options(dtype, scale_a, scale_b, blocks, sms)
     if ready and (rows_per_flag <= 0 or rows_per_flag % BLOCK_M or not 0 <= first_row < max(m, 1)):
         raise ValueError(f"rows_per_flag, first_row: expected a positive multiple of {BLOCK_M} and a row of A, "
                          f"got {rows_per_flag} and {first_row}")

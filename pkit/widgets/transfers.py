@@ -183,14 +183,11 @@ def transfer_figure(frame: pd.DataFrame, lookup: pd.DataFrame):
     return fig
 
 
-def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | None = None):
-    """Pick kernels, route, mechanism(s), message size and SMs → bandwidth and time from `machine`'s recorded
-    results (`transfer_lookup`, nearest recorded point, said so), with the provenance line. Controls:
-    `.controls['kernels']` (`KERNEL_SETS`), 'route', 'mechanisms', 'nbytes', 'default_grid', 'sms'; outputs: 'text'
-    (HTML), 'chart' (PNG)."""
+def _transfer_controls(frame: pd.DataFrame) -> dict:
+    """The transfer explorer's controls over a `transfer_frame`: the kernel sets it recorded, route and mechanisms
+    (filled as the kernels are picked), message size (1 MiB where recorded), default grid and SMs."""
     import ipywidgets as w
 
-    frame, provenance = transfer_frame(machine, root=root)
     kernel_sets = [k for k, studies in KERNEL_SETS.items() if frame["study"].isin(studies).any()]
     style = {"description_width": "90px"}
     recorded_sms = sorted(int(s) for s in frame["sms"].dropna().unique() if s > 0) or [1]
@@ -206,6 +203,18 @@ def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | No
     }
     controls["nbytes"].value = 1 << 20 if (1 << 20) in dict(controls["nbytes"].options).values() \
         else controls["nbytes"].options[0][1]
+    return controls
+
+
+def transfer_explorer(machine: str = studies.FIGURES_MACHINE, *, root: Path | None = None):
+    """Pick kernels, route, mechanism(s), message size and SMs → bandwidth and time from `machine`'s recorded
+    results (`transfer_lookup`, nearest recorded point, said so), with the provenance line. Controls:
+    `.controls['kernels']` (`KERNEL_SETS`), 'route', 'mechanisms', 'nbytes', 'default_grid', 'sms'; outputs: 'text'
+    (HTML), 'chart' (PNG)."""
+    import ipywidgets as w
+
+    frame, provenance = transfer_frame(machine, root=root)
+    controls = _transfer_controls(frame)
     outputs = {"text": w.HTML(), "chart": w.Image(format="png")}
     state = {"busy": False}
 
