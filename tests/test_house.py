@@ -1,0 +1,103 @@
+"""The house's proportions, read from pkit's source with ast (nothing is imported): no module over 500 lines, no
+function over 60, and no circle among pkit's modules, counting the imports made inside functions."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKIT = Path(__file__).resolve().parents[1] / "pkit"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, ast.Module]:
+    """Every module of pkit by its dotted name (a package by its own name), parsed."""
+    trees = {}
+    for path in sorted(PKIT.rglob("*.py")):
+        parts = path.relative_to(PKIT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        trees[name] = ast.parse(path.read_text(), str(path))
+    return trees
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The pkit modules one import statement of `module` loads: a name taken from a package counts as its
+    submodule where one of that name exists, else as the package."""
+    if isinstance(node, ast.Import):
+        bases = [alias.name for alias in node.names]
+        return {base for base in bases if base in known}
+    package = module if is_package else module.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        package = package.rpartition(".")[0]
+    base = ".".join(filter(None, [package if node.level else "", node.module or ""]))
+    found = set()
+    for alias in node.names:
+        if f"{base}.{alias.name}" in known:
+            found.add(f"{base}.{alias.name}")
+        elif base in known:
+            found.add(base)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module → the pkit modules it imports anywhere in its body (functions included), itself left out."""
+    trees = _modules()
+    known = set(trees)
+    packages = {name for name in known if (PKIT.parent / name.replace(".", "/") / "__init__.py").exists()}
+    graph = {}
+    for name, tree in trees.items():
+        targets = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                targets |= _imported(node, name, name in packages, known)
+        graph[name] = targets - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_over_500_lines():
+    long = {str(path.relative_to(PKIT.parent)): n for path in PKIT.rglob("*.py")
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}; split them by job"
+
+
+def test_no_function_over_60_lines():
+    long = {}
+    for path in PKIT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(PKIT.parent)}:{node.name}"] = n
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}; give their steps names"
+
+
+def test_no_import_circles():
+    found = circles(import_graph())
+    assert not found, f"modules that import each other (inside functions too): {found}"
