@@ -1,5 +1,5 @@
 """The harness's CUDA timing path and its defences at world size 1, where one GPU is enough (NCCL and gloo accept a
-one-rank group). The CPU tests run the same path on gloo; the `gpu` tests need one CUDA GPU (an H200: under 60 s).
+one-rank group). The CPU tests run the same path on gloo; the `gpu` tests need one CUDA GPU (an H200).
 
 Fixtures: tests/fixtures/problems_one_rank/01_row_sums (row sums, then an all-reduce; world sizes 1 and 2; 1 GiB input
 sets at `large`) with candidates in tests/fixtures/gpu_candidates/01_row_sums, and tests/fixtures/problems/01_sum
