@@ -118,8 +118,7 @@ class CandidateRun:
         round replaces the one whose kept outputs are compared element by element with probability 1/(k + 1), so
         that round is drawn uniformly from the rounds run; the draw is made here, before the round, and only the
         reference's workers learn it (they write their kept outputs in that round alone); both roles copy the
-        plan's calls in every round (the same work around their calls: a copy held by one role alone made its
-        calls about 5% slower on the CPU)."""
+        plan's calls in every round, the same work around their calls."""
         ref = self.reference
         plan = Plan.new(ref.sets, iters, ref.out_bytes, self.tolerance, f"round{k}")
         compared = secrets.randbelow(k + 1) == 0
