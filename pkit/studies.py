@@ -216,6 +216,11 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           "tie from 1x", "pkit.harness.pkb", "", (Part("pkb_references", **_NCCL),),
           record="pkit eval --pkb-root R --solutions EMPTY_DIR --reference-as-candidate --out part.jsonl, then "
                  "python -m pkit.harness.baseline pkb part*.jsonl (docs/harness.md)"),
+    Study("harness_calibration", "`pkit eval` judging known answers: identical code (its interval should hold 1.0), "
+          "candidates slowed by a known amount, and the harness's own cost per candidate", "pkit.harness", "",
+          (Part("harness_calibration", gpus=0, description="per evaluation: verdict, speedup and its interval, wall "
+                "and timed seconds, by the candidate's true ratio"),),
+          record="python scripts/harness_calibration.py results (add --device cuda on a GPU; docs/harness.md)"),
     Study("explorers", "three ipywidgets explorers: the roofline, recorded transfers, eval records (measures nothing)",
           "pkit.widgets", "09_explorers", gpus=0, reads=("mechanisms_size_sweep", "mechanisms_sm_sweep", "quickstart")),
 )}

@@ -281,10 +281,12 @@ def test_every_command_has_a_description_and_the_top_help_says_each_once(capsys)
 
 
 def test_the_problems_table_fits_100_columns(newcomer, capsys):
-    """`pkit problems` for a terminal: every line within `TABLE_WIDTH` (100) characters, the notes under it too."""
+    """`pkit problems` for a terminal: every line within `TABLE_WIDTH` (100) characters, the notes under it too,
+    but a path longer than that, which stays whole on a line of its own (the results folder may lie deep)."""
     assert main(["problems"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert cli.TABLE_WIDTH == 100 and max(map(len, lines)) <= cli.TABLE_WIDTH, max(lines, key=len)
+    wide = [line for line in lines if len(line) > cli.TABLE_WIDTH and len(line.split()) > 1]
+    assert cli.TABLE_WIDTH == 100 and not wide, wide
     assert any(line.startswith("left out to fit") for line in lines), lines[-3:]
 
 
