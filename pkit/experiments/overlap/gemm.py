@@ -31,6 +31,21 @@ from .checks import bf16_match
 from .shapes import DEFAULT_N_LOCALS
 
 ROUNDS = 4  # each shape's implementations alternate this many times
+
+
+def reps_per_round(reps: int) -> int:
+    """Timed calls per implementation and round when the study is measured at the overlap studies' `reps` (twice
+    theirs: a GEMM is short beside a schedule)."""
+    return 2 * reps
+
+
+def calls_per_shape(reps: int) -> int:
+    """Timed calls pooled per implementation and shape when the study is measured at the overlap studies' `reps`.
+
+    >>> calls_per_shape(10)
+    80
+    """
+    return ROUNDS * reps_per_round(reps)
 IMPLEMENTATIONS = {"bfloat16": ("pkit_gemm", "pkit_gemm_flags", "cublas"), "float8_e4m3fn": ("pkit_gemm", "cublas")}
 """What each dtype's study times: pkit's GEMM, pkit's GEMM waiting on ready flags that are all set already (as the
 overlap schedules run it), and cuBLAS (torch.matmul; FP8: torch._scaled_mm, cuBLASLt, fast accumulation as

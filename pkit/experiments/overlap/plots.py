@@ -14,27 +14,29 @@ from .analysis import GEMM_GATE, SHAPE, TERMS
 from .model import partition_traffic
 
 
-def draw_gate(gate: pd.DataFrame, target: float = GEMM_GATE):
-    """pkit's GEMM over cuBLAS per shape (`analysis.gemm_gate`'s rows) as bars, the gate `target` dashed, the
-    shapes' names tilted so that long ones do not run into each other. Returns the figure.
+def draw_gate(gate: pd.DataFrame, target: float = GEMM_GATE, inputs: str = "bf16"):
+    """pkit's GEMM over cuBLAS per shape (`analysis.gemm_gate`'s rows) as horizontal bars, one shape a row in the
+    recorded order (so many shapes stay readable), parity and the gate `target` marked; `inputs` names the input
+    type in the axis label. Returns the figure.
 
     >>> import matplotlib; matplotlib.use("Agg")
     >>> gate = pd.DataFrame({"shape": ["8192×8192×8192", "8192×256×8192"], "ratio_to_cublas": [1.02, 0.59]})
-    >>> [t.get_rotation() for t in draw_gate(gate).axes[0].get_xticklabels()]
-    [30.0, 30.0]
+    >>> [t.get_text() for t in draw_gate(gate).axes[0].get_yticklabels()]
+    ['8192×8192×8192', '8192×256×8192']
     """
     from ... import figures
 
-    fig, ax = figures.subplots()
-    ax.bar(gate["shape"], gate["ratio_to_cublas"], color=figures.BLUE, label="pkit GEMM / cuBLAS (TFLOP/s)")
-    ax.axhline(target, color="0.3", ls="--", lw=1, label=f"gate: {target:.0%} of cuBLAS")
-    ax.set(xlabel="shape M×N×K (C = A · Bᵀ, bf16 in, fp32 accumulate)", ylabel="pkit GEMM's rate over cuBLAS's")
-    ax.set_ylim(0, max(1.25, 1.1 * float(gate["ratio_to_cublas"].max())))
-    ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
-    ax.tick_params(axis="x", labelrotation=30)
-    for text in ax.get_xticklabels():
-        text.set(ha="right", rotation_mode="anchor")
-    ax.legend(loc="upper center", ncols=2)
+    fig, ax = figures.subplots(figsize=(7.5, 1.6 + 0.26 * len(gate)))
+    rows = range(len(gate))
+    ax.barh(list(rows), gate["ratio_to_cublas"], color=figures.BLUE, label="pkit GEMM / cuBLAS (TFLOP/s)")
+    ax.axvline(1.0, color="0.2", lw=1, label="parity")
+    ax.axvline(target, color="0.3", ls="--", lw=1, label=f"gate: {target:.0%} of cuBLAS")
+    ax.set_yticks(list(rows), gate["shape"])
+    ax.invert_yaxis()
+    ax.set(ylabel=f"shape M×N×K (C = A · Bᵀ, {inputs} in, fp32 accumulate)", xlabel="pkit GEMM's rate over cuBLAS's")
+    ax.set_xlim(0, max(1.25, 1.1 * float(gate["ratio_to_cublas"].max())))
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, frameon=False)
     return fig
 
 

@@ -153,12 +153,13 @@ def measure(study: str, gpus: Sequence[int] | None = None, reps: int = 10) -> pd
     if study not in MEASUREMENTS:
         raise ValueError(f"study: expected one of {MEASUREMENTS}, got {study!r}")
     if study in GEMM_STUDIES:
-        from .gemm import gemm_rates, plan_sweep
+        from .gemm import gemm_rates, plan_sweep, reps_per_round
 
         device = part_devices(f"overlap_{study}", gpus, arg="gpus")[0]
         if study == "gemm_plans":
             return plan_sweep(device=device)
-        return gemm_rates(dtype="float8_e4m3fn" if study == "gemm_fp8" else "bfloat16", device=device, reps=2 * reps)
+        return gemm_rates(dtype="float8_e4m3fn" if study == "gemm_fp8" else "bfloat16", device=device,
+                          reps=reps_per_round(reps))
     gpus = part_devices(f"overlap_{study}", gpus, arg="gpus")
     if study.startswith("torch_"):
         return torch_sweep(pattern=study.removeprefix("torch_"), nproc=len(gpus), reps=reps)
