@@ -1,9 +1,11 @@
-"""The two CUDA driver calls pkit makes that CuPy does not wrap, through ctypes on libcuda.
+"""The CUDA driver calls pkit makes that CuPy does not wrap, through ctypes on libcuda.
 
-`encode_tiled` builds a TMA tensor map (cuTensorMapEncodeTiled) and `stream_write_value32` sets a 32-bit
-word in stream order (cuStreamWriteValue32). Calling libcuda directly, rather than through cuda-python's driver
-module, keeps pkit's API-call trace clean: on first use that module looks up every driver entry point by
-cuGetProcAddress, and the lookups of entry points the installed driver lacks fail, which compute-sanitizer
+`encode_tiled` builds a TMA tensor map (cuTensorMapEncodeTiled), `stream_write_value32` sets a 32-bit
+word in stream order (cuStreamWriteValue32), and `memcpy_beside_compute` enqueues a copy that the driver is asked
+to keep off the SMs (cuMemcpyBatchAsync with CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE): a plain cudaMemcpyAsync
+between two buffers of one GPU may run as a kernel on the SMs. Calling libcuda directly, rather than through
+cuda-python's driver module, keeps pkit's API-call trace clean: on first use that module looks up every driver entry
+point by cuGetProcAddress, and the lookups of entry points the installed driver lacks fail, which compute-sanitizer
 (`--report-api-errors all`) reports as errors in the user's run. Enum values are those of CUDA's cuda.h
 (12.x and 13.x).
 
@@ -26,11 +28,23 @@ SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B
 L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
 OOB_FILL_NONE = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
 STREAM_WRITE_VALUE_DEFAULT = 0  # CU_STREAM_WRITE_VALUE_DEFAULT: the write is ordered after earlier work, with a fence
+MEMCPY_SRC_ACCESS_ORDER_STREAM = 1  # CU_MEMCPY_SRC_ACCESS_ORDER_STREAM: the source is read in stream order
+MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE = 1  # CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE (a hint: copy beside compute)
+MEM_LOCATION_TYPE_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
 
 
 class _TensorMap(ctypes.Structure):
     _align_ = 64
     _fields_ = [("opaque", ctypes.c_uint64 * (TENSOR_MAP_BYTES // 8))]
+
+
+class _MemLocation(ctypes.Structure):  # CUmemLocation
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _MemcpyAttributes(ctypes.Structure):  # CUmemcpyAttributes_v1 (24 bytes)
+    _fields_ = [("srcAccessOrder", ctypes.c_int), ("srcLocHint", _MemLocation), ("dstLocHint", _MemLocation),
+                ("flags", ctypes.c_uint)]
 
 
 @lru_cache(maxsize=1)
@@ -71,3 +85,42 @@ def stream_write_value32(stream: int, address: int, value: int) -> None:
     stream's earlier work and with a memory barrier."""
     _check(_libcuda().cuStreamWriteValue32_v2(ctypes.c_void_p(stream), address, value, STREAM_WRITE_VALUE_DEFAULT),
            "cuStreamWriteValue32")
+
+
+@lru_cache(maxsize=1)
+def _batch_copy():
+    """(cuMemcpyBatchAsync, whether it takes failIdx): the CUDA 13 entry point (cuMemcpyBatchAsync_v2, no failIdx)
+    where the driver has it, else the CUDA 12.8 one (failIdx before the stream); None before CUDA 12.8."""
+    lib, size_p = _libcuda(), ctypes.POINTER(ctypes.c_size_t)
+    head = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64), size_p, ctypes.c_size_t,
+            ctypes.POINTER(_MemcpyAttributes), size_p, ctypes.c_size_t]
+    for name, fail_index in (("cuMemcpyBatchAsync_v2", False), ("cuMemcpyBatchAsync", True)):
+        function = getattr(lib, name, None)
+        if function is not None:
+            function.argtypes = head + ([size_p] if fail_index else []) + [ctypes.c_void_p]
+            return function, fail_index
+    return None
+
+
+def memcpy_beside_compute(dst: int, src: int, nbytes: int, stream: int, device: int) -> None:
+    """Copy `nbytes` from device address `src` to `dst` (on GPU `device`, the current one) in the order of CUDA
+    stream `stream` (its handle; not the legacy default stream, 0), asking the driver to run it beside compute
+    (CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE): off the SMs, by a copy engine. A plain cudaMemcpyAsync within
+    one GPU may run as a kernel, which waits for an SM; beside a persistent kernel that holds every SM and waits
+    for the copy, it never runs. The flag is a hint: `pkit.experiments.overlap.emulated.copies_beside_full_gpu`
+    measures what the driver does with it."""
+    if not stream:
+        raise ValueError("stream: expected a created stream's handle; cuMemcpyBatchAsync refuses the legacy default "
+                         "stream (0): enqueue under `with cupy.cuda.Stream(non_blocking=True):`")
+    found = _batch_copy()
+    if found is None:
+        raise RuntimeError("memcpy_beside_compute: this CUDA driver has no cuMemcpyBatchAsync (CUDA 12.8 or newer)")
+    function, fail_index = found
+    hint = _MemLocation(MEM_LOCATION_TYPE_DEVICE, device)
+    attrs = _MemcpyAttributes(MEMCPY_SRC_ACCESS_ORDER_STREAM, hint, hint, MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE)
+    dsts, srcs = (ctypes.c_uint64 * 1)(dst), (ctypes.c_uint64 * 1)(src)
+    sizes, first = (ctypes.c_size_t * 1)(nbytes), (ctypes.c_size_t * 1)(0)
+    args = [dsts, srcs, sizes, 1, ctypes.byref(attrs), first, 1]
+    if fail_index:
+        args.append(ctypes.byref(ctypes.c_size_t(0)))
+    _check(function(*args, ctypes.c_void_p(stream)), "cuMemcpyBatchAsync")

@@ -76,3 +76,46 @@ def test_the_emulated_study_runs_on_a_tiny_shape(monkeypatch):
     serial = frame[frame["schedule"] == "serial"]
     assert (serial["speedup_vs_serial"] == 1).all() and serial["faithful"].all()
     assert not frame.loc[frame["schedule"].isin(["sm_pull", "tma_pull", "tma_add"]), "faithful"].any()
+
+
+def test_the_paced_copy_asks_the_driver_to_keep_it_off_the_sms(monkeypatch):
+    """A copy within one GPU by plain cudaMemcpyAsync may run as a kernel, which never gets an SM beside ce_flags'
+    persistent GEMM (it holds them all, waiting for the copy's flag): each piece goes by cuMemcpyBatchAsync with
+    CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE, its attributes laid out as cuda.h's CUmemcpyAttributes_v1."""
+    import ctypes
+
+    from pkit import driver
+
+    attrs = driver._MemcpyAttributes
+    assert ctypes.sizeof(attrs) == 24
+    assert [attrs.srcAccessOrder.offset, attrs.srcLocHint.offset, attrs.dstLocHint.offset, attrs.flags.offset] == \
+        [0, 4, 12, 20]
+    for fail_index in (False, True):
+        calls = []
+
+        def batch(*args):
+            calls.append(args)
+            return 0
+
+        monkeypatch.setattr(driver, "_batch_copy", lambda: (batch, fail_index))
+        driver.memcpy_beside_compute(0x7000, 0x9000, 12345, stream=0xABC, device=3)
+        (args,) = calls
+        dsts, srcs, sizes, count, attr, first, num_attrs = args[:7]
+        given = ctypes.cast(attr, ctypes.POINTER(attrs)).contents
+        assert (dsts[0], srcs[0], sizes[0], count, first[0], num_attrs) == (0x7000, 0x9000, 12345, 1, 0, 1)
+        assert given.flags == driver.MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE == 1
+        assert given.srcAccessOrder == driver.MEMCPY_SRC_ACCESS_ORDER_STREAM == 1
+        assert (given.dstLocHint.type, given.dstLocHint.id) == (driver.MEM_LOCATION_TYPE_DEVICE, 3)
+        assert len(args) == (9 if fail_index else 8) and args[-1].value == 0xABC  # the stream comes last
+    with pytest.raises(ValueError, match="legacy default stream"):
+        driver.memcpy_beside_compute(0x7000, 0x9000, 16, stream=0, device=0)
+    monkeypatch.setattr(driver, "_batch_copy", lambda: None)
+    with pytest.raises(RuntimeError, match="no cuMemcpyBatchAsync"):
+        driver.memcpy_beside_compute(0x7000, 0x9000, 16, stream=1, device=0)
+
+
+@pytest.mark.gpu
+def test_the_paced_copy_runs_beside_a_gpu_full_of_blocks():
+    verdict = E.copies_beside_full_gpu(0, remeasure=True)
+    print(verdict)
+    assert verdict["beside"], verdict

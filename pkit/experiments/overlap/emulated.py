@@ -6,8 +6,14 @@ the schedules of `pkit.ops.overlap` run as they are, only for rank 0 (`op.workin
 the same GPU standing in for the peers. Where a schedule moves bytes by copy engine (ce_chunks, ce_flags, and the
 serial schedules' collective) each copy goes from the stand-in to rank 0's buffer in pieces that the host releases
 at the link's rate (`Pacer`): a piece is enqueued when a link of that rate, started with the call, would have
-delivered its last byte (at once when the host is late, so the average holds). A host-paced copy takes no SM; spin
-kernels between copies would wait for SMs the GEMM holds. A real rank's HBM is read for what it sends and written
+delivered its last byte (at once when the host is late, so the average holds). Spin kernels between copies would
+wait for SMs the GEMM holds, and so would a plain cudaMemcpyAsync: within one GPU the driver may run it as a kernel
+on the SMs (a real rank's peer copy goes by copy engine). ce_flags' persistent GEMM holds every SM and waits for the
+copies' flags, so such a copy never runs and the GEMM's wait traps (at N_local 2048 and up, where no block finishes
+before it reaches a peer's rows). Each piece is therefore enqueued with cuMemcpyBatchAsync asking for a copy beside
+compute (`pkit.driver.memcpy_beside_compute`); as that is a hint, `copies_beside_full_gpu` checks it once per GPU
+(a copy beside a kernel that fills every SM): where the copy still waits for SMs, ce_flags is not emulated (it
+raises rather than trap) and no row counts as faithful. A real rank's HBM is read for what it sends and written
 for what it receives; one local copy-engine copy of the bytes it receives reads and writes as many, so the emulated
 traffic matches. Serial is emulated the same way (the collective's bus bytes, CollectiveOp's factor, at the link
 rate, then the GEMM), so every speedup over serial is measured on equal terms.
@@ -87,9 +93,55 @@ def split(nbytes: int, piece: int) -> list[int]:
 
 
 def _memcpy(dst: int, src: int, nbytes: int, stream) -> None:
+    """A local copy on `stream` (a CuPy stream of the current GPU), asked to stay off the SMs."""
     import cupy as cp
 
-    cp.cuda.runtime.memcpyAsync(dst, src, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+    from ...driver import memcpy_beside_compute
+
+    memcpy_beside_compute(dst, src, nbytes, stream.ptr, cp.cuda.runtime.getDevice())
+
+
+_BESIDE: dict[int, dict] = {}  # copies_beside_full_gpu's verdict per GPU, measured once per process
+
+
+def copies_beside_full_gpu(device: int = 0, nbytes: int = 64 << 20, hold_ms: float = 50.0, copy=None,
+                           remeasure: bool = False) -> dict:
+    """Whether the emulation's local copy (`copy`, default the Pacer's) runs while a kernel holds every SM of GPU
+    `device`, as ce_flags' persistent GEMM does: a spin kernel of one block per SM, each with all of an SM's shared
+    memory (so no other block fits beside it), holds the GPU for `hold_ms`; a copy of `nbytes` is enqueued on
+    another stream once it is resident. {'beside': True when the copy was done within a fifth of the hold (by a copy
+    engine), 'copy_ms': its time from enqueue to done, 'hold_ms'}. Measured once per GPU unless `remeasure`."""
+    import cupy as cp
+
+    import pkit
+
+    from ...ops.gemm import _SMEM_LIMIT
+
+    if device in _BESIDE and not remeasure and copy is None:
+        return _BESIDE[device]
+    copy = copy or _memcpy
+    spin = pkit.compile("spin.cu", "spin_ns")
+    sms = pkit.devices()[device].sms
+    with cp.cuda.Device(device):
+        hog, side = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+        src = cp.zeros(nbytes, dtype=cp.uint8)
+        dst = cp.empty_like(src)
+        spin.on(device)  # loaded now: a module load waits for running kernels
+        copy(dst.data.ptr, src.data.ptr, nbytes, side)  # anything the copy loads, loaded while the GPU is idle
+        cp.cuda.Device(device).synchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        spin((sms,), (1,), (np.uint64(int(hold_ms * 1e6)),), shared_mem=_SMEM_LIMIT, device=device, stream=hog)
+        time.sleep(2e-3)  # every block resident
+        start.record(side)
+        copy(dst.data.ptr, src.data.ptr, nbytes, side)
+        end.record(side)
+        end.synchronize()
+        hog.synchronize()
+        ms = cp.cuda.get_elapsed_time(start, end)
+    verdict = {"beside": bool(ms < hold_ms / 5), "copy_ms": float(ms), "hold_ms": float(hold_ms)}
+    if copy is _memcpy:
+        _BESIDE[device] = verdict
+    return verdict
 
 
 @dataclass
@@ -137,6 +189,18 @@ class _EmulatedGather(AllGatherGemm):
     def __init__(self, team, pacer: Pacer, **shape):
         super().__init__(team, **shape)
         self.working, self.pacer = (0,), pacer
+        self.copies_beside = copies_beside_full_gpu(team.devices[0])["beside"]
+
+    def ce_flags(self) -> None:
+        """AllGatherGemm.ce_flags, where the paced copies run beside a GPU full of the GEMM's blocks; else a
+        PkitError (the GEMM would wait for flags whose copies wait for its SMs, and trap)."""
+        from ...errors import PkitError
+
+        if not self.copies_beside:
+            raise PkitError("ce_flags: on this GPU a local copy waits for an SM even when asked to run beside "
+                            f"compute ({_BESIDE.get(self.team.devices[0])}), and ce_flags' GEMM holds every SM "
+                            "until the copies land: it cannot be emulated on one GPU here")
+        super().ce_flags()
 
     def _copy_rows(self, rank: int, peer: int, row: int, stream) -> None:
         offset, nbytes = row * self.k * 2, self.chunk_rows * self.k * 2
@@ -236,7 +300,8 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
     structure, `model.link_bytes`), hbm_bytes (the HBM traffic those bytes make on a real rank: read where
     sent, written where received; the emulated copy makes as much), comm_GBps (the paced copies' rate within the
     call, or for SM-driven communication link_bytes over the time), comm_over_link, faithful (its bytes move by the
-    paced copy engine), verified (AG+GEMM rank 0 against float32; None where its output sums stand-ins)."""
+    paced copy engine, off the SMs: `copies_beside_full_gpu`; where they cannot, ce_flags has no rows), verified
+    (AG+GEMM rank 0 against float32; None where its output sums stand-ins)."""
     import cupy as cp
 
     import pkit
@@ -249,7 +314,9 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
         for (link, gbps, source), w, pattern, x in tqdm(points, desc="emulated overlap points"):
             pacer = Pacer(gbps * 1e9)
             op = _op(pattern, teams[w], pacer, x)
-            variants = [(s, o) for s in PATTERNS[pattern].names for o in PATTERNS[pattern].schedule(s).variants()]
+            beside = copies_beside_full_gpu(device)["beside"]
+            variants = [(s, o) for s in PATTERNS[pattern].names for o in PATTERNS[pattern].schedule(s).variants()
+                        if beside or s != "ce_flags"]  # ce_flags needs copies beside its GEMM (copies_beside_full_gpu)
             verdicts = {}
             gather = PATTERNS[pattern].flow == "in"
             for s, o in variants:
@@ -268,18 +335,20 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
             serial = np.array(times[0])
             for v, (s, o) in enumerate(variants):
                 rows.append(_row(link, gbps, source, pattern, s, o, w, op, x, np.array(times[v]), serial,
-                                 rates_seen[v], verdicts[s]))
+                                 rates_seen[v], verdicts[s], beside))
             del op
     return pd.DataFrame(rows)
 
 
-def _row(link, gbps, source, pattern, schedule, options, w, op, inner, times, serial, seen, verdict) -> dict:
+def _row(link, gbps, source, pattern, schedule, options, w, op, inner, times, serial, seen, verdict,
+         beside: bool = True) -> dict:
     m, k, n = M.shape_of(pattern, inner, w)
     entry = PATTERNS[pattern].schedule(schedule)
     moved = M.link_bytes(pattern, schedule, m, k, n, w)
     ms = float(np.median(times))
-    faithful = entry.transfer in ("ce", "nccl")
-    comm = float(np.median(seen)) if faithful else moved / (ms * 1e-3) / 1e9
+    paced = entry.transfer in ("ce", "nccl")
+    faithful = paced and beside  # paced copies off the SMs, as a copy engine's
+    comm = float(np.median(seen)) if paced else moved / (ms * 1e-3) / 1e9
     return {"link": str(link), "link_GBps": gbps, "link_source": source, "pattern": pattern, "schedule": schedule,
             "comm_sms": options.get("comm_sms", 0), "gpus": w, "m": m, "k": k, "n": n, "inner": inner,
             "time_median_us": ms * 1e3, "time_min_us": float(times.min()) * 1e3,
@@ -312,7 +381,8 @@ def link_checks(device: int = 0, links: Sequence = ("h200x2",), nbytes: int = CH
     with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True) as stream:
         src = cp.random.randint(0, 256, nbytes, dtype=cp.uint8)
         dst = cp.empty(nbytes, dtype=cp.uint8)
-        free = bench(lambda: peer_copy(dst, src, "ce"), devices=[device], warmup=2, reps=reps).median_ms
+        free = bench(lambda: _memcpy(dst.data.ptr, src.data.ptr, nbytes, cp.cuda.get_current_stream()),
+                     devices=[device], warmup=2, reps=reps).median_ms  # the paced copy's own call, unpaced
         sm = bench(lambda: peer_copy(dst, src, "sm", comm_sms), devices=[device], warmup=2, reps=reps).median_ms
         for link in links:
             gbps, source = link_rate(link, root)
@@ -328,10 +398,12 @@ def link_checks(device: int = 0, links: Sequence = ("h200x2",), nbytes: int = CH
                 paced.append(nbytes / (cp.cuda.get_elapsed_time(start, pacer.last_end) * 1e-3) / 1e9)
             verified = bool(cp.array_equal(src, dst))
             free_GBps, sm_GBps = nbytes / (free * 1e-3) / 1e9, nbytes / (sm * 1e-3) / 1e9
+            beside = copies_beside_full_gpu(device)
             rows.append({"link": str(link), "link_GBps": gbps, "link_source": source, "bytes": nbytes,
                          "paced_GBps": float(np.median(paced)), "held": float(np.median(paced)) / gbps,
                          "free_GBps": free_GBps, "hbm_recorded_GBps": hbm, "hbm_bytes_per_byte": hbm / free_GBps,
                          "comm_sms": comm_sms, "sm_GBps": sm_GBps, "sm_over_link": sm_GBps / gbps,
+                         "beside_full_gpu": beside["beside"], "beside_copy_ms": beside["copy_ms"],
                          "verified": verified})
     return pd.DataFrame(rows)
 
