@@ -91,4 +91,7 @@ def test_the_bound_uses_recorded_ceilings_and_says_so(two, fits):
     assert "datasheet" in M.bound_ceilings(eight).origin and eight.ceiling_GBps == 450.0
     frame = M.curves(two, *fits, inner=(1024,), ceilings=measured)
     assert (frame["fraction_of_bound"] <= 1 + 1e-9).all() and frame["bound_origin"].iloc[0] == measured.origin
-    assert frame["fraction_of_bound"].max() > M.curves(two, *fits, inner=(1024,))["fraction_of_bound"].max()
+    sheet_fraction = M.curves(two, *fits, inner=(1024,))["fraction_of_bound"]
+    # measured ceilings are lower than the datasheet's: no schedule's fraction falls, those bound by them rise
+    assert (frame["fraction_of_bound"] >= sheet_fraction - 1e-12).all()
+    assert (frame["fraction_of_bound"] > sheet_fraction).any()

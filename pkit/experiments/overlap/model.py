@@ -2,11 +2,12 @@
 
 The model is built from measurements where there are some and says where it assumes:
 
-* **GEMM** (`GemmFit`): a persistent tiled GEMM whose tiles go to the SMs in waves; a tile costs
-  √((K·s_k)² + e²) + f (mainloop and epilogue overlapping, plus a fixed part), three parameters fitted by least
-  squares to a one-GPU GEMM study (results/<machine>/overlap_gemm: eight shapes per implementation). On g of the
-  GPU's SMs the same tiles take ⌈tiles / g⌉ waves: no parameter, checked against the SM-partition study
-  (`partition_check`).
+* **GEMM** (`GemmFit`, `pkit.experiments.overlap.gemm_fit`): where the one-GPU GEMM study
+  (results/<machine>/overlap_gemm) recorded the shape, its recorded time; elsewhere a fit to that study: waves of
+  work over the SMs (pkit's GEMM: whole waves of the units `pkit.ops.gemm.plan` picks; cuBLAS: its tiles spread
+  evenly), a wave costing √((K·s_k)² + e²) (mainloop and epilogue overlapping), plus a per-call constant, fitted by
+  least squares on the relative error. On g of the GPU's SMs the same work takes more waves (pkit's GEMM plans
+  again): no parameter, checked against the SM-partition study (`partition_check`).
 * **Interference** (`Interference`): the GEMM's time grows with the HBM traffic a copy beside it makes,
   ratio = 1 + a·u + b·u² (u in TB/s), fitted to the interference study's copy points
   (results/<machine>/interference_copies). And the copy does not get all it asks for: beside a GEMM it got at most
@@ -28,13 +29,12 @@ overlap bound (`bound_ceilings`) takes measured ceilings where recorded (the GEM
 link's on 2×H200) and the datasheet elsewhere, each named in its origin.
 
 Example:
-    >>> fit = GemmFit.from_points("cublas", [(8192, 8192, 8192, 1.40e-3), (8192, 1024, 8192, 0.18e-3),
-    ...                                       (8192, 8192, 256, 0.06e-3), (4096, 4096, 4096, 0.19e-3),
-    ...                                       (8192, 4096, 8192, 0.71e-3)])
-    >>> round(fit.tflops(8192, 8192, 8192))
-    764
-    >>> round(fit.rate_on(8192, 8192, 8192, sms=116), 3)  # 2048 tiles: 16 waves on 132 SMs, 18 on 116
-    0.889
+    >>> from pkit import results
+    >>> fit = GemmFit.from_frame(results.load("overlap_gemm", "h200x1").frame, "pkit_gemm")
+    >>> fit.time_s(8192, 8192, 8192) == fit.recorded_s(8192, 8192, 8192)  # a recorded shape: its recorded time
+    True
+    >>> round(fit.rate_on(8192, 8192, 8192, sms=116), 2)  # 2048 units: 16 waves on 132 SMs, 18 on 116
+    0.88
     >>> schedules_of("gemm_rs"), schedules_of("ag_gemm")[:3]
     (('serial', 'tma_add'), ('serial', 'ce_chunks', 'ce_flags'))
     >>> link_bytes("gemm_ar", "serial", 8192, 1024, 8192, gpus=8) / 2**20  # 2(W−1)/W of 128 MiB: CollectiveOp's factor
@@ -47,93 +47,24 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from ...hardware import GPUS
 from ...ops.collective_ops import bus_bandwidth_factor
 from ...ops.overlap import CHUNK_ROWS
 from ...ops.overlap_patterns import PATTERNS
 from ...ops.overlap_patterns import gemm_of
 from ...roofline import Ceilings
+from .gemm_fit import GemmFit
 from .links import Link
 from .shapes import DEFAULT_N_LOCALS
 
 PATTERN_NAMES = tuple(PATTERNS)
 ITEMSIZE = 2  # bf16
-MEASURED_SMS = GPUS["H200"].sms  # the SMs of the GPU the one-GPU GEMM studies ran on
-
-
-@dataclass(frozen=True)
-class GemmFit:
-    """A persistent tiled GEMM: its tiles (BLOCK_M × BLOCK_N of C, pkit.ops.gemm's; assumed alike for cuBLAS) go to
-    the SMs in waves, one tile per SM a wave, and a tile costs √((K·seconds_per_k)² + epilogue_s²) + fixed_s: the
-    mainloop over K and the epilogue that stores the tile overlap (the outbox drains while the next tile
-    multiplies), so a tile costs about the longer of the two (their quadratic mean, a smooth maximum), plus a part
-    that overlaps nothing. time(M, N, K, SMs) = ⌈tiles / SMs⌉ · tile time: on fewer SMs the same tiles take more
-    waves, with no parameter of its own. Three parameters fitted to `points` (M, N, K, seconds) on all `sms`."""
-
-    implementation: str
-    seconds_per_k: float
-    epilogue_s: float
-    fixed_s: float
-    sms: int = MEASURED_SMS
-    points: tuple = ()
-
-    @classmethod
-    def from_points(cls, implementation: str, points: Sequence[tuple], sms: int = MEASURED_SMS) -> "GemmFit":
-        """Least squares on the relative error of each time (each shape weighs alike); needs 4+ points for its 3
-        parameters. The epilogue's length in K (epilogue_s / seconds_per_k) is searched on a log grid from 1 to
-        10⁵; for each, the other two are linear."""
-        pts = [tuple(float(v) for v in p) for p in points]
-        if len(pts) < 4:
-            raise ValueError(f"points: expected at least 4 (M, N, K, seconds) to fit 3 parameters, got {len(pts)}")
-        m, n, k, t = (np.array(c) for c in zip(*pts))
-        w = waves(m, n, sms)
-        best = None
-        for length in np.geomspace(1.0, 1e5, 1001):
-            x = np.column_stack([w * np.hypot(k, length), w]) / t[:, None]
-            coef, *_ = np.linalg.lstsq(x, np.ones(len(t)), rcond=None)
-            loss = float(np.sum((x @ coef - 1.0) ** 2))
-            if best is None or loss < best[0]:
-                best = (loss, length, coef)
-        _, length, (per_k, fixed) = best
-        return cls(implementation, float(per_k), float(per_k * length), float(fixed), sms, tuple(pts))
-
-    @classmethod
-    def from_frame(cls, frame: pd.DataFrame, implementation: str, sms: int = MEASURED_SMS) -> "GemmFit":
-        """From a recorded gemm study (overlap.gemm_rates: implementation, m, n, k, time_median_us)."""
-        rows = frame[frame["implementation"] == implementation]
-        if rows.empty:
-            raise ValueError(f"implementation: expected one of {sorted(set(frame['implementation']))}, "
-                             f"got {implementation!r}")
-        return cls.from_points(implementation, list(zip(rows["m"], rows["n"], rows["k"],
-                                                        rows["time_median_us"] * 1e-6)), sms)
-
-    def tile_s(self, k: int) -> float:
-        """Seconds one tile takes with K = `k`."""
-        return float(np.hypot(k * self.seconds_per_k, self.epilogue_s)) + self.fixed_s
-
-    def time_s(self, m: int, n: int, k: int, sms: int | None = None) -> float:
-        """Seconds for C = A·Bᵀ (M × K by N × K) on `sms` SMs (default all of them)."""
-        return float(waves(m, n, self.sms if sms is None else sms)) * self.tile_s(k)
-
-    def tflops(self, m: int, n: int, k: int) -> float:
-        return 2.0 * m * n * k / self.time_s(m, n, k) / 1e12
-
-    def rate_on(self, m: int, n: int, k: int, sms: int) -> float:
-        """The GEMM's rate on `sms` SMs over its rate on all of them."""
-        return self.time_s(m, n, k) / self.time_s(m, n, k, sms)
-
-    def errors(self) -> pd.DataFrame:
-        """Each fitted point: m, n, k, measured_us, model_us, error (model over measured − 1)."""
-        rows = [{"implementation": self.implementation, "m": int(m), "n": int(n), "k": int(k), "measured_us": t * 1e6,
-                 "model_us": self.time_s(m, n, k) * 1e6} for m, n, k, t in self.points]
-        out = pd.DataFrame(rows)
-        return out.assign(error=out["model_us"] / out["measured_us"] - 1)
 
 
 def waves(m, n, sms: int):
@@ -410,7 +341,9 @@ def serial_check(link: Link, gemm: GemmFit, gemm_frame: pd.DataFrame, m: int = 8
     """The serial AG+GEMM schedule's modelled time against the sum of the recorded pieces it is made of: NCCL's
     all-gather of M×K bf16 (the link's recorded NCCL times, log-log between the recorded sizes around it) plus the
     recorded GEMM (overlap_gemm, the same implementation) at every recorded N_local with this M and K;
-    error = model / sum − 1. What differs is the GEMM: fitted in the model, measured in the sum."""
+    error = model / sum − 1. At a shape the GEMM study recorded the model's GEMM is the recorded one
+    (`GemmFit.time_s`), so the error says whether the schedule adds up its pieces; the fit's own error is
+    `GemmFit.errors`'."""
     t_nccl = link.nccl_s("all_gather", m * k * ITEMSIZE, link.gpus) * 1e6
     rows = []
     shapes = gemm_frame[(gemm_frame["implementation"] == gemm.implementation) & (gemm_frame["m"] == m)
@@ -440,17 +373,18 @@ FUSED_PROBLEMS = {"05_allgather_gemm": "ag_gemm", "06_gemm_reduce_scatter": "gem
 
 
 def scaled_gemm(gemm: GemmFit, gpu: str, measured_on: str = "H200") -> GemmFit:
-    """`gemm` (measured on `measured_on`) as modelled on `gpu`: the mainloop at the datasheets' dense bf16 ratio, the
-    epilogue at their HBM ratio, the fixed part and the waves as measured (assumed: the same kernel, tiles and
-    efficiency on the other GPU)."""
+    """`gemm`'s fit (measured on `measured_on`) as modelled on `gpu`: the mainloop at the datasheets' dense bf16
+    ratio, the epilogue and split units' extra at their HBM ratio, the per-call constant, the waves and their growth
+    as measured (assumed: the same kernel, plans and efficiency on the other GPU); no recorded time carries over."""
     from ...hardware import GPUS
 
     if gpu not in GPUS:
         raise ValueError(f"gpu: expected one of {list(GPUS)}, got {gpu!r}")
     math = GPUS[measured_on].bf16_dense_tflops / GPUS[gpu].bf16_dense_tflops
     memory = GPUS[measured_on].hbm_tbps / GPUS[gpu].hbm_tbps
-    return GemmFit(f"{gemm.implementation} scaled to {gpu}", gemm.seconds_per_k * math, gemm.epilogue_s * memory,
-                   gemm.fixed_s, gemm.sms)
+    return dataclasses.replace(gemm, implementation=f"{gemm.implementation} scaled to {gpu}",
+                               seconds_per_k=gemm.seconds_per_k * math, epilogue_s=gemm.epilogue_s * memory,
+                               split_s=gemm.split_s * memory, points=())
 
 
 def _problem_shape(problem: str, sizes: dict, gpus: int) -> tuple[int, int, int] | None:

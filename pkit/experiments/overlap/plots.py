@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ...ops.overlap_patterns import PATTERNS
+from ...ops.overlap_patterns import PATTERNS, gemm_of
 from .analysis import GEMM_GATE, SHAPE, TERMS
 from .model import partition_traffic
 
@@ -71,8 +71,8 @@ def draw_interference(copies: pd.DataFrame, partition: pd.DataFrame, fits: dict)
 
 def draw_partition(partition: pd.DataFrame, gemms: dict):
     """GEMM rate on the SMs left over its all-SM rate, against SMs given to a copy: idle and running, one line per
-    GEMM and state, and dashed the wave count's prediction (`GemmFit.rate_on` at the partition's first shape;
-    nothing fitted to these points). A Figure."""
+    GEMM and state, and dashed the wave count's prediction for the GEMM `sm_pull` runs (`GemmFit.rate_on` at the
+    partition's first shape; nothing fitted to these points). A Figure."""
     from ... import figures
 
     fig, ax = figures.subplots()
@@ -83,10 +83,10 @@ def draw_partition(partition: pd.DataFrame, gemms: dict):
                 ls={"idle": "-", "sm": ":", "tma": "-."}[copy], color=colors[gemm],
                 label=f"{figures.label(gemm)}, {'SMs idle' if copy == 'idle' else figures.label(copy) + ' copy on them'}")
     given = np.arange(0, int(partition["sms_given"].max()) + 1)
-    fit = next(iter(gemms.values()))  # the waves' ratio is the same for every GEMM of the same tiles
+    fit = gemms[gemm_of("sm_pull")]  # the GEMM a schedule gives SMs away from: pkit's, planned again on fewer SMs
     m, n, k = partition[["m", "n", "k"]].iloc[0]
     ax.plot(given, [fit.rate_on(m, n, k, fit.sms - v) for v in given], color="0.35", lw=1.0, ls="--",
-            drawstyle="steps-post", label="model: whole waves of tiles")
+            drawstyle="steps-post", label=f"model: {figures.label(fit.implementation)} in whole waves")
     ax.set(xlabel="SMs given to communication (of all the GPU's)", ylabel="GEMM rate / its rate on every SM")
     ax.legend(fontsize=7.5)
     return fig
