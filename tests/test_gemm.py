@@ -79,9 +79,9 @@ def test_gemm_matches_float32(m, n, k, how):
 def test_fp8_gemm_matches_float32_with_scales(m, n, k, how):
     """FP8 e4m3 inputs with per-tensor scales, as torch._scaled_mm: C = scale_a · scale_b · A · Bᵀ in bf16. Fast
     accumulation keeps fewer bits than fp32, so C must be within the accumulator's bound elementwise
-    (pkit.tolerance.fp8_fast_accum_bound) and follow the product at slope 1 (fp8_scale_matches), as cuBLASLt's
-    (torch._scaled_mm with fast accumulation) does on the same inputs; a scale applied twice or a K slice dropped
-    fails both."""
+    (pkit.tolerance.fp8_fast_accum_bound) and follow the float32 product at slope 1 (fp8_scale_matches); a scale
+    applied twice or a K slice dropped fails both. (cuBLASLt is not called here: it refuses N = 776, and the
+    sanitizer runs these tests on pkit's kernels alone.)"""
     from pkit.tolerance import fp8_fast_accum_bound, fp8_scale_matches
 
     gen = torch.Generator(device="cuda").manual_seed(m + n * k)
@@ -89,14 +89,13 @@ def test_fp8_gemm_matches_float32_with_scales(m, n, k, how):
     b = torch.randn(n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
     scale_a, scale_b = 0.5 + torch.rand(1, device="cuda", generator=gen), 0.5 + torch.rand(1, device="cuda", generator=gen)
     want = (a.float() @ b.float().T) * (scale_a * scale_b)
-    cublas = torch._scaled_mm(a, b.T, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=True)
     out, buffer = _poisoned_out(m, n)
     G.gemm(a, b, out, scale_a=scale_a, scale_b=scale_b, how=how)
     torch.cuda.synchronize()
     err = (out.float() - want).abs()
     assert torch.isfinite(out).all()
     assert (err <= fp8_fast_accum_bound(a, b, float(scale_a * scale_b), want)).all(), float(err.max())
-    assert fp8_scale_matches(out, want) and fp8_scale_matches(cublas, want)
+    assert fp8_scale_matches(out, want)
     assert not fp8_scale_matches(out * 1.02, want), "the check must catch a 2% scale error"
     assert buffer[m * n:].isnan().all(), "the GEMM wrote past C"
 
