@@ -3,7 +3,9 @@ machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`
 pytest-xdist workers `-n auto` starts (make test passes `-n auto --dist loadfile`), each pinned to its own CPUs, heavy
 modules first; one zygote per module for the harness tests that share it (`shared_zygote`)."""
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -16,15 +18,25 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 
 def pytest_configure(config):
-    """Under pytest-xdist on a machine without GPUs, pin worker k (and every process it starts) to its own share of
-    this process's CPUs: an evaluation then times its reference and its candidates on the same cores, which no
-    other worker's tests load, so the harness's timing checks see the noise of a quiet machine."""
+    """The run's temporary files in one folder of its own, removed at its end (`pytest_unconfigure`): pytest's
+    tmp_path folders and whatever the tests and the processes they start write to the temporary directory (Ray's
+    session, pkit eval's run folders, Chromium's profile). Under pytest-xdist on a machine without GPUs, pin worker
+    k (and every process it starts) to its own share of this process's CPUs: an evaluation then times its
+    reference and its candidates on the same cores, which no other worker's tests load, so the harness's timing
+    checks see the noise of a quiet machine."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if not worker:  # the workers and every process started inherit TMPDIR
+        config.run_tmpdir = tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="pkit-tests-")
     cpus = sorted(os.sched_getaffinity(0))
     if worker and 0 < count <= len(cpus) and not _gpu_count():
         mine = set(cpus[int(worker.removeprefix("gw")) % count::count])
         os.sched_setaffinity(0, mine)
         os.environ["OMP_NUM_THREADS"] = str(len(mine))
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "run_tmpdir"):
+        shutil.rmtree(config.run_tmpdir, ignore_errors=True)
 
 
 def _gpu_count() -> int:
@@ -88,6 +100,15 @@ def two_gpus():
     import pkit
 
     return pkit.Team([0, 1])
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """After each test, the pyplot figures it drew are closed: pyplot keeps a figure until it is closed, and one
+    process runs many tests that draw."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
 
 
 @pytest.fixture

@@ -242,8 +242,13 @@ def draw_speedups(outcomes: pd.DataFrame, *, where: str, note: str):
     colors = figures.colors_for(models)
     correct = outcomes[outcomes.correct & outcomes.speedup.notna()]
     fig, ax = figures.subplots(figsize=(7.0, 1.3 * len(models) + 2.2))
-    sns.boxplot(data=correct, x="speedup", y="model", order=models, hue="model", palette=colors, log_scale=True,
-                whis=(0, 100), width=0.5, fill=False, linewidth=1.2, legend=False, ax=ax)
+    ax.set_xscale("log")
+    for row, model in enumerate(models):  # matplotlib's own box: seaborn's passes matplotlib's deprecated `vert`
+        speedups = correct.speedup[correct.model == model]
+        if len(speedups):
+            line = {"color": colors[model], "linewidth": 1.2}
+            ax.boxplot(speedups, positions=[row], orientation="horizontal", whis=(0, 100), widths=0.5,
+                       manage_ticks=False, boxprops=line, whiskerprops=line, capprops=line, medianprops=line)
     sns.swarmplot(data=correct, x="speedup", y="model", order=models, hue="model", palette=colors, size=5,
                   alpha=0.8, legend=False, ax=ax)
     for row, model in enumerate(models):

@@ -47,7 +47,9 @@ def torchrun(module: str, args: Sequence[str], nproc: int | None = None, timeout
         out = os.path.join(tmp, "rank0.csv")
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m", module,
                "--out", out, *map(str, args)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **NO_MULTICAST})
+        # TMPDIR: torchrun's own log folder (torchelastic_*), which it leaves behind, goes with `tmp`
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, **NO_MULTICAST, "TMPDIR": tmp})
         if done.returncode != 0:
             raise RuntimeError(f"{module} under torchrun failed ({done.returncode}):\n{done.stderr[-3000:]}")
         return pd.read_csv(out)

@@ -10,11 +10,11 @@ several studies share). Their public names are this module's too; a study's own 
 (`pkit.experiments.<study>_draw`).
 
 Example:
-    >>> import matplotlib; matplotlib.use("Agg")
+    >>> import matplotlib, tempfile; matplotlib.use("Agg")
     >>> import pkit.figures as F
     >>> fig, ax = F.subplots()
     >>> _ = ax.plot([1, 2], [3, 4])
-    >>> paths = F.save(fig, "doc_example", root="/tmp/pkit-doc-figures")
+    >>> paths = F.save(fig, "doc_example", root=tempfile.mkdtemp())
     >>> sorted(p.suffix for p in paths)
     ['.png', '.svg']
 """

@@ -12,6 +12,7 @@ Example:
     >>> worker.send({"op": "hello", "rank": 0})
     >>> parent.poll()
     [{'op': 'hello', 'rank': 0}]
+    >>> worker.close(); parent.close()
 """
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ class WorkerEnd:
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 class ParentEnd:

@@ -165,7 +165,7 @@ class CappedOutput:
     >>> out = CappedOutput(os.path.join(tempfile.mkdtemp(), "rank0.log"), cap=4)
     >>> os.write(out.write_fd, b"hello world"); out.close_write(); out.close()
     11
-    >>> open(out.path, "rb").read(), out.dropped, out.tail()
+    >>> with open(out.path, "rb") as log: log.read(), out.dropped, out.tail()
     (b'hell', 7, 'hello world')
     """
 
