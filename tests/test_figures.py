@@ -48,7 +48,7 @@ TRANSFER_SETS = {f"{kind} transfer mechanisms": list(names) for kind, names in t
 # (quickstart, hierarchy_sizes, mechanisms_*), GEMMs (overlap), eval statuses (llm_mechanisms); LINES: the ones
 # drawn as lines with markers.
 COLOUR_SETS = {"implementations": IMPLEMENTATIONS, **TRANSFER_SETS,
-               "GEMMs": list(overlap.GEMM_IMPLEMENTATIONS), "statuses": list(STATUSES)}
+               "GEMMs": list(overlap.gemm.STUDY_IMPLEMENTATIONS), "statuses": list(STATUSES)}
 LINES = {"implementations", *TRANSFER_SETS, "GEMMs"}
 
 # Colour-vision deficiency simulation: Machado, Oliveira and Fernandes (2009), severity 1, on linear RGB.
@@ -85,7 +85,7 @@ def contrast_on_white(colour: str) -> float:
 
 def test_label_covers_every_recorded_implementation_and_mechanism():
     names = (set(IMPLEMENTATIONS) | set(TRANSFER_MECHANISMS) | set(collective_ops.MECHANISMS)
-             | set(analysis.MECHANISMS) | set(STATUSES) | set(overlap.GEMM_IMPLEMENTATIONS)
+             | set(analysis.MECHANISMS) | set(STATUSES) | set(overlap.gemm.STUDY_IMPLEMENTATIONS)
              | recorded_names("implementation") | recorded_names("first") | recorded_names("second"))
     unlabelled = sorted(n for n in names if n not in figures.LABELS)
     assert not unlabelled, f"figures.LABELS lacks {unlabelled}"

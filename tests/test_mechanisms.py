@@ -39,7 +39,7 @@ def test_recorded_results_speak_one_vocabulary():
              "second": set(transfers.MECHANISMS),
              "engine": {transfers.family(m) for m in transfers.ALL_MECHANISMS} | {"none"},  # none: SMs left idle
              "implementation": set(collectives.implementation_names()) | torch | {"empty_kernel"}
-             | set(overlap.GEMM_IMPLEMENTATIONS)}
+             | set(overlap.GEMM_IMPLEMENTATIONS) | set(overlap.gemm.STUDY_IMPLEMENTATIONS)}
     csvs = sorted((Path(__file__).resolve().parents[1] / "results").glob("*/*.csv"))
     assert csvs
     for path in csvs:

@@ -50,6 +50,8 @@ IMPLEMENTATIONS = {"bfloat16": ("pkit_gemm", "pkit_gemm_flags", "cublas"), "floa
 """What each dtype's study times: pkit's GEMM, pkit's GEMM waiting on ready flags that are all set already (as the
 overlap schedules run it), and cuBLAS (torch.matmul; FP8: torch._scaled_mm, cuBLASLt, fast accumulation as
 pkit's)."""
+STUDY_IMPLEMENTATIONS = tuple(dict.fromkeys(name for names in IMPLEMENTATIONS.values() for name in names))
+"""Every implementation name the study records."""
 SPLIT_GRID = (1, 2, 3, 4, 6, 8, 12, 16)  # the split-K counts the plan sweep times
 
 
