@@ -2,7 +2,7 @@
 resumed after a kill, and --ray runs the shards as Ray tasks; CPU, gloo, world size 2, fixture problems.
 
 One serial run of the fixture problems (their references, three correct samples and five broken candidates, one
-trial each) is the yardstick: every split, resumed or Ray run of the same command must give each (problem,
+trial each, timed in windows of three calls: --perf --warmup 1 --iters 3) is the yardstick: every split, resumed or Ray run of the same command must give each (problem,
 candidate) the same verdict, exactly once. A correct candidate's faster/level/slower is timing noise between two
 runs, so correct statuses compare as 'correct'.
 """
@@ -52,7 +52,8 @@ def solutions(tmp_path_factory) -> Path:
 def args(solutions) -> list[str]:
     """The `pkit eval` arguments every run of this file shares (all but --out and the way it is split)."""
     return ["--problems-root", str(FIXTURES / "problems"), "--solutions", str(solutions),
-            "--reference-as-candidate", "--trials", "1", "--timeout", "60", "--device", "cpu"]
+            "--reference-as-candidate", "--trials", "1", "--perf", "--warmup", "1", "--iters", "3", "--timeout", "60",
+            "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +140,7 @@ def test_a_shard_past_the_candidates_writes_an_empty_file(args, tmp_path):
     assert out.read_text() == ""
 
 
-# --- the sbatch example: four array tasks as four processes, then merge ---------------------------------------------
+# --- the sbatch example: two of its array tasks as two processes, the other two shards here, then merge ----------
 
 def array_range(script: Path) -> range:
     """The task ids of the script's `#SBATCH --array=A-B`."""
@@ -147,18 +148,25 @@ def array_range(script: Path) -> range:
     return range(int(first), int(last) + 1)
 
 
-def test_the_sbatch_example_as_four_processes_merges_to_the_serial_verdicts(args, serial, tmp_path, capsys):
-    """scripts/eval_array.sbatch run by bash once per array task, all at once, as Slurm would with the ids and the
-    count of its --array line; `pkit eval merge` of the shard files gives the serial run's verdicts."""
+def test_the_sbatch_example_as_array_tasks_merges_to_the_serial_verdicts(args, serial, tmp_path, capsys):
+    """scripts/eval_array.sbatch run by bash for array tasks 0 and 3 at once, as Slurm would with the ids and the
+    count of its --array line; shards 1 and 2 meanwhile by the command the script runs (`pkit eval --shard K/N
+    --out OUT_DIR/shard-K.jsonl`) in this process; `pkit eval merge` of the four shard files gives the serial
+    run's verdicts."""
     ids = array_range(SBATCH)
     assert list(ids) == [0, 1, 2, 3]
+    by_script = (0, 3)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", OUT_DIR=str(tmp_path / "s"),
                SLURM_ARRAY_JOB_ID="77", SLURM_ARRAY_TASK_COUNT=str(len(ids)))
     tasks = [subprocess.Popen(["bash", str(SBATCH), *args], cwd=tmp_path, env=dict(env, SLURM_ARRAY_TASK_ID=str(k)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in ids]
-    logs = [task.communicate(timeout=600)[0] for task in tasks]
-    assert [task.returncode for task in tasks] == [0] * len(ids), logs
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in by_script]
     files = [tmp_path / "s" / f"shard-{k}.jsonl" for k in ids]
+    for k in ids:
+        if k not in by_script:
+            assert main(["eval", *args, "--shard", f"{k}/{len(ids)}", "--out", str(files[k])]) == 0
+    logs = [task.communicate(timeout=600)[0] for task in tasks]
+    assert [task.returncode for task in tasks] == [0] * len(by_script), logs
+    capsys.readouterr()  # the in-process shards' output
     assert main(["eval", "merge", str(tmp_path / "merged.jsonl"), *map(str, files)]) == 0
     out = capsys.readouterr().out
     assert verdicts(tmp_path / "merged.jsonl") == verdicts(serial)
