@@ -2,9 +2,9 @@
 resumed after a kill, and --ray runs the shards as Ray tasks; CPU, gloo, world size 2, fixture problems.
 
 One serial run of the fixture problems (their references, three correct samples and five broken candidates, one
-trial each, timed in windows of three calls: --perf --warmup 1 --iters 3) is the yardstick: every split, resumed or Ray run of the same command must give each (problem,
-candidate) the same verdict, exactly once. A correct candidate's faster/level/slower is timing noise between two
-runs, so correct statuses compare as 'correct'.
+trial each, timed in windows of three calls: --perf --warmup 1 --iters 3) is the yardstick: every split, resumed
+or Ray run of the same command must give each (problem, candidate) the same verdict, exactly once. A correct
+candidate's faster/level/slower is timing noise between two runs, so correct statuses compare as 'correct'.
 """
 from __future__ import annotations
 
