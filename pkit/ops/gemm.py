@@ -46,6 +46,7 @@ MAX_TARGETS = 8  # gemm.cu kMaxTargets
 EPILOGUE_BOX = 64  # rows and columns of the epilogue's TMA boxes
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (TENSOR_MAP_BYTES // 8,))])  # CUtensorMap, passed by value
 DTYPES = {"bfloat16": "Bf16", "float8_e4m3fn": "E4m3"}  # torch dtype name → gemm.cu's input type
+ITEMSIZES = {"bfloat16": 2, "float8_e4m3fn": 1}  # bytes per input element of each of DTYPES
 
 
 def stages(block_n: int) -> int:
@@ -111,14 +112,24 @@ def plan_rule() -> PlanRule:
     return PlanRule(**json.loads(RULE_FILE.read_text())["rule"])
 
 
+def k_slices(k: int, itemsize: int = 2) -> int:
+    """The K slices (SLICE_BYTES of each row) a GEMM of `itemsize`-byte inputs runs over, at least one."""
+    return max(1, math.ceil(k / (SLICE_BYTES // itemsize)))
+
+
+def cheapest(options, m: int, n: int, slices: int, sms: int, rule: PlanRule) -> Plan:
+    """Of the plans `options`, the one with the least estimated time under `rule` for an M × N output over `slices`
+    K slices on `sms` blocks: ties go to wider tiles and fewer splits."""
+    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits))
+
+
 @lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, sms: int, itemsize: int = 2, rule: PlanRule | None = None) -> Plan:
-    """The plan with the least estimated time (`rule`, default `plan_rule()`) for an M × N × K GEMM of
-    `itemsize`-byte inputs (2: bf16, 1: FP8) on `sms` blocks: ties go to wider tiles and fewer splits."""
-    rule = rule or plan_rule()
-    k_slices = max(1, math.ceil(k / (SLICE_BYTES // itemsize)))
-    options = [Plan(w, s) for w in TILE_WIDTHS for s in range(1, min(MAX_SPLITS, k_slices) + 1)]
-    return min(options, key=lambda p: (rule.cost(p, m, n, k_slices, sms), -p.block_n, p.splits))
+    """The `cheapest` plan (under `rule`, default `plan_rule()`) for an M × N × K GEMM of `itemsize`-byte inputs
+    (2: bf16, 1: FP8) on `sms` blocks, of every tile width and split count up to the K slices."""
+    slices = k_slices(k, itemsize)
+    options = [Plan(w, s) for w in TILE_WIDTHS for s in range(1, min(MAX_SPLITS, slices) + 1)]
+    return cheapest(options, m, n, slices, sms, rule or plan_rule())
 
 
 def _map_struct(*ints: str) -> np.dtype:

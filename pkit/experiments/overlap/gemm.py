@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ...ops.gemm import BLOCK_M, ITEMSIZES, RULE_FILE, TILE_WIDTHS, Plan, PlanRule, cheapest, gemm, k_slices, plan
 from ...ops.overlap_patterns import PATTERNS
 from ...timing import BenchResult, bench, rotations_past_l2
 from ...tolerance import fp8_fast_accum_bound, fp8_scale_matches
@@ -46,6 +47,8 @@ def calls_per_shape(reps: int) -> int:
     80
     """
     return ROUNDS * reps_per_round(reps)
+
+
 IMPLEMENTATIONS = {"bfloat16": ("pkit_gemm", "pkit_gemm_flags", "cublas"), "float8_e4m3fn": ("pkit_gemm", "cublas")}
 """What each dtype's study times: pkit's GEMM, pkit's GEMM waiting on ready flags that are all set already (as the
 overlap schedules run it), and cuBLAS (torch.matmul; FP8: torch._scaled_mm, cuBLASLt, fast accumulation as
@@ -110,7 +113,7 @@ class _Inputs:
 
         self.m, self.n, self.k, self.dtype, self.device = m, n, k, dtype, device
         gen = torch.Generator(device=f"cuda:{device}").manual_seed(seed)
-        itemsize = 1 if dtype == "float8_e4m3fn" else 2
+        itemsize = ITEMSIZES[dtype]
         per_set = (m * k + n * k) * itemsize + m * n * 2
         count = rotations_past_l2(per_set, pkit.devices()[device].l2_bytes)
         self.sets = [self._draw(gen) for _ in range(count)]
@@ -135,7 +138,6 @@ def _calls(inputs: _Inputs) -> dict:
     import torch
 
     from ...gpus import torch_stream
-    from ...ops.gemm import BLOCK_M, gemm
 
     device = inputs.device
     rows_per_flag = 1024 if inputs.m % 1024 == 0 else BLOCK_M
@@ -187,7 +189,6 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
     import torch
 
     import pkit
-    from ...ops.gemm import plan
 
     inputs = _Inputs(m, n, k, dtype, device, seed)
     calls = _calls(inputs)
@@ -197,7 +198,7 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         for name, call in calls.items():
             samples[name].append(bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets,
                                        hide_launch=True).samples_ms)
-    chosen = plan(m, n, k, pkit.devices()[device].sms, 1 if dtype == "float8_e4m3fn" else 2)
+    chosen = plan(m, n, k, pkit.devices()[device].sms, ITEMSIZES[dtype])
     rows = []
     for name, (verified, err) in checks.items():
         timing = BenchResult(np.concatenate(samples[name]))
@@ -255,13 +256,11 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
     import torch
 
     import pkit
-    from ...ops.gemm import SLICE_BYTES, TILE_WIDTHS, Plan, gemm, plan
 
-    itemsize = 1 if dtype == "float8_e4m3fn" else 2
     inputs = _Inputs(m, n, k, dtype, device, seed)
-    chosen = plan(m, n, k, pkit.devices()[device].sms, itemsize)
+    chosen = plan(m, n, k, pkit.devices()[device].sms, ITEMSIZES[dtype])
     rows = []
-    for how in [Plan(w, s) for w in TILE_WIDTHS for s in SPLIT_GRID if s <= -(-k // (SLICE_BYTES // itemsize))]:
+    for how in [Plan(w, s) for w in TILE_WIDTHS for s in SPLIT_GRID if s <= k_slices(k, ITEMSIZES[dtype])]:
         def call(a, b, scale_a, scale_b, c, how=how):
             gemm(a, b, c, scale_a=scale_a, scale_b=scale_b, how=how)
 
@@ -291,7 +290,6 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
     ...                                     "split_overhead": [1.0, 3.0]})
     ({'narrow_slice': 0.5, 'unit_overhead': 2.0, 'split_overhead': 3.0}, 1.0)
     """
-    from ...ops.gemm import SLICE_BYTES, Plan, PlanRule
 
     grid = grid or RULE_GRID
     shapes = [(key, g.set_index(["block_n", "splits"])["tflops"]) for key, g in
@@ -303,9 +301,8 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
                 rule = PlanRule(float(narrow), float(unit), float(split))
                 score = 0.0
                 for (dtype, m, n, k), rates in shapes:
-                    slices = -(-k // (SLICE_BYTES // (1 if dtype == "float8_e4m3fn" else 2)))
-                    chosen = min((Plan(w, s) for w, s in rates.index),
-                                 key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits))
+                    chosen = cheapest([Plan(w, s) for w, s in rates.index], m, n, k_slices(k, ITEMSIZES[dtype]), sms,
+                                      rule)
                     score += np.log(rates[(chosen.block_n, chosen.splits)] / rates.max())
                 if score > best_score + 1e-12:
                     best_score, best = score, {"narrow_slice": round(float(narrow), 4),
@@ -321,7 +318,6 @@ def write_plan_rule(machine: str = "h200x1") -> Path:
 
     from ... import results
     from ...hardware import GPUS
-    from ...ops.gemm import RULE_FILE
 
     sweep = results.load("overlap_gemm_plans", machine)
     gpu = sweep.provenance["gpus"][0]
