@@ -1,7 +1,8 @@
 """The CUDA driver calls pkit makes that CuPy does not wrap, through ctypes on libcuda.
 
 `encode_tiled` builds a TMA tensor map (cuTensorMapEncodeTiled), `stream_write_value32` sets a 32-bit
-word in stream order (cuStreamWriteValue32), and `memcpy_beside_compute` enqueues a copy that the driver is asked
+word in stream order (cuStreamWriteValue32), `stream_wait_value32` holds a stream until a word reaches a value
+(cuStreamWaitValue32), and `memcpy_beside_compute` enqueues a copy that the driver is asked
 to keep off the SMs (cuMemcpyBatchAsync with CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE): a plain cudaMemcpyAsync
 between two buffers of one GPU may run as a kernel on the SMs. Calling libcuda directly, rather than through
 cuda-python's driver module, keeps pkit's API-call trace clean: on first use that module looks up every driver entry
@@ -28,6 +29,7 @@ SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B
 L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
 OOB_FILL_NONE = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
 STREAM_WRITE_VALUE_DEFAULT = 0  # CU_STREAM_WRITE_VALUE_DEFAULT: the write is ordered after earlier work, with a fence
+STREAM_WAIT_VALUE_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ: wait until (int32)(*addr - value) >= 0
 MEMCPY_SRC_ACCESS_ORDER_STREAM = 1  # CU_MEMCPY_SRC_ACCESS_ORDER_STREAM: the source is read in stream order
 MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE = 1  # CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE (a hint: copy beside compute)
 MEM_LOCATION_TYPE_DEVICE = 1  # CU_MEM_LOCATION_TYPE_DEVICE
@@ -56,6 +58,7 @@ def _libcuda():
                                            ctypes.c_void_p, u64p, u64p, u32p, u32p, ctypes.c_int, ctypes.c_int,
                                            ctypes.c_int, ctypes.c_int]
     lib.cuStreamWriteValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+    lib.cuStreamWaitValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
     lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     return lib
 
@@ -85,6 +88,14 @@ def stream_write_value32(stream: int, address: int, value: int) -> None:
     stream's earlier work and with a memory barrier."""
     _check(_libcuda().cuStreamWriteValue32_v2(ctypes.c_void_p(stream), address, value, STREAM_WRITE_VALUE_DEFAULT),
            "cuStreamWriteValue32")
+
+
+def stream_wait_value32(stream: int, address: int, value: int) -> None:
+    """Hold CUDA stream `stream` (its handle) until the 32-bit word at `address` (device memory, or pinned mapped
+    host memory) reaches `value` (wrapping compare: (int32)(word - value) >= 0); the stream's front end waits, no
+    kernel runs. Whoever enqueues this must make sure the word gets there (nothing times out)."""
+    _check(_libcuda().cuStreamWaitValue32_v2(ctypes.c_void_p(stream), address, value, STREAM_WAIT_VALUE_GEQ),
+           "cuStreamWaitValue32")
 
 
 @lru_cache(maxsize=1)

@@ -2,6 +2,7 @@
 import pytest
 
 from pkit.experiments.overlap import emulated as E
+from pkit.experiments.overlap import pacing as P
 
 
 class FakeClock:
@@ -15,38 +16,85 @@ class FakeClock:
         return self.now
 
 
+class FakeGate:
+    """A gate that records what waits on which ticket and what the host opened, in order."""
+
+    def __init__(self):
+        self.issued, self.forced, self.log = 0, False, []
+
+    def next_ticket(self):
+        self.issued += 1
+        return self.issued
+
+    def wait(self, stream, ticket):
+        self.log.append(("wait", stream, ticket))
+
+    def open(self, ticket):
+        self.log.append(("open", ticket))
+
+    def watch(self):
+        self.log.append(("watch",))
+
+    def settle(self):
+        self.log.append(("settle", self.issued))
+
+
 def test_pieces_are_released_when_the_link_would_have_delivered_them():
     sent = []
-    pacer = E.Pacer(100e9, clock=FakeClock(), enqueue=lambda d, s, n, st: sent.append((d, s, n)), events=False)
-    pacer.start()
+    pacer = P.Pacer(100e9, clock=FakeClock(), enqueue=lambda d, s, n, st: sent.append((d, s, n)), gate=None,
+                    events=False)
+    pacer.begin()
     pacer.copy(1000, 5000, 10 << 20, stream=None)
-    piece = E.piece_bytes(100e9)
-    assert [n for _, _, n in sent] == E.split(10 << 20, piece) and pacer.moved == 10 << 20
-    assert [d - 1000 for d, _, _ in sent] == [s - 5000 for _, s, _ in sent] == list(range(0, 10 << 20, piece))
+    pacer.copy(0, 0, 4 << 20, stream=None)  # a second copy in the same call continues the link's clock
+    assert sent[:0] == [] and pacer.releases == []  # enqueued, nothing released yet
+    pacer.release()
+    piece = P.piece_bytes(100e9)
+    first = sent[:len(P.split(10 << 20, piece))]
+    assert [n for _, _, n in first] == P.split(10 << 20, piece) and pacer.moved == 14 << 20
+    assert [d - 1000 for d, _, _ in first] == [s - 5000 for _, s, _ in first] == list(range(0, 10 << 20, piece))
     done = 0
     for at, n in pacer.releases:
         done += n
         assert done / 100e9 <= at <= done / 100e9 + 1e-6  # never early, and on time
-    pacer.copy(0, 0, 4 << 20, stream=None)  # a second copy in the same call continues the link's clock
     assert pacer.releases[-1][0] >= (14 << 20) / 100e9
+
+
+def test_every_piece_waits_for_its_own_ticket_and_the_call_for_the_start():
+    gate, sent = FakeGate(), []
+    pacer = P.Pacer(100e9, clock=FakeClock(), enqueue=lambda d, s, n, st: sent.append(st), gate=gate, events=False)
+    pacer.begin("main")
+    pacer.copy(0, 0, 3 * P.piece_bytes(100e9), stream="side")
+    assert gate.log == [("wait", "main", 1), ("watch",), ("wait", "side", 2), ("wait", "side", 3),
+                        ("wait", "side", 4)]  # the call waits for the start, each piece for its ticket
+    pacer.release()
+    assert gate.log[5:] == [("open", 1), ("open", 2), ("open", 3), ("open", 4), ("settle", 4)]
+    pacer.begin("main")  # the next call's tickets come after
+    assert gate.log[-2] == ("wait", "main", 5) and not pacer.forced
 
 
 def test_a_late_host_catches_up_at_once_and_the_average_holds():
     clock = FakeClock()
-    pacer = E.Pacer(50e9, clock=clock, enqueue=lambda *a: None, events=False)
-    pacer.start()
-    clock.now += 1e-3  # the host was busy for 1 ms: 50 MB were due
-    pacer.copy(0, 0, 40 << 20, stream=None)
-    assert all(at < 1.01e-3 for at, _ in pacer.releases)  # all due already: released back to back
-    pacer.copy(0, 0, 40 << 20, stream=None)
+    pacer = P.Pacer(50e9, clock=clock, enqueue=lambda *a: None, gate=None, events=False)
+    pacer.begin()
+    pacer.copy(0, 0, 80 << 20, stream=None)
+    late = iter([0.0, 1e-3])  # the host is busy for 1 ms right after the start: 50 MB were due
+
+    def stalled():
+        clock.now += next(late, 0.0)
+        return clock()
+
+    pacer.clock = stalled
+    pacer.release()
+    due_by_then = [at for at, _ in pacer.releases if at < 1.01e-3]
+    assert len(due_by_then) >= int(50e9 * 1e-3) // P.piece_bytes(50e9) - 1  # those due: released back to back
     assert pacer.releases[-1][0] == pytest.approx((80 << 20) / 50e9, rel=1e-3)
 
 
 def test_pieces_and_links_are_checked():
-    assert E.piece_bytes(1e9) == E.MIN_PIECE and E.piece_bytes(1e12) % 16 == 0
-    assert sum(E.split(123456, 1000)) == 123456 and E.split(0, 10) == []
+    assert P.piece_bytes(1e9) == P.MIN_PIECE and P.piece_bytes(1e12) % 16 == 0
+    assert sum(P.split(123456, 1000)) == 123456 and P.split(0, 10) == []
     with pytest.raises(ValueError, match="rate_Bps: expected a positive rate"):
-        E.piece_bytes(0)
+        P.piece_bytes(0)
     with pytest.raises(ValueError, match="link: expected 'h200x2', 'h200x8', 'pcie' or a positive rate"):
         E.link_rate("carrier pigeon")
     rate, source = E.link_rate("h200x2")
@@ -116,6 +164,6 @@ def test_the_paced_copy_asks_the_driver_to_keep_it_off_the_sms(monkeypatch):
 
 @pytest.mark.gpu
 def test_the_paced_copy_runs_beside_a_gpu_full_of_blocks():
-    verdict = E.copies_beside_full_gpu(0, remeasure=True)
+    verdict = P.copies_beside_full_gpu(0, remeasure=True)
     print(verdict)
     assert verdict["beside"], verdict

@@ -4,18 +4,16 @@ stand-in buffers on the same GPU through the copy engine, paced at a link's rate
 A rank of a W-GPU team is emulated on a one-GPU team of W ranks sharing the GPU (`Team([d] * W, share_gpus=True)`):
 the schedules of `pkit.ops.overlap` run as they are, only for rank 0 (`op.working`), the other ranks' buffers on
 the same GPU standing in for the peers. Where a schedule moves bytes by copy engine (ce_chunks, ce_flags, and the
-serial schedules' collective) each copy goes from the stand-in to rank 0's buffer in pieces that the host releases
-at the link's rate (`Pacer`): a piece is enqueued when a link of that rate, started with the call, would have
-delivered its last byte (at once when the host is late, so the average holds). Spin kernels between copies would
-wait for SMs the GEMM holds, and so would a plain cudaMemcpyAsync: within one GPU the driver may run it as a kernel
-on the SMs (a real rank's peer copy goes by copy engine). ce_flags' persistent GEMM holds every SM and waits for the
-copies' flags, so such a copy never runs and the GEMM's wait traps (at N_local 2048 and up, where no block finishes
-before it reaches a peer's rows). Each piece is therefore enqueued with cuMemcpyBatchAsync asking for a copy beside
-compute (`pkit.driver.memcpy_beside_compute`); as that is a hint, `copies_beside_full_gpu` checks it once per GPU
-(a copy beside a kernel that fills every SM): where the copy still waits for SMs, ce_flags is not emulated (it
-raises rather than trap) and no row counts as faithful. A real rank's HBM is read for what it sends and written
-for what it receives; one local copy-engine copy of the bytes it receives reads and writes as many, so the emulated
-traffic matches. Serial is emulated the same way (the collective's bus bytes, CollectiveOp's factor, at the link
+serial schedules' collective) each copy goes from the stand-in to rank 0's buffer in pieces released at the
+link's rate (`pacing.Pacer`): the call is enqueued whole behind a gate in pinned host memory that its streams wait
+on, then the host opens the start and each piece when a link of that rate, started with the call, would have
+delivered its last byte; what the host spends enqueueing is never timed. Within one GPU the driver may run a copy
+as a kernel on the SMs (a real rank's peer copy goes by copy engine), even when asked to keep it beside compute
+(`pkit.driver.memcpy_beside_compute`), so `pacing.copies_beside_full_gpu` measures, once per GPU, whether a copy
+runs while pkit's GEMM holds every SM, as ce_flags' GEMM does while it waits for the copies' flags: where it does
+not, ce_flags is not emulated (it raises rather than trap) and no row counts as faithful. A real rank's HBM is read
+for what it sends and written for what it receives; one local copy of the bytes it receives reads and writes as
+many, so the emulated traffic matches. Serial is emulated the same way (the collective's bus bytes, CollectiveOp's factor, at the link
 rate, then the GEMM), so every speedup over serial is measured on equal terms.
 
 Schedules whose communication runs on SMs (sm_pull, tma_pull, tma_add) load and store the stand-ins in local HBM,
@@ -25,19 +23,13 @@ measures the paced copy alone (held to its rate), the unpaced local copy (its HB
 sm_pull's SMs.
 
 Example:
-    >>> piece_bytes(400e9), piece_bytes(64e9) >> 10                     # bytes per paced piece
-    (8000000, 1250)
-    >>> [n >> 20 for n in split(40 << 20, 16 << 20)]
-    [16, 16, 8]
     >>> link_rate("h200x8")[0], link_rate(300)
     (450.0, (300.0, 'given'))
     >>> emulated(device=0)                                                                  # doctest: +SKIP
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -48,12 +40,11 @@ from ...ops.overlap import AllGatherGemm, PartialGemm
 from ...ops.overlap_patterns import PATTERNS
 from . import model as M
 from . import links as L
+from .pacing import Pacer, copies_beside_full_gpu, memcpy
 
 INNER = M.INNER  # the overlap sweep's N_local (AG+GEMM) and K_local (GEMM+RS/AR)
 WORLD_SIZES = (2, 8)
 ROUNDS = 3  # timed rounds per point, every schedule once a round, the order reversed every other round
-PERIOD_S = 20e-6  # a paced piece every 20 µs at least
-MIN_PIECE = 1 << 20
 LINK_MACHINE = "h200x2-nv18"  # whose recorded copy-engine rate is the default link
 CHECK_BYTES = 256 << 20  # the link checks' copies
 EXPERIMENTS = ("overlap_emulated", "overlap_emulated_link")
@@ -78,110 +69,6 @@ def link_rate(link, root=None) -> tuple[float, str]:
     raise ValueError(f"link: expected 'h200x2', 'h200x8', 'pcie' or a positive rate in GB/s, got {link!r}")
 
 
-def piece_bytes(rate_Bps: float, period_s: float = PERIOD_S) -> int:
-    """Bytes per paced piece at `rate_Bps`: one piece per `period_s`, at least MIN_PIECE, a multiple of 16."""
-    if not rate_Bps > 0:
-        raise ValueError(f"rate_Bps: expected a positive rate, got {rate_Bps!r}")
-    return max(MIN_PIECE, int(rate_Bps * period_s) // 16 * 16)
-
-
-def split(nbytes: int, piece: int) -> list[int]:
-    """`nbytes` as pieces of `piece` bytes, the last one shorter where they do not divide."""
-    if nbytes < 0 or piece <= 0:
-        raise ValueError(f"nbytes, piece: expected nbytes >= 0 and piece > 0, got {nbytes} and {piece}")
-    return [min(piece, nbytes - at) for at in range(0, nbytes, piece)]
-
-
-def _memcpy(dst: int, src: int, nbytes: int, stream) -> None:
-    """A local copy on `stream` (a CuPy stream of the current GPU), asked to stay off the SMs."""
-    import cupy as cp
-
-    from ...driver import memcpy_beside_compute
-
-    memcpy_beside_compute(dst, src, nbytes, stream.ptr, cp.cuda.runtime.getDevice())
-
-
-_BESIDE: dict[int, dict] = {}  # copies_beside_full_gpu's verdict per GPU, measured once per process
-
-
-def copies_beside_full_gpu(device: int = 0, nbytes: int = 64 << 20, hold_ms: float = 50.0, copy=None,
-                           remeasure: bool = False) -> dict:
-    """Whether the emulation's local copy (`copy`, default the Pacer's) runs while a kernel holds every SM of GPU
-    `device`, as ce_flags' persistent GEMM does: a spin kernel of one block per SM, each with all of an SM's shared
-    memory (so no other block fits beside it), holds the GPU for `hold_ms`; a copy of `nbytes` is enqueued on
-    another stream once it is resident. {'beside': True when the copy was done within a fifth of the hold (by a copy
-    engine), 'copy_ms': its time from enqueue to done, 'hold_ms'}. Measured once per GPU unless `remeasure`."""
-    import cupy as cp
-
-    import pkit
-
-    from ...ops.gemm import _SMEM_LIMIT
-
-    if device in _BESIDE and not remeasure and copy is None:
-        return _BESIDE[device]
-    copy = copy or _memcpy
-    spin = pkit.compile("spin.cu", "spin_ns")
-    sms = pkit.devices()[device].sms
-    with cp.cuda.Device(device):
-        hog, side = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
-        src = cp.zeros(nbytes, dtype=cp.uint8)
-        dst = cp.empty_like(src)
-        spin.on(device)  # loaded now: a module load waits for running kernels
-        copy(dst.data.ptr, src.data.ptr, nbytes, side)  # anything the copy loads, loaded while the GPU is idle
-        cp.cuda.Device(device).synchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        spin((sms,), (1,), (np.uint64(int(hold_ms * 1e6)),), shared_mem=_SMEM_LIMIT, device=device, stream=hog)
-        time.sleep(2e-3)  # every block resident
-        start.record(side)
-        copy(dst.data.ptr, src.data.ptr, nbytes, side)
-        end.record(side)
-        end.synchronize()
-        hog.synchronize()
-        ms = cp.cuda.get_elapsed_time(start, end)
-    verdict = {"beside": bool(ms < hold_ms / 5), "copy_ms": float(ms), "hold_ms": float(hold_ms)}
-    if copy is _memcpy:
-        _BESIDE[device] = verdict
-    return verdict
-
-
-@dataclass
-class Pacer:
-    """Copies released from the host at `rate_Bps`: after `start()`, a piece is enqueued (by `enqueue(dst, src,
-    nbytes, stream)`) when a link of that rate started then would have delivered its last byte; at once where the
-    host is late. `releases` holds (seconds after start, bytes) per piece; with `events`, a CUDA event after each
-    copy (`last_end`) tells when the paced bytes landed."""
-
-    rate_Bps: float
-    period_s: float = PERIOD_S
-    clock: Callable[[], float] = time.perf_counter
-    enqueue: Callable = _memcpy
-    events: bool = True
-    moved: int = 0
-    releases: list = field(default_factory=list)
-    last_end: object = None
-    _t0: float = 0.0
-
-    def start(self) -> None:
-        self._t0, self.moved, self.releases, self.last_end = self.clock(), 0, [], None
-
-    def copy(self, dst: int, src: int, nbytes: int, stream) -> None:
-        """Enqueue `nbytes` from address `src` to `dst` on `stream` (a CuPy stream), piece by piece at the rate."""
-        offset = 0
-        for n in split(nbytes, piece_bytes(self.rate_Bps, self.period_s)):
-            due = self._t0 + (self.moved + n) / self.rate_Bps
-            while self.clock() < due:
-                pass
-            self.releases.append((self.clock() - self._t0, n))
-            self.enqueue(dst + offset, src + offset, n, stream)
-            offset += n
-            self.moved += n
-        if self.events:
-            import cupy as cp
-
-            self.last_end = cp.cuda.Event()
-            self.last_end.record(stream)
-
-
 class _EmulatedGather(AllGatherGemm):
     """AllGatherGemm's rank 0 with its peers standing in: each chunk it receives is a paced local copy from the
     peer's buffer; the serial schedule's all-gather is those chunks, in the same order, on the current stream."""
@@ -197,9 +84,10 @@ class _EmulatedGather(AllGatherGemm):
         from ...errors import PkitError
 
         if not self.copies_beside:
-            raise PkitError("ce_flags: on this GPU a local copy waits for an SM even when asked to run beside "
-                            f"compute ({_BESIDE.get(self.team.devices[0])}), and ce_flags' GEMM holds every SM "
-                            "until the copies land: it cannot be emulated on one GPU here")
+            verdict = copies_beside_full_gpu(self.team.devices[0])
+            raise PkitError(f"ce_flags: on this GPU a local copy waits for an SM even when asked to run beside compute "
+                            f"({verdict}), and ce_flags' GEMM holds every SM until the copies land: it cannot be "
+                            "emulated on one GPU here")
         super().ce_flags()
 
     def _copy_rows(self, rank: int, peer: int, row: int, stream) -> None:
@@ -251,16 +139,20 @@ def _op(pattern: str, team, pacer: Pacer, inner: int):
 
 
 def _timed(op, schedule: str, options: dict, pacer: Pacer, device: int) -> tuple[float, float]:
-    """(ms of one call from an idle GPU, GB/s the paced copies reached in it; NaN where it made none)."""
+    """(ms of one call from an idle GPU, GB/s the paced copies reached in it; NaN where it made none). The whole
+    call is enqueued behind the pacer's gate, then released: the host's enqueueing is not timed."""
     import cupy as cp
 
     cp.cuda.Device(device).synchronize()
     start, end = cp.cuda.Event(), cp.cuda.Event()
+    pacer.begin(cp.cuda.get_current_stream())
     start.record()
-    pacer.start()
     op.run(schedule, **options)
     end.record()
+    pacer.release()
     end.synchronize()
+    if pacer.forced:
+        raise RuntimeError(f"{schedule}: the host held the pacer's gate past its watchdog; the call was not timed")
     ms = cp.cuda.get_elapsed_time(start, end)
     landed = cp.cuda.get_elapsed_time(start, pacer.last_end) if pacer.moved else float("nan")
     return ms, pacer.moved / (landed * 1e-3) / 1e9 if pacer.moved else float("nan")
@@ -381,7 +273,7 @@ def link_checks(device: int = 0, links: Sequence = ("h200x2",), nbytes: int = CH
     with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True) as stream:
         src = cp.random.randint(0, 256, nbytes, dtype=cp.uint8)
         dst = cp.empty(nbytes, dtype=cp.uint8)
-        free = bench(lambda: _memcpy(dst.data.ptr, src.data.ptr, nbytes, cp.cuda.get_current_stream()),
+        free = bench(lambda: memcpy(dst.data.ptr, src.data.ptr, nbytes, cp.cuda.get_current_stream()),
                      devices=[device], warmup=2, reps=reps).median_ms  # the paced copy's own call, unpaced
         sm = bench(lambda: peer_copy(dst, src, "sm", comm_sms), devices=[device], warmup=2, reps=reps).median_ms
         for link in links:
@@ -391,9 +283,10 @@ def link_checks(device: int = 0, links: Sequence = ("h200x2",), nbytes: int = CH
             for _ in range(reps):
                 stream.synchronize()
                 start = cp.cuda.Event()
+                pacer.begin(stream)
                 start.record(stream)
-                pacer.start()
                 pacer.copy(dst.data.ptr, src.data.ptr, nbytes, stream)
+                pacer.release()
                 pacer.last_end.synchronize()
                 paced.append(nbytes / (cp.cuda.get_elapsed_time(start, pacer.last_end) * 1e-3) / 1e9)
             verified = bool(cp.array_equal(src, dst))
