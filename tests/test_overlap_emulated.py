@@ -117,8 +117,10 @@ def test_the_emulated_study_runs_on_a_tiny_shape(monkeypatch):
                         (m, k, inner) if E.PATTERNS[pattern].flow == "in" else (m, inner * gpus, n))
     frame = E.emulated(links=(200.0,), world_sizes=(2,), inner=(256,), rounds=2)
     print(frame.round(3).to_string())
+    beside = P.copies_beside_full_gpu(0)["beside"]
     for pattern in E.M.PATTERN_NAMES:
-        assert list(frame.loc[frame["pattern"] == pattern, "schedule"]) == list(E.PATTERNS[pattern].names)
+        expected = [s for s in E.PATTERNS[pattern].names if beside or s != "ce_flags"]  # ce_flags needs copies beside
+        assert list(frame.loc[frame["pattern"] == pattern, "schedule"]) == expected
     gather = frame[frame["pattern"] == "ag_gemm"]
     assert gather["verified"].all() and (frame["time_median_us"] > 0).all()
     serial = frame[frame["schedule"] == "serial"]
@@ -163,7 +165,27 @@ def test_the_paced_copy_asks_the_driver_to_keep_it_off_the_sms(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_the_paced_copy_runs_beside_a_gpu_full_of_blocks():
-    verdict = P.copies_beside_full_gpu(0, remeasure=True)
-    print(verdict)
-    assert verdict["beside"], verdict
+def test_the_beside_check_tells_a_copy_that_needs_an_sm_from_one_that_does_not():
+    """The check holds every SM with pkit's GEMM: a stream's flag write (the stream's front end, no SM) is done
+    beside it, an SM copy kernel only once the GEMM lets go; the Pacer's own copy is measured, whatever it is."""
+    import cupy as cp
+
+    from pkit.driver import stream_write_value32
+    from pkit.ops.transfers import peer_copy
+
+    word = cp.zeros(1, dtype=cp.uint32)
+    no_sm = P.copies_beside_full_gpu(0, copy=lambda d, s, n, st: stream_write_value32(st.ptr, word.data.ptr, 1),
+                                     remeasure=True)
+
+    def sm_copy(dst, src, nbytes, stream):
+        with stream:
+            peer_copy(cp.ndarray(nbytes, cp.uint8, cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(dst, nbytes, None), 0)),
+                      cp.ndarray(nbytes, cp.uint8, cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(src, nbytes, None), 0)),
+                      "sm", 16)
+
+    needs_sm = P.copies_beside_full_gpu(0, copy=sm_copy, remeasure=True)
+    pacer = P.copies_beside_full_gpu(0, remeasure=True)
+    print(no_sm, needs_sm, pacer)
+    assert no_sm["beside"] and no_sm["copy_ms"] < no_sm["hold_ms"] / 2
+    assert not needs_sm["beside"] and needs_sm["copy_ms"] >= needs_sm["hold_ms"] / 2
+    assert pacer["beside"] == (pacer["copy_ms"] < pacer["hold_ms"] / 2)

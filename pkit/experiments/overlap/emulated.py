@@ -138,14 +138,15 @@ def _op(pattern: str, team, pacer: Pacer, inner: int):
     return op
 
 
-def _timed(op, schedule: str, options: dict, pacer: Pacer, device: int) -> tuple[float, float]:
+def _timed(op, schedule: str, options: dict, pacer: Pacer, device: int, hold: bool = True) -> tuple[float, float]:
     """(ms of one call from an idle GPU, GB/s the paced copies reached in it; NaN where it made none). The whole
-    call is enqueued behind the pacer's gate, then released: the host's enqueueing is not timed."""
+    call is enqueued behind the pacer's gate, then released: the host's enqueueing is not timed (`hold=False`, a
+    schedule's first call, which may load modules: not held, so its time counts the host's too)."""
     import cupy as cp
 
     cp.cuda.Device(device).synchronize()
     start, end = cp.cuda.Event(), cp.cuda.Event()
-    pacer.begin(cp.cuda.get_current_stream())
+    pacer.begin(cp.cuda.get_current_stream(), hold=hold)
     start.record()
     op.run(schedule, **options)
     end.record()
@@ -191,8 +192,9 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
     time_min_us, time_max_us, speedup_vs_serial, link_bytes (what one rank moves over its link: the schedule's
     structure, `model.link_bytes`), hbm_bytes (the HBM traffic those bytes make on a real rank: read where
     sent, written where received; the emulated copy makes as much), comm_GBps (the paced copies' rate within the
-    call, or for SM-driven communication link_bytes over the time), comm_over_link, faithful (its bytes move by the
-    paced copy engine, off the SMs: `copies_beside_full_gpu`; where they cannot, ce_flags has no rows), verified
+    call, or for SM-driven communication link_bytes over the time), comm_over_link, faithful (its bytes move by
+    paced copies that take no SM from its GEMM: `copies_beside_full_gpu`, or serial, whose copies run alone; where
+    copies need SMs, ce_flags has no rows), verified
     (AG+GEMM rank 0 against float32; None where its output sums stand-ins)."""
     import cupy as cp
 
@@ -214,7 +216,7 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
             for s, o in variants:
                 if gather:
                     _poison(op)
-                _timed(op, s, o, pacer, device)
+                _timed(op, s, o, pacer, device, hold=False)
                 verdicts[s] = _check_gather(op) if gather else (None, float("nan"))
             times = {v: [] for v in range(len(variants))}
             rates_seen = {v: [] for v in range(len(variants))}
@@ -239,7 +241,8 @@ def _row(link, gbps, source, pattern, schedule, options, w, op, inner, times, se
     moved = M.link_bytes(pattern, schedule, m, k, n, w)
     ms = float(np.median(times))
     paced = entry.transfer in ("ce", "nccl")
-    faithful = paced and beside  # paced copies off the SMs, as a copy engine's
+    alone = M.describe(pattern, schedule).structure.overlap == "none"  # nothing else wants the SMs while its copies run
+    faithful = paced and (beside or alone)  # paced copies that take no SM from the GEMM, as a copy engine's
     comm = float(np.median(seen)) if paced else moved / (ms * 1e-3) / 1e9
     return {"link": str(link), "link_GBps": gbps, "link_source": source, "pattern": pattern, "schedule": schedule,
             "comm_sms": options.get("comm_sms", 0), "gpus": w, "m": m, "k": k, "n": n, "inner": inner,
