@@ -72,6 +72,31 @@ def test_every_piece_waits_for_its_own_ticket_and_the_call_for_the_start():
     assert gate.log[-2] == ("wait", "main", 5) and not pacer.forced
 
 
+def test_a_copy_goes_over_the_link_only_once_its_stream_reaches_it():
+    """A reduce-scatter queued after a GEMM: its pieces are paced from when the GEMM is done, not from the start."""
+    clock, gate = FakeClock(), FakeGate()
+
+    class Reached:
+        def __init__(self, at):
+            self.at = at
+
+        @property
+        def done(self):
+            return clock() >= self.at  # the host polls: its clock moves
+
+    pacer = P.Pacer(100e9, clock=clock, enqueue=lambda *a: None, gate=gate)
+    marks = iter([Reached(0.0), None, Reached(1e-3), None])  # (reached, end) per copy: the second after 1 ms
+    pacer._event = lambda stream: next(marks)
+    pacer.begin("main")
+    piece = P.piece_bytes(100e9)
+    pacer.copy(0, 0, 2 * piece, stream="main")
+    pacer.copy(0, 0, 2 * piece, stream="main")
+    pacer.release()
+    (a, _), (b, _), (c, _), (d, _) = pacer.releases
+    assert b == pytest.approx(2 * piece / 100e9, abs=1e-6)  # the first copy from the start
+    assert c == pytest.approx(1e-3 + piece / 100e9, abs=1e-6) and d == pytest.approx(1e-3 + 2 * piece / 100e9, abs=1e-6)
+
+
 def test_a_late_host_catches_up_at_once_and_the_average_holds():
     clock = FakeClock()
     pacer = P.Pacer(50e9, clock=clock, enqueue=lambda *a: None, gate=None, events=False)

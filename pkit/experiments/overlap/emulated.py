@@ -155,8 +155,9 @@ def _timed(op, schedule: str, options: dict, pacer: Pacer, device: int, hold: bo
     if pacer.forced:
         raise RuntimeError(f"{schedule}: the host held the pacer's gate past its watchdog; the call was not timed")
     ms = cp.cuda.get_elapsed_time(start, end)
-    landed = cp.cuda.get_elapsed_time(start, pacer.last_end) if pacer.moved else float("nan")
-    return ms, pacer.moved / (landed * 1e-3) / 1e9 if pacer.moved else float("nan")
+    if not pacer.moved:
+        return ms, float("nan")
+    return ms, pacer.moved / (cp.cuda.get_elapsed_time(pacer.first_reached, pacer.last_end) * 1e-3) / 1e9
 
 
 def _poison(op) -> None:
@@ -190,12 +191,13 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
 
     Rows: link, link_GBps, link_source, pattern, schedule, comm_sms, gpus, m, k, n, inner, time_median_us,
     time_min_us, time_max_us, speedup_vs_serial, link_bytes (what one rank moves over its link: the schedule's
-    structure, `model.link_bytes`), hbm_bytes (the HBM traffic those bytes make on a real rank: read where
-    sent, written where received; the emulated copy makes as much), comm_GBps (the paced copies' rate within the
-    call, or for SM-driven communication link_bytes over the time), comm_over_link, faithful (its bytes move by
-    paced copies that take no SM from its GEMM: `copies_beside_full_gpu`, or serial, whose copies run alone; where
-    copies need SMs, ce_flags has no rows), verified
-    (AG+GEMM rank 0 against float32; None where its output sums stand-ins)."""
+    structure, `model.link_bytes`), hbm_bytes (the HBM traffic those bytes make on a real rank: read where sent,
+    written where received; the emulated copy makes as much), comm_GBps (the paced copies' rate, from the first
+    copy reached to the last one done, or for SM-driven communication link_bytes over the time), comm_over_link,
+    faithful (its bytes move by paced copies that take no SM from its GEMM: `copies_beside_full_gpu`, or serial,
+    whose copies run alone; where copies need SMs, ce_flags has no rows), verified (AG+GEMM rank 0 against
+    float32; None where its output sums stand-ins).
+"""
     import cupy as cp
 
     import pkit

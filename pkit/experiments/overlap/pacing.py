@@ -107,12 +107,14 @@ class Gate:
 
 @dataclass
 class Pacer:
-    """Copies paced at `rate_Bps`. Per call: `begin(stream)` (the call's stream waits for the start), the call
-    enqueues its copies by `copy` (each piece behind its ticket), then `release()` opens the start ticket and each
-    piece's when a link of that rate, started then, would have delivered its last byte (at once where the host is
-    late, so the average holds). `releases` holds (seconds after start, bytes) per piece; with `events`, a CUDA
-    event after each copy (`last_end`) tells when the paced bytes landed. `gate=None`: nothing waits (the release
-    times are still kept: tests pace a fake clock)."""
+    """Copies through one emulated link of `rate_Bps`. Per call: `begin(stream)` (the call's stream waits for the
+    start), the call enqueues its copies by `copy` (each piece behind its ticket), then `release()` opens the start
+    and each piece's ticket when the link would have delivered its last byte: a piece goes over the link once its
+    copy's stream has reached the copy (seen by an event recorded there: a reduce-scatter after a GEMM starts when
+    the GEMM is done) and the piece before it is through, taking bytes / rate; at once where the host is late, so
+    the average holds. `releases` holds (seconds after the start, bytes) per piece; with `events`, CUDA events
+    tell when the first copy was reached (`first_reached`) and the last one done (`last_end`). `gate=None`: nothing
+    waits and every copy counts as reached at the start (tests pace a fake clock)."""
 
     rate_Bps: float
     period_s: float = PERIOD_S
@@ -122,11 +124,12 @@ class Pacer:
     events: bool = True
     moved: int = 0
     releases: list = field(default_factory=list)
+    first_reached: object = None
     last_end: object = None
     forced: bool = False
     _start: int = 0
     _held: bool = False
-    _pending: list = field(default_factory=list)  # (ticket, bytes) per piece not yet released
+    _pending: list = field(default_factory=list)  # (ticket, bytes, event the copy's stream records on reaching it)
 
     def __post_init__(self):
         if self.gate == "pinned":
@@ -136,7 +139,7 @@ class Pacer:
         """A new call: `stream` (the call's current stream; its side streams fork from it) waits for the start.
         `hold=False` (a call's first, which may load modules: a load waits for the GPU, which would wait for the
         gate): nothing waits, the copies run as enqueued."""
-        self.moved, self.releases, self.last_end, self._pending = 0, [], None, []
+        self.moved, self.releases, self.first_reached, self.last_end, self._pending = 0, [], None, None, []
         self._held = hold and self.gate is not None
         if self._held:
             self._start = self.gate.next_ticket()
@@ -145,33 +148,36 @@ class Pacer:
 
     def copy(self, dst: int, src: int, nbytes: int, stream) -> None:
         """Enqueue `nbytes` from address `src` to `dst` on `stream` (a CuPy stream), each piece behind its ticket."""
+        reached = self._event(stream)
+        self.first_reached = self.first_reached or reached
         offset = 0
         for n in split(nbytes, piece_bytes(self.rate_Bps, self.period_s)):
             ticket = self.gate.next_ticket() if self._held else 0
             if self._held:
                 self.gate.wait(stream, ticket)
             self.enqueue(dst + offset, src + offset, n, stream)
-            self._pending.append((ticket, n))
+            self._pending.append((ticket, n, reached))
+            reached = None
             offset += n
             self.moved += n
-        if self.events:
-            import cupy as cp
-
-            self.last_end = cp.cuda.Event()
-            self.last_end.record(stream)
+        self.last_end = self._event(stream) or self.last_end
 
     def release(self) -> None:
         """Open the start now and each piece when the link would have delivered it; every ticket is open after."""
         if self.gate is not None and not self._held:
             return  # nothing was held: the copies ran as enqueued
-        t0, done = self.clock(), 0
+        t0 = self.clock()
+        link_free = t0  # when the link is through with what it was given
         try:
             if self._held:
                 self.gate.open(self._start)
-            for ticket, n in self._pending:
-                done += n
-                due = t0 + done / self.rate_Bps
-                while self.clock() < due:
+            for ticket, n, reached in self._pending:
+                if reached is not None and self._held:
+                    while not reached.done:  # the copy's stream is not there yet
+                        pass
+                    link_free = max(link_free, self.clock())
+                link_free += n / self.rate_Bps
+                while self.clock() < link_free:
                     pass
                 self.releases.append((self.clock() - t0, n))
                 if self._held:
@@ -180,6 +186,16 @@ class Pacer:
             if self._held:
                 self.gate.settle()
                 self.forced, self.gate.forced = self.gate.forced, False
+
+    def _event(self, stream):
+        """A CUDA event recorded on `stream` now (None without `events`)."""
+        if not self.events:
+            return None
+        import cupy as cp
+
+        event = cp.cuda.Event()
+        event.record(stream)
+        return event
 
 
 _BESIDE: dict[int, dict] = {}  # copies_beside_full_gpu's verdict per GPU, measured once per process
