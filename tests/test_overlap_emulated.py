@@ -85,16 +85,17 @@ def test_a_copy_goes_over_the_link_only_once_its_stream_reaches_it():
             return clock() >= self.at  # the host polls: its clock moves
 
     pacer = P.Pacer(100e9, clock=clock, enqueue=lambda *a: None, gate=gate)
-    marks = iter([Reached(0.0), None, Reached(1e-3), None])  # (reached, end) per copy: the second after 1 ms
+    marks = iter([Reached(0.0), None, None, Reached(1e-3), None])  # reached and end events, as recorded
     pacer._event = lambda stream: next(marks)
     pacer.begin("main")
-    piece = P.piece_bytes(100e9)
+    piece, link = P.piece_bytes(100e9), P.piece_bytes(100e9) / 100e9
     pacer.copy(0, 0, 2 * piece, stream="main")
-    pacer.copy(0, 0, 2 * piece, stream="main")
+    pacer.copy(0, 0, piece, stream="main")  # right behind it on its stream: follows it over the link
+    pacer.copy(0, 0, 2 * piece, stream="side")  # the side stream reaches its copy after 1 ms (a GEMM before it)
     pacer.release()
-    (a, _), (b, _), (c, _), (d, _) = pacer.releases
-    assert b == pytest.approx(2 * piece / 100e9, abs=1e-6)  # the first copy from the start
-    assert c == pytest.approx(1e-3 + piece / 100e9, abs=1e-6) and d == pytest.approx(1e-3 + 2 * piece / 100e9, abs=1e-6)
+    at = [t for t, _ in pacer.releases]
+    assert at[:3] == pytest.approx([link, 2 * link, 3 * link], abs=1e-6)  # from the start, back to back
+    assert at[3:] == pytest.approx([1e-3 + link, 1e-3 + 2 * link], abs=1e-6)
 
 
 def test_a_late_host_catches_up_at_once_and_the_average_holds():

@@ -129,6 +129,7 @@ class Pacer:
     forced: bool = False
     _start: int = 0
     _held: bool = False
+    _last_stream: object = None
     _pending: list = field(default_factory=list)  # (ticket, bytes, event the copy's stream records on reaching it)
 
     def __post_init__(self):
@@ -140,6 +141,7 @@ class Pacer:
         `hold=False` (a call's first, which may load modules: a load waits for the GPU, which would wait for the
         gate): nothing waits, the copies run as enqueued."""
         self.moved, self.releases, self.first_reached, self.last_end, self._pending = 0, [], None, None, []
+        self._last_stream = None
         self._held = hold and self.gate is not None
         if self._held:
             self._start = self.gate.next_ticket()
@@ -148,8 +150,10 @@ class Pacer:
 
     def copy(self, dst: int, src: int, nbytes: int, stream) -> None:
         """Enqueue `nbytes` from address `src` to `dst` on `stream` (a CuPy stream), each piece behind its ticket."""
-        reached = self._event(stream)
+        behind = self._pending and self._last_stream is stream  # right behind the last copy: no wait of its own
+        reached = None if behind else self._event(stream)
         self.first_reached = self.first_reached or reached
+        self._last_stream = stream
         offset = 0
         for n in split(nbytes, piece_bytes(self.rate_Bps, self.period_s)):
             ticket = self.gate.next_ticket() if self._held else 0
