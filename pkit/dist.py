@@ -228,9 +228,10 @@ def _on_torch_stream(device: int):
 
 @lru_cache(maxsize=64)
 def _external_stream(pointer: int, device: int):
-    import cupy as cp
+    """One CuPy stream per torch stream, made once."""
+    from .gpus import cupy_stream
 
-    return cp.cuda.ExternalStream(pointer, device)
+    return cupy_stream(pointer, device)
 
 
 _contexts: dict = {}

@@ -207,6 +207,24 @@ def torch_stream(device: int):
             yield
 
 
+class _StreamPointer:
+    """A CUDA stream handle as the CUDA stream protocol hands it over (`__cuda_stream__`: version 0, the handle)."""
+
+    def __init__(self, pointer: int):
+        self.pointer = pointer
+
+    def __cuda_stream__(self):
+        return 0, self.pointer
+
+
+def cupy_stream(pointer: int, device: int):
+    """A CuPy stream on the CUDA stream `pointer` (a handle someone else made, e.g. torch) of GPU `device`."""
+    import cupy as cp
+
+    with cp.cuda.Device(device):
+        return cp.cuda.Stream.from_external(_StreamPointer(pointer))
+
+
 @lru_cache(maxsize=64)
 def _torch_handle(device: int, pointer: int):
     """torch's handle on a CuPy stream, made once per stream."""

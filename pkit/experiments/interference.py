@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
+from ..gpus import cupy_stream
 
 SHAPES = ((8192, 8192, 8192), (8192, 2048, 8192))  # (M, N, K): the overlap study's square and balanced AG+GEMM
 GEMMS = ("pkit_gemm", "cublas")
@@ -102,7 +103,7 @@ class _Copier:
         self.traffic, self.device = traffic, device
         route = Route.parse(traffic.route)
         self.stream = torch.cuda.Stream(device=device)
-        self._cupy_stream = cp.cuda.ExternalStream(self.stream.cuda_stream, device)
+        self._cupy_stream = cupy_stream(self.stream.cuda_stream, device)
         self.src = buffers["src"] if route.src is not None else buffers["host"]
         self.dst = buffers["dst"] if route.dst is not None else buffers["host"]
         self.mechanism = traffic.engine
@@ -170,7 +171,7 @@ def _gemm_calls(m: int, n: int, k: int, device: int, blocks: int | None = None):
         torch.cuda.synchronize(device)  # the GEMMs run on other streams
 
     def pkit_gemm():
-        with cp.cuda.Device(device), cp.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device):
+        with cp.cuda.Device(device), cupy_stream(torch.cuda.current_stream(device).cuda_stream, device):
             gemm(a, b, out, blocks=blocks)
 
     def cublas():
