@@ -15,6 +15,12 @@ os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 # nbformat imports jsonschema, which compiles the grammar of IRIs (rfc3987_syntax, 1.5-2 s a process) for a format
 # check no test makes: the test processes go without it.
 sys.modules.setdefault("rfc3987_syntax", None)
+# Bytecode is cached (__pycache__, which git ignores) even where PYTHONDONTWRITEBYTECODE is set: without it each
+# pytest-xdist worker rewrites and compiles the asserts of every test module again (about 5 s of a 2-core machine's
+# CPU a worker), and each process the tests start (notebook kernels, `pkit` commands, ranks) compiles pkit's modules
+# again. The workers and those processes inherit the environment; conftest.py is imported before any test module.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_configure(config):
