@@ -4,10 +4,12 @@ Overlap is never free. A copy beside a GEMM reads and writes the same HBM (copy 
 alike), and a copy driven by SMs takes SMs the GEMM would use. This study measures both on one GPU, for pkit's
 GEMM and cuBLAS (bf16, the overlap study's shapes):
 
-* `copies`: the GEMM with a copy-engine copy beside it on another stream: device to device at paced rates (0 to
-  unthrottled), host to device and device to host unthrottled. The pacer takes no SM: a host thread issues one
-  chunk per period to the copy engine, so the engine idles between chunks. Each row says what rate was asked and
-  what the copy reached alone and beside the GEMM (the throttle's check).
+* `copies`: the GEMM with a cudaMemcpy beside it on another stream: within the GPU at paced rates (0 to
+  unthrottled), host to device and device to host unthrottled (copy engine). The throttle takes no SM (a host
+  thread issues one chunk per period), but a copy within one GPU does: the driver runs it as a kernel on the SMs
+  (it waits beside a GEMM that holds every SM: `overlap.pacing.copies_beside_full_gpu`), so it takes SMs from the
+  GEMM for its chunks' length as well as HBM. Each row says what rate was asked and what the copy reached alone
+  and beside the GEMM (the throttle's check).
 * `partition`: the GEMM on 132 - k SMs with an SM or TMA copy kernel on the other k SMs, running or idle. pkit's
   GEMM is persistent (`blocks=`); cuBLAS runs in a CUDA green context of 132 - k SMs (torch.cuda.green_contexts).
 

@@ -1,5 +1,5 @@
 """Overlap on one GPU: one rank of each overlap schedule runs its exact work while its peers' bytes arrive from
-stand-in buffers on the same GPU through the copy engine, paced at a link's rate.
+stand-in buffers on the same GPU, paced at a link's rate.
 
 A rank of a W-GPU team is emulated on a one-GPU team of W ranks sharing the GPU (`Team([d] * W, share_gpus=True)`):
 the schedules of `pkit.ops.overlap` run as they are, only for rank 0 (`op.working`), the other ranks' buffers on

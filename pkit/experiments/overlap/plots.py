@@ -56,7 +56,7 @@ def draw_interference(copies: pd.DataFrame, partition: pd.DataFrame, fits: dict)
             ax.errorbar(part["hbm_traffic_GBps"], part["rate_ratio"],
                         yerr=[part["rate_ratio"] - part["rate_ratio_q1"], part["rate_ratio_q3"] - part["rate_ratio"]],
                         fmt="D" if host else "o", color=figures.PURPLE if host else figures.ORANGE, capsize=2,
-                        label="copy engine, host ↔ GPU" if host else "copy engine, within the GPU (paced)")
+                        label="copy engine, host ↔ GPU" if host else "memcpy within the GPU (paced; on SMs)")
         for engine, part in (moved[moved["gemm"] == gemm].groupby("engine") if len(moved) else []):
             marker, color = styles[engine]
             ax.plot(part["hbm_traffic_GBps"], part["rate_ratio"], marker, color=color, ls="none",
