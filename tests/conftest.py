@@ -2,6 +2,7 @@
 machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); how many
 pytest-xdist workers `-n auto` starts (make test passes `-n auto --dist loadfile`), each pinned to its own CPUs, heavy
 modules first; one zygote per module for the harness tests that share it (`shared_zygote`)."""
+import multiprocessing.util
 import os
 import shutil
 import sys
@@ -32,6 +33,9 @@ def pytest_configure(config):
     checks see the noise of a quiet machine."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if not worker:  # the workers and every process started inherit TMPDIR
+        # This process's multiprocessing folder stays in the system's temporary directory: multiprocessing removes
+        # it at exit, after pytest_unconfigure has removed the run's folder.
+        multiprocessing.util.get_temp_dir()
         config.run_tmpdir = tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="pkit-tests-")
     cpus = sorted(os.sched_getaffinity(0))
     if worker and 0 < count <= len(cpus) and not _gpu_count():
