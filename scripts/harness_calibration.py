@@ -4,8 +4,10 @@ Evaluates, through the harness as it ships (`pkit.harness.runner.evaluations`), 
 (each rank's row sums of a float32 matrix, summed over the ranks) against:
 - its own reference, `--same` times: identical code, whose true speedup is 1;
 - candidates that run the reference, wait for the device, then spin on the host for 10% and 25% of the
-  reference's median time (measured by the identical-code runs): slower by a known amount, true speedups
-  1/1.1 and 1/1.25 (each record's own: its reference median over that plus the spin), `--slowed` times each.
+  reference's median time (measured by the identical-code runs), `--slowed` times each: slower by an amount
+  known apart from the harness, their true speedup measured in a process of their own (`measured_speedup`: the
+  reference and the candidate called alternately on the same inputs, `--truth-calls` times each, each call timed
+  as the harness's timer does), since the wait and the spin cost a little more than the spin's length.
 
 Prints, and records through `pkit.results.record` under ROOT (`ROOT/<machine>/harness_calibration.csv` + `.json`
 with provenance; one row per evaluation): the harness's cost per candidate (wall minus the timed calls of both
@@ -21,7 +23,10 @@ call on an H200). Usage:
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import multiprocessing
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -88,21 +93,73 @@ def solution(x):
     return out
 '''
 
+CACHE_BYTES = 64 << 20
+"""Input sets the true speedup's measurement rotates through: at least this many bytes (up to 32 sets)."""
+
 SLOWDOWNS = (0.10, 0.25)
 """How much slower the slowed candidates are, as a fraction of the reference's median time."""
 
 
-def evaluate(problem, candidates: list[tuple[str, Candidate, float]], options: runner.EvalOptions) -> list[dict]:
-    """One row per (kind, candidate, spin ms): its record's verdict, times and phases."""
+def _load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _alternate(problem_file: str, candidate_file: str, size: str, device: str, calls: int, port: int) -> float:
+    """In a process of its own: a one-rank process group, then the reference and the candidate's `solution` called
+    alternately (who goes first swapped every call) on input sets rotated past the caches, each call timed by
+    `pkit.harness.timer.timed_call`; the reference's median time over the candidate's."""
+    import torch
+    import torch.distributed as dist
+
+    from pkit.harness import timer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device == "cpu":
+        torch.set_num_threads(1)  # as the harness's CPU workers run
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    try:
+        problem, candidate = _load(problem_file, "calibration_problem"), _load(candidate_file, "calibration_candidate")
+        where = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+        first = problem.make_inputs(0, 1, size, "float32", 0, device=where)
+        nbytes = timer.input_bytes(first)  # as the harness's fresh sets: past the L2, and past a CPU's caches
+        count = max(timer.l2_rotations(nbytes, where), min(32, -(-CACHE_BYTES // nbytes)))
+        sets = [first] + [problem.make_inputs(0, 1, size, "float32", seed, device=where) for seed in range(1, count)]
+        roles = [(problem.reference, []), (candidate.solution, [])]
+        for fn, _ in roles * 3:  # warm-up
+            timer.timed_call(fn, sets[0], where)
+        for i in range(calls):
+            for fn, times in (roles if i % 2 == 0 else roles[::-1]):
+                times.append(timer.timed_call(fn, sets[i % len(sets)], where)[1])
+        return statistics.median(roles[0][1]) / statistics.median(roles[1][1])
+    finally:
+        dist.destroy_process_group()
+
+
+def measured_speedup(problem_file: Path, candidate_file: Path, size: str, device: str, calls: int) -> float:
+    """The candidate's true speedup over the reference, measured apart from the harness (`_alternate`, in a
+    spawned process)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_alternate, (str(problem_file), str(candidate_file), size, device, calls, port))
+
+
+def evaluate(problem, candidates: list[tuple[str, Candidate, float, float]],
+             options: runner.EvalOptions) -> list[dict]:
+    """One row per (kind, candidate, spin ms, true speedup): its record's verdict, times and phases."""
     rows = []
-    stream = runner.evaluations([(problem, c) for _, c, _ in candidates], options, log=lambda line: None)
-    for (kind, _, spin_ms), record in zip(candidates, stream):
+    stream = runner.evaluations([(problem, c) for _, c, _, _ in candidates], options, log=lambda line: None)
+    for (kind, _, spin_ms, true), record in zip(candidates, stream):
         phases = record.get("phase_s") or {}
         timed = phases.get("parent: timed calls")
         ref_ms = record["ref_time_ms"]
-        true = ref_ms / (ref_ms + spin_ms) if ref_ms else None
         low, high = record["speedup_low"], record["speedup_high"]
-        rows.append({"kind": kind, "spin_ms": spin_ms, "true_speedup": true, "status": record["status"],
+        rows.append({"kind": kind, "spin_ms": spin_ms, "true_speedup": true,
+                     "spin_speedup": ref_ms / (ref_ms + spin_ms) if ref_ms else None, "status": record["status"],
                      "speedup": record["speedup"], "speedup_low": low, "speedup_high": high,
                      "holds_true": None if low is None or true is None else low <= true <= high,
                      "timing_rounds": record["timing_rounds"], "ref_time_ms": ref_ms,
@@ -126,6 +183,7 @@ def summary(frame: pd.DataFrame) -> dict:
         out[kind] = {"n": len(rows), "statuses": rows["status"].value_counts().to_dict(),
                      "interval_holds_true": float(rows["holds_true"].dropna().astype(bool).mean()),
                      "true_speedup_median": float(rows["true_speedup"].median()),
+                     "spin_speedup_median": float(rows["spin_speedup"].median()),
                      "speedup_median": float(rows["speedup"].median()),
                      "rounds_median": float(rows["timing_rounds"].median()),
                      "rounds_max": int(rows["timing_rounds"].max()),
@@ -147,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=25)
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--truth-calls", type=int, default=200,
+                        help="calls of each role when a slowed candidate's true speedup is measured")
     args = parser.parse_args(argv)
     size = args.size or ("large" if args.device == "cuda" else "small")
     options = runner.EvalOptions(world_size=args.world_size, size=size, device=args.device, trials=1,
@@ -160,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         own = runner.reference_candidate(problem)
         print(f"{args.same} evaluations of identical code ({size}, {args.device}, world size {args.world_size})",
               file=sys.stderr)
-        rows = evaluate(problem, [("same", own, 0.0)] * args.same, options)
+        rows = evaluate(problem, [("same", own, 0.0, 1.0)] * args.same, options)
         ref_ms = statistics.median(r["ref_time_ms"] for r in rows if r["ref_time_ms"])
         slowed = []
         for fraction in SLOWDOWNS:
@@ -169,14 +229,15 @@ def main(argv: list[str] | None = None) -> int:
             source = textwrap.dedent(SLOWED).lstrip()
             path.write_text(source.format(delay_ms=spin_ms, problem=str(folder / "problem.py")))
             candidate = Candidate(path, f"01_calibration/{path.name}", problem.name)
-            slowed += [(f"slowed {round(fraction * 100)}%", candidate, spin_ms)] * args.slowed
+            true = measured_speedup(folder / "problem.py", path, size, args.device, args.truth_calls)
+            slowed += [(f"slowed {round(fraction * 100)}%", candidate, spin_ms, true)] * args.slowed
         print(f"{len(slowed)} evaluations of slowed candidates (reference median {ref_ms:.4g} ms)", file=sys.stderr)
         rows += evaluate(problem, slowed, options)
     frame = pd.DataFrame(rows)
     said = summary(frame)
     parameters = {"device": args.device, "world_size": args.world_size, "size": size, "perf": args.perf,
                   "warmup": args.warmup, "iters": args.iters, "same": args.same, "slowed": args.slowed,
-                  "slowdowns": list(SLOWDOWNS), "minutes": round((time.monotonic() - began) / 60, 2),
+                  "slowdowns": list(SLOWDOWNS), "truth_calls": args.truth_calls, "minutes": round((time.monotonic() - began) / 60, 2),
                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                   "summary": said}
     recorded = results.record("harness_calibration", frame, parameters, root=args.root)
@@ -195,7 +256,8 @@ def report(said: dict, provenance: dict) -> str:
         k = said.get(kind)
         if k:
             lines.append(f"{kind}: n={k['n']}, statuses {k['statuses']}, interval holds the true speedup "
-                         f"({k['true_speedup_median']:.3f}) in {k['interval_holds_true']:.0%}; median speedup "
+                         f"({k['true_speedup_median']:.3f} measured apart; {k['spin_speedup_median']:.3f} by the "
+                         f"spin alone) in {k['interval_holds_true']:.0%}; median speedup "
                          f"{k['speedup_median']:.3f}, rounds median {k['rounds_median']:g} (max {k['rounds_max']}); "
                          f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}")
     return "\n".join(lines)
