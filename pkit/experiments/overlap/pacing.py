@@ -120,7 +120,7 @@ class Pacer:
     period_s: float = PERIOD_S
     clock: Callable[[], float] = time.perf_counter
     enqueue: Callable = memcpy
-    gate: object = "pinned"
+    gate: object = field(default_factory=Gate)  # None: nothing waits (tests)
     events: bool = True
     moved: int = 0
     releases: list = field(default_factory=list)
@@ -131,10 +131,6 @@ class Pacer:
     _held: bool = False
     _last_stream: object = None
     _pending: list = field(default_factory=list)  # (ticket, bytes, event the copy's stream records on reaching it)
-
-    def __post_init__(self):
-        if self.gate == "pinned":
-            self.gate = Gate()
 
     def begin(self, stream=None, hold: bool = True) -> None:
         """A new call: `stream` (the call's current stream; its side streams fork from it) waits for the start.
