@@ -48,6 +48,12 @@ def test_bad_arguments_name_the_argument(a, b, text):
         G.gemm(a, b)
 
 
+def _product(a, b):
+    """A · Bᵀ in float32, computed on the CPU and returned on A's device: no cuBLAS kernel runs beside pkit's, so
+    compute-sanitizer (scripts/sanitize.sh runs these tests) reports on pkit's kernels alone."""
+    return (a.float().cpu() @ b.float().cpu().T).to(a.device)
+
+
 def _poisoned_out(m, n):
     """C at the start of a larger NaN-poisoned buffer, and the buffer."""
     buffer = torch.full((m * n + 256 * n,), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -63,7 +69,7 @@ def test_gemm_matches_float32(m, n, k, how):
     gen = torch.Generator(device="cuda").manual_seed(m * n + k)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    want = a.float() @ b.float().T
+    want = _product(a, b)
     for _ in range(2):
         out, buffer = _poisoned_out(m, n)
         G.gemm(a, b, out, how=how)
@@ -88,7 +94,7 @@ def test_fp8_gemm_matches_float32_with_scales(m, n, k, how):
     a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
     scale_a, scale_b = 0.5 + torch.rand(1, device="cuda", generator=gen), 0.5 + torch.rand(1, device="cuda", generator=gen)
-    want = (a.float() @ b.float().T) * (scale_a * scale_b)
+    want = _product(a, b) * (scale_a * scale_b)
     out, buffer = _poisoned_out(m, n)
     G.gemm(a, b, out, scale_a=scale_a, scale_b=scale_b, how=how)
     torch.cuda.synchronize()
@@ -118,7 +124,7 @@ def test_split_k_gemms_on_two_streams_keep_their_own_workspaces():
     for s in streams:
         s.synchronize()
     for (a, b), out in zip(pairs, outs):
-        torch.testing.assert_close(out.float(), a.float() @ b.float().T, **bf16_gemm(k))
+        torch.testing.assert_close(out.float(), _product(a, b), **bf16_gemm(k))
 
 
 @pytest.mark.gpu
@@ -166,7 +172,7 @@ def test_persistent_blocks_cover_every_tile(blocks, how):
     a, b = _randn(1000, 520, seed=1), _randn(776, 520, seed=2)
     out = G.gemm(a, b, blocks=blocks, how=how)
     torch.cuda.synchronize()
-    torch.testing.assert_close(out.float(), a.float() @ b.float().T, **bf16_gemm(520))
+    torch.testing.assert_close(out.float(), _product(a, b), **bf16_gemm(520))
 
 
 @pytest.mark.gpu
@@ -192,7 +198,7 @@ def test_rows_are_read_only_after_their_flag():
             stream_write_value32(side.ptr, flags.data.ptr + 4 * f, 7)
     torch.cuda.synchronize()
     side.synchronize()
-    torch.testing.assert_close(out.float(), source.float() @ b.float().T, **bf16_gemm(k))
+    torch.testing.assert_close(out.float(), _product(source, b), **bf16_gemm(k))
 
 
 @pytest.mark.gpu
@@ -237,7 +243,7 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
 def test_tiles_added_into_every_target_or_scattered_by_rows():
     m, n, k = 512, 776, 520
     a, b = _randn(m, k, seed=5), _randn(n, k, seed=6)
-    want = a.float() @ b.float().T
+    want = _product(a, b)
     tol = dict(rtol=2 ** -6, atol=2e-3 * k ** 0.5)  # two bf16 roundings: the product's, then the sum's
     both = [torch.zeros(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     targets = G.tile_targets([(t.data_ptr(), m) for t in both], n=n)
@@ -285,6 +291,6 @@ def test_rows_of_a_read_from_several_sources():
     sources = G.a_sources(tuple((p.data_ptr(), rows) for p in parts), k, rows)
     out = G.gemm(shape_only, b, a_from=sources)
     torch.cuda.synchronize()
-    torch.testing.assert_close(out.float(), torch.cat(parts).float() @ b.float().T, **bf16_gemm(k))
+    torch.testing.assert_close(out.float(), _product(torch.cat(parts), b), **bf16_gemm(k))
     with pytest.raises(ValueError, match="rows_per_source: expected a positive multiple of 128"):
         G.a_sources(((parts[0].data_ptr(), rows),), k, 100)
