@@ -148,9 +148,11 @@ def _timed(op, schedule: str, options: dict, pacer: Pacer, device: int, hold: bo
     start, end = cp.cuda.Event(), cp.cuda.Event()
     pacer.begin(cp.cuda.get_current_stream(), hold=hold)
     start.record()
-    op.run(schedule, **options)
-    end.record()
-    pacer.release()
+    try:
+        op.run(schedule, **options)
+        end.record()
+    finally:
+        pacer.release()  # the gate opens even when the call failed to enqueue
     end.synchronize()
     if pacer.forced:
         raise RuntimeError(f"{schedule}: the host held the pacer's gate past its watchdog; the call was not timed")

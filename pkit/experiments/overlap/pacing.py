@@ -78,7 +78,7 @@ class Gate:
     def wait(self, stream, ticket: int) -> None:
         from ...driver import stream_wait_value32
 
-        stream_wait_value32(stream.ptr, self._ptr, ticket)
+        stream_wait_value32(stream.ptr, self._ptr, ticket & 0xFFFFFFFF)  # compared modulo 2^32, as the word
 
     def open(self, ticket: int) -> None:
         self._word.value = ticket & 0xFFFFFFFF
