@@ -2,9 +2,9 @@
 
 `encode_tiled` builds a TMA tensor map (cuTensorMapEncodeTiled), `stream_write_value32` sets a 32-bit
 word in stream order (cuStreamWriteValue32), `stream_wait_value32` holds a stream until a word reaches a value
-(cuStreamWaitValue32), and `memcpy_beside_compute` enqueues a copy that the driver is asked
-to keep off the SMs (cuMemcpyBatchAsync with CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE): a plain cudaMemcpyAsync
-between two buffers of one GPU may run as a kernel on the SMs. Calling libcuda directly, rather than through
+(cuStreamWaitValue32), and `memcpy_beside_compute` enqueues a copy that the driver is asked to keep off the SMs
+(cuMemcpyBatchAsync with CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE): a plain cudaMemcpyAsync between two buffers
+of one GPU may run as a kernel on the SMs. Calling libcuda directly, rather than through
 cuda-python's driver module, keeps pkit's API-call trace clean: on first use that module looks up every driver entry
 point by cuGetProcAddress, and the lookups of entry points the installed driver lacks fail, which compute-sanitizer
 (`--report-api-errors all`) reports as errors in the user's run. Enum values are those of CUDA's cuda.h
@@ -118,8 +118,8 @@ def memcpy_beside_compute(dst: int, src: int, nbytes: int, stream: int, device: 
     stream `stream` (its handle; not the legacy default stream, 0), asking the driver to run it beside compute
     (CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE): off the SMs, by a copy engine. A plain cudaMemcpyAsync within
     one GPU may run as a kernel, which waits for an SM; beside a persistent kernel that holds every SM and waits
-    for the copy, it never runs. The flag is a hint: `pkit.experiments.overlap.emulated.copies_beside_full_gpu`
-    measures what the driver does with it."""
+    for the copy, it never runs. The flag is a hint: `pkit.experiments.overlap.pacing.copies_beside_full_gpu`
+    measures what the driver does with it (on an H200 with driver 580 the copy still ran on the SMs)."""
     if not stream:
         raise ValueError("stream: expected a created stream's handle; cuMemcpyBatchAsync refuses the legacy default "
                          "stream (0): enqueue under `with cupy.cuda.Stream(non_blocking=True):`")

@@ -23,7 +23,6 @@ call on an H200). Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import multiprocessing
 import os
 import socket
@@ -100,13 +99,6 @@ SLOWDOWNS = (0.10, 0.25)
 """How much slower the slowed candidates are, as a fraction of the reference's median time."""
 
 
-def _load(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _alternate(problem_file: str, candidate_file: str, size: str, device: str, calls: int, port: int) -> float:
     """In a process of its own: a one-rank process group, then the reference and the candidate's `solution` called
     alternately (who goes first swapped every call) on input sets rotated past the caches, each call timed by
@@ -115,13 +107,15 @@ def _alternate(problem_file: str, candidate_file: str, size: str, device: str, c
     import torch.distributed as dist
 
     from pkit.harness import timer
+    from pkit.harness.problem import load_module
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if device == "cpu":
         torch.set_num_threads(1)  # as the harness's CPU workers run
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
     try:
-        problem, candidate = _load(problem_file, "calibration_problem"), _load(candidate_file, "calibration_candidate")
+        problem = load_module(Path(problem_file), "calibration_problem")
+        candidate = load_module(Path(candidate_file), "calibration_candidate")
         where = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
         first = problem.make_inputs(0, 1, size, "float32", 0, device=where)
         nbytes = timer.input_bytes(first)  # as the harness's fresh sets: past the L2, and past a CPU's caches
@@ -237,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     said = summary(frame)
     parameters = {"device": args.device, "world_size": args.world_size, "size": size, "perf": args.perf,
                   "warmup": args.warmup, "iters": args.iters, "same": args.same, "slowed": args.slowed,
-                  "slowdowns": list(SLOWDOWNS), "truth_calls": args.truth_calls, "minutes": round((time.monotonic() - began) / 60, 2),
+                  "slowdowns": list(SLOWDOWNS), "truth_calls": args.truth_calls,
+                  "minutes": round((time.monotonic() - began) / 60, 2),
                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                   "summary": said}
     recorded = results.record("harness_calibration", frame, parameters, root=args.root)

@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
+
 from ..gpus import cupy_stream
 
 SHAPES = ((8192, 8192, 8192), (8192, 2048, 8192))  # (M, N, K): the overlap study's square and balanced AG+GEMM

@@ -261,8 +261,7 @@ _KEPT_WORKSPACES = 8  # streams whose workspaces are kept, most recently used fi
 def _workspace(device: int, stream: int, partial_bytes: int, counts: int) -> tuple[int, int]:
     """(partials, arrivals) device addresses of split-K's workspace for GEMMs on `stream` of `device`: at least
     `partial_bytes` of zeroed fp32 tile sums and `counts` zeroed uint32 arrival counts (the kernel leaves both
-    zero). One
-    per stream, so GEMMs on concurrent streams never share one; it grows and is kept for the most recent
+    zero). One per stream, so GEMMs on concurrent streams never share one; it grows and is kept for the most recent
     _KEPT_WORKSPACES streams. Allocated in the stream's order by torch's caching allocator, a workspace let go is
     handed to no other stream, nor reused on its own before the work queued there is done; nothing waits."""
     import torch

@@ -11,10 +11,11 @@ delivered its last byte; what the host spends enqueueing is never timed. Within 
 as a kernel on the SMs (a real rank's peer copy goes by copy engine), even when asked to keep it beside compute
 (`pkit.driver.memcpy_beside_compute`), so `pacing.copies_beside_full_gpu` measures, once per GPU, whether a copy
 runs while pkit's GEMM holds every SM, as ce_flags' GEMM does while it waits for the copies' flags: where it does
-not, ce_flags is not emulated (it raises rather than trap) and no row counts as faithful. A real rank's HBM is read
-for what it sends and written for what it receives; one local copy of the bytes it receives reads and writes as
-many, so the emulated traffic matches. Serial is emulated the same way (the collective's bus bytes, CollectiveOp's factor, at the link
-rate, then the GEMM), so every speedup over serial is measured on equal terms.
+not, ce_flags is not emulated (it raises rather than trap) and only serial's rows, whose copies run alone, count
+as faithful. A real rank's HBM is read for what it sends and written for what it receives; one local copy of the
+bytes it receives reads and writes as many, so the emulated traffic matches. Serial is emulated the same way (the
+collective's bus bytes, CollectiveOp's factor, at the link rate, then the GEMM), so every speedup over serial is
+measured on equal terms.
 
 Schedules whose communication runs on SMs (sm_pull, tma_pull, tma_add) load and store the stand-ins in local HBM,
 seeing neither NVLink's latency nor its rate: their rows say `faithful` False, and `comm_GBps` says what rate their
@@ -205,12 +206,13 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
     import pkit
 
     rates = [(link, *link_rate(link, root)) for link in links]
+    pacers = {link: Pacer(gbps * 1e9) for link, gbps, _ in rates}  # one emulated link (and its gate) per rate
     rows = []
     with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True):
         points = [(r, w, p, x) for r in rates for w in world_sizes for p in patterns for x in inner]
         teams = {w: pkit.Team([device] * w, share_gpus=True) for w in world_sizes}
         for (link, gbps, source), w, pattern, x in tqdm(points, desc="emulated overlap points"):
-            pacer = Pacer(gbps * 1e9)
+            pacer = pacers[link]
             op = _op(pattern, teams[w], pacer, x)
             beside = copies_beside_full_gpu(device)["beside"]
             variants = [(s, o) for s in PATTERNS[pattern].names for o in PATTERNS[pattern].schedule(s).variants()
@@ -241,18 +243,18 @@ def emulated(device: int = 0, links: Sequence = ("h200x2",), world_sizes: Sequen
 def _row(link, gbps, source, pattern, schedule, options, w, op, inner, times, serial, seen, verdict,
          beside: bool = True) -> dict:
     m, k, n = M.shape_of(pattern, inner, w)
-    entry = PATTERNS[pattern].schedule(schedule)
+    structure = M.describe(pattern, schedule).structure
     moved = M.link_bytes(pattern, schedule, m, k, n, w)
     ms = float(np.median(times))
-    paced = entry.transfer in ("ce", "nccl")
-    alone = M.describe(pattern, schedule).structure.overlap == "none"  # nothing else wants the SMs while its copies run
+    paced = PATTERNS[pattern].schedule(schedule).transfer in ("ce", "nccl")
+    alone = structure.overlap == "none"  # nothing else wants the SMs while its copies run
     faithful = paced and (beside or alone)  # paced copies that take no SM from the GEMM, as a copy engine's
     comm = float(np.median(seen)) if paced else moved / (ms * 1e-3) / 1e9
     return {"link": str(link), "link_GBps": gbps, "link_source": source, "pattern": pattern, "schedule": schedule,
             "comm_sms": options.get("comm_sms", 0), "gpus": w, "m": m, "k": k, "n": n, "inner": inner,
             "time_median_us": ms * 1e3, "time_min_us": float(times.min()) * 1e3,
             "time_max_us": float(times.max()) * 1e3, "speedup_vs_serial": float(np.median(serial / times)),
-            "link_bytes": moved, "hbm_bytes": moved * M.describe(pattern, schedule).structure.hbm_per_link_byte,
+            "link_bytes": moved, "hbm_bytes": moved * structure.hbm_per_link_byte,
             "comm_GBps": comm, "comm_over_link": comm / gbps, "faithful": faithful, "verified": verdict[0]}
 
 
