@@ -21,6 +21,7 @@ kills what is left.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import sys
 import time
@@ -36,6 +37,7 @@ from .channel import WorkerEnd
 from .checks import aliased_paths, clone_tree, fingerprint_check, leaves
 from .contain import make_undumpable
 from .fresh import FreshSet
+from .placement import hold_gap
 from .problems import load_module, open_source
 from .timer import clock, input_bytes, l2_rotations, synchronize, timed_call
 
@@ -234,12 +236,16 @@ class Worker:
         self.last_inputs = None  # warm-up is over: free the trial inputs before building the timed sets
         self.enter(f"timing_{role}, building inputs")
         inplace, tolerance = set(message.get("inplace", ())), message.get("tolerance") or {}
+        gap = hold_gap(self.device)  # this window's sets land somewhere new (pkit.harness.placement)
         sets = [FreshSet(self.problem, self.inputs(seed), inplace) for seed in message["seeds"]]
         synchronize(self.device)
+        del gap
         self.channel.send({"op": "built"})
         fresh = self.channel.recv()["fresh"]  # the first call's change: revealed once every rank's sets are built
         self.enter(f"timing_{role}")
         samples, kept = [], {}
+        gc.collect()
+        gc.disable()  # the harness's own garbage never gets collected inside a sample
         for i in range(message["iters"]):
             current = sets[i % len(sets)]
             out, ms = timed_call(self.fn, current.prepare(fresh), self.device)
@@ -251,6 +257,7 @@ class Worker:
             del out
             current.revert()
             fresh = answer.get("fresh")  # the next call's change
+        gc.enable()
         del sets
         self.channel.send({"op": "timed", "samples_ms": samples})
         for i, out in kept.items() if message["save"] else ():

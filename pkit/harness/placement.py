@@ -1,0 +1,39 @@
+"""Where a window's timed input sets land in GPU memory, drawn anew for every window.
+
+On an H200 a memory-bound op's time depends on where its inputs were allocated: the same row sums over the same
+384 MiB took 0.129 or 0.135 ms from one allocation to the next within one process. Freed and allocated again
+in the same sizes, the sets would land where they were, so each role process would keep its own placement for a
+whole evaluation and the ratio between the two processes would carry that placement's few percent, which rounds
+of one evaluation cannot see. A gap of random size held while a window's sets are built moves them, so each
+window draws a placement and the rounds' spread carries it.
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+GAP_STEP_BYTES = 2 << 20  # the granularity of CUDA's large allocations
+GAP_MAX_BYTES = 1 << 30
+GAP_FREE_SHARE = 0.05  # never more than this share of the device's free memory
+
+
+def gap_bytes(free_bytes: int, rng: random.Random) -> int:
+    """A random gap in GAP_STEP_BYTES steps, at most GAP_MAX_BYTES and GAP_FREE_SHARE of `free_bytes`.
+
+    >>> gap_bytes(0, random.Random(0))
+    0
+    >>> 0 <= gap_bytes(80 << 30, random.Random(1)) <= 1 << 30
+    True
+    """
+    steps = int(min(GAP_MAX_BYTES, GAP_FREE_SHARE * free_bytes)) // GAP_STEP_BYTES
+    return rng.randint(0, steps) * GAP_STEP_BYTES
+
+
+def hold_gap(device: torch.device, rng: random.Random | None = None):
+    """A tensor of random size on `device` (None on the CPU): keep it while allocating the sets, then drop it."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    size = gap_bytes(free, rng or random.SystemRandom())
+    return torch.empty(size, dtype=torch.uint8, device=device) if size else None
