@@ -1,15 +1,21 @@
-"""Where a window's timed input sets land in GPU memory, drawn anew for every window.
+"""Where a timing window runs, drawn anew for every window: the GPU memory its input sets land in, the core its
+calls are launched from.
 
 On an H200 a memory-bound op's time depends on where its inputs were allocated: the same row sums over the same
 384 MiB took 0.129 or 0.135 ms from one allocation to the next within one process. Freed and allocated again
 in the same sizes, the sets would land where they were, so each role process would keep its own placement for a
 whole evaluation and the ratio between the two processes would carry that placement's few percent, which rounds
 of one evaluation cannot see. A gap of random size held while a window's sets are built moves them, so each
-window draws a placement and the rounds' spread carries it.
+window draws a placement and the rounds' spread carries it. The host's share of a call (launch and
+synchronize, about 17 µs of a 0.15 ms call) also differed by 2-4% from one core of that machine to another, the
+same cores faster in every pair of processes, so each window's calls are launched from a core drawn at random
+among those the process may use.
 """
 from __future__ import annotations
 
+import os
 import random
+from collections.abc import Sequence
 
 import torch
 
@@ -37,3 +43,19 @@ def hold_gap(device: torch.device, rng: random.Random | None = None):
     free, _ = torch.cuda.mem_get_info(device)
     size = gap_bytes(free, rng or random.SystemRandom())
     return torch.empty(size, dtype=torch.uint8, device=device) if size else None
+
+
+def move_to_random_core(allowed: Sequence[int], rng: random.Random | None = None) -> int:
+    """Pin the calling thread to one core drawn from `allowed` (the process's cores at start) and return it.
+
+    >>> before = os.sched_getaffinity(0)
+    >>> core = move_to_random_core(sorted(before))
+    >>> os.sched_getaffinity(0) == {core}
+    True
+    >>> os.sched_setaffinity(0, before)
+    """
+    if not allowed:
+        raise ValueError("allowed: expected at least one core")
+    core = (rng or random.SystemRandom()).choice(list(allowed))
+    os.sched_setaffinity(0, {core})
+    return core

@@ -37,7 +37,7 @@ from .channel import WorkerEnd
 from .checks import aliased_paths, clone_tree, fingerprint_check, leaves
 from .contain import make_undumpable
 from .fresh import FreshSet
-from .placement import hold_gap
+from .placement import hold_gap, move_to_random_core
 from .problems import load_module, open_source
 from .timer import clock, input_bytes, l2_rotations, synchronize, timed_call
 
@@ -156,6 +156,7 @@ class Worker:
         self.fn = None
         self.last_inputs = None
         self.phase = "init"
+        self.cores = sorted(os.sched_getaffinity(0))
 
     def enter(self, phase: str) -> None:
         self.phase = phase
@@ -236,7 +237,9 @@ class Worker:
         self.last_inputs = None  # warm-up is over: free the trial inputs before building the timed sets
         self.enter(f"timing_{role}, building inputs")
         inplace, tolerance = set(message.get("inplace", ())), message.get("tolerance") or {}
-        gap = hold_gap(self.device)  # this window's sets land somewhere new (pkit.harness.placement)
+        if self.device.type == "cuda":  # a new core and new memory for this window (pkit.harness.placement)
+            move_to_random_core(self.cores)
+        gap = hold_gap(self.device)
         sets = [FreshSet(self.problem, self.inputs(seed), inplace) for seed in message["seeds"]]
         synchronize(self.device)
         del gap
@@ -244,7 +247,6 @@ class Worker:
         fresh = self.channel.recv()["fresh"]  # the first call's change: revealed once every rank's sets are built
         self.enter(f"timing_{role}")
         samples, kept = [], {}
-        gc.collect()
         gc.disable()  # the harness's own garbage never gets collected inside a sample
         for i in range(message["iters"]):
             current = sets[i % len(sets)]
