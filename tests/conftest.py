@@ -1,12 +1,14 @@
 """Shared test setup: GPU markers skip cleanly on machines without the GPUs they need; teams of every GPU of the
 machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); how many
 pytest-xdist workers `-n auto` starts (make test passes `-n auto --dist loadfile`), each pinned to its own CPUs, heavy
-modules first; one zygote per module for the harness tests that share it (`shared_zygote`)."""
+modules first; one zygote per module for the harness tests that share it (`shared_zygote`); the fewest timing
+rounds for the harness tests that check verdicts, not rounds (`fewest_rounds`, `module_fewest_rounds`)."""
 import multiprocessing.util
 import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 
 import pytest
 
@@ -152,3 +154,28 @@ def shared_zygote():
     with zygote.shared() as one:
         yield one
 
+
+@contextmanager
+def _fewest_rounds():
+    from pkit.harness import candidate
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(candidate, "MAX_ROUNDS", candidate.MIN_ROUNDS)
+        yield
+
+
+@pytest.fixture
+def fewest_rounds():
+    """The test's in-process evaluations time each candidate in the warm round and at most MIN_ROUNDS rounds
+    (pkit.harness.candidate.MAX_ROUNDS set to MIN_ROUNDS for the test): for tests that check statuses and records,
+    not how many rounds a verdict takes or how narrow its interval is (a level candidate, such as a reference as its
+    own candidate, otherwise runs to MAX_ROUNDS). Processes the test starts keep the harness's own limit."""
+    with _fewest_rounds():
+        yield
+
+
+@pytest.fixture(scope="module")
+def module_fewest_rounds():
+    """`fewest_rounds` for every evaluation of the module, its module fixtures' included."""
+    with _fewest_rounds():
+        yield

@@ -232,7 +232,7 @@ def test_root_cause_prefers_own_errors_then_crashes_over_echoes():
 
 # --- end to end: fresh worker processes, gloo, world size 2 ---------------------------------------------------
 
-def test_fixture_references_and_samples_pass(tmp_path):
+def test_fixture_references_and_samples_pass(tmp_path, fewest_rounds):
     out = tmp_path / "good.jsonl"
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", FIXTURES / "samples",
                    "--reference-as-candidate", "--trials", 2, "--perf", "--warmup", 2, "--iters", 5, "--out", out) == 0
@@ -310,7 +310,7 @@ def test_a_hang_is_killed_with_every_process_it_started(tmp_path):
             os.kill(r.pid, 0)
 
 
-def test_one_candidate_file_is_evaluated(tmp_path, shared_zygote):
+def test_one_candidate_file_is_evaluated(tmp_path, shared_zygote, fewest_rounds):
     out = tmp_path / "one.jsonl"
     sample = FIXTURES / "samples" / "good-model" / "01_sum" / "1.py"
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--solutions", sample, "--trials", 1, "--out", out) == 0
@@ -426,7 +426,7 @@ def make_pkb_checkout(root: Path) -> Path:
     return root
 
 
-def test_pkb_checkout_is_evaluated_unchanged(tmp_path):
+def test_pkb_checkout_is_evaluated_unchanged(tmp_path, fewest_rounds):
     root = make_pkb_checkout(tmp_path / "ParallelKernelBench")
     out = tmp_path / "pkb.jsonl"
     assert run_cli("eval", "--pkb-root", root, "--solutions", root / "solutions_cuda", "--size", "8x16",
@@ -453,7 +453,7 @@ def test_pkb_checkout_problem_listing_and_errors(tmp_path, capsys):
 
 # --- the repository's problems ----------------------------------------------------------------------------------
 
-def test_every_repo_problem_reference_runs_and_passes_as_candidate(tmp_path):
+def test_every_repo_problem_reference_runs_and_passes_as_candidate(tmp_path, fewest_rounds):
     """Every shipped reference through the whole harness as its own candidate: its trial, then the interleaved
     timing rounds at three calls a window (what this checks is that the timed calls run and match, not their
     speed)."""
@@ -469,7 +469,7 @@ def test_every_repo_problem_reference_runs_and_passes_as_candidate(tmp_path):
     assert not failed
 
 
-def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(tmp_path, monkeypatch):
+def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(tmp_path, monkeypatch, fewest_rounds):
     from pkit.harness.baseline import main as record_main
 
     monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
@@ -505,10 +505,12 @@ def _timing(call_ms: list[float], sets: int, build_s: float = 1.0, gap_ms: float
 
 
 def test_reference_as_its_own_candidate_is_level_and_sleepers_are_slower_or_faster(tmp_path):
-    # the reference sleeps 20 ms a call, fast.py 2 ms, slow.py 60 ms: far beyond CPU noise, on either side
+    # the reference sleeps 20 ms a call, fast.py 2 ms, slow.py 60 ms: far beyond CPU noise, on either side, so five
+    # calls a window (--perf --iters 5, half the quick timing's ten) tell them apart as surely
     out = tmp_path / "timing.jsonl"
     assert run_cli("eval", "--problems-root", FIXTURES / "timing_problems", "--solutions",
-                   FIXTURES / "timing_candidates", "--reference-as-candidate", "--trials", 1, "--out", out) == 0
+                   FIXTURES / "timing_candidates", "--reference-as-candidate", "--trials", 1, "--perf", "--warmup", 1,
+                   "--iters", 5, "--out", out) == 0
     recs = {Path(k).name: r for k, r in by_solution(out).items()}
     band = 1 + records.TIE_BAND
     for r in recs.values():
