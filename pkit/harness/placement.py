@@ -1,15 +1,14 @@
 """Where a timing window runs, drawn anew for every window: the GPU memory its input sets land in, the core its
 calls are launched from.
 
-On an H200 a memory-bound op's time depends on where its inputs were allocated: the same row sums over the same
-384 MiB took 0.129 or 0.135 ms from one allocation to the next within one process. Freed and allocated again
-in the same sizes, the sets would land where they were, so each role process would keep its own placement for a
-whole evaluation and the ratio between the two processes would carry that placement's few percent, which rounds
-of one evaluation cannot see. A gap of random size held while a window's sets are built moves them, so each
-window draws a placement and the rounds' spread carries it. The host's share of a call (launch and
-synchronize, about 17 µs of a 0.15 ms call) also differed by 2-4% from one core of that machine to another, the
-same cores faster in every pair of processes, so each window's calls are launched from a core drawn at random
-among those the process may use.
+On an H200 a memory-bound op's time moved by a few percent with where its inputs were allocated (row sums over 384
+MiB, from one allocation to the next within one process). Freed and allocated again in the same sizes, the sets
+would land where they were, so each role process would keep its own placement for a whole evaluation and the ratio
+between the two processes would carry that placement's few percent, which rounds of one evaluation cannot see. A gap
+of random size held while a window's sets are built moves them, so each window draws a placement and the rounds'
+spread carries it. The host's share of a call (launch and synchronize) also differed by a few percent from one core
+of that machine to another, the same cores faster in every pair of processes, so each window's calls are launched
+from a core drawn at random among those the process may use.
 """
 from __future__ import annotations
 
