@@ -12,7 +12,8 @@ Evaluates, through the harness as it ships (`pkit.harness.runner.evaluations`), 
 Prints, and records through `pkit.results.record` under ROOT (`ROOT/<machine>/harness_calibration.csv` + `.json`
 with provenance; one row per evaluation): the harness's cost per candidate (wall minus the timed calls of both
 roles, and phase by phase from the records' `phase_s`), the fraction of identical-code intervals holding 1.0, the
-statuses of the slowed candidates and whether their intervals hold the true ratio, and the reference's cv.
+statuses of the slowed candidates and whether their intervals hold the true ratio, and the reference's spread (cv:
+standard deviation over mean; and its interquartile range over its median).
 
 Sizes: `small` (1024 x 512, about 0.1-1 ms a call on a CPU) and `large` (12288 x 8192, 384 MiB: about 0.1 ms a
 call on an H200). Usage:
@@ -158,7 +159,8 @@ def evaluate(problem, candidates: list[tuple[str, Candidate, float, float]],
                      "holds_true": None if low is None or true is None else low <= true <= high,
                      "timing_rounds": record["timing_rounds"], "ref_time_ms": ref_ms,
                      "sol_time_ms": record["sol_time_ms"], "ref_time_cv": record["ref_time_cv"],
-                     "sol_time_cv": record["sol_time_cv"], "wall_s": record["wall_s"], "timed_calls_s": timed,
+                     "sol_time_cv": record["sol_time_cv"], "ref_time_iqr_ms": record["ref_time_iqr_ms"],
+                     "sol_time_iqr_ms": record["sol_time_iqr_ms"], "wall_s": record["wall_s"], "timed_calls_s": timed,
                      "overhead_s": None if timed is None else record["wall_s"] - timed,
                      **{f"phase: {name}": seconds for name, seconds in phases.items()}})
         print(f"  {kind}: {record['status']} {record['speedup'] or 0:.3f}x [{low or 0:.3f}, {high or 0:.3f}]"
@@ -182,7 +184,8 @@ def summary(frame: pd.DataFrame) -> dict:
                      "rounds_median": float(rows["timing_rounds"].median()),
                      "rounds_max": int(rows["timing_rounds"].max()),
                      "ref_time_ms_median": float(rows["ref_time_ms"].median()),
-                     "ref_time_cv_median": float(rows["ref_time_cv"].median())}
+                     "ref_time_cv_median": float(rows["ref_time_cv"].median()),
+                     "ref_time_iqr_over_median": float((rows["ref_time_iqr_ms"] / rows["ref_time_ms"]).median())}
     return out
 
 
@@ -254,7 +257,8 @@ def report(said: dict, provenance: dict) -> str:
                          f"({k['true_speedup_median']:.3f} measured apart; {k['spin_speedup_median']:.3f} by the "
                          f"spin alone) in {k['interval_holds_true']:.0%}; median speedup "
                          f"{k['speedup_median']:.3f}, rounds median {k['rounds_median']:g} (max {k['rounds_max']}); "
-                         f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}")
+                         f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}, IQR "
+                         f"{k['ref_time_iqr_over_median']:.3f} of the median")
     return "\n".join(lines)
 
 
