@@ -1,9 +1,9 @@
 """Hostile candidates against the evaluation harness (pkit.harness): CPU, gloo, world size 2, tiny sizes.
 
 Each candidate tries to fake its verdict or its time, or to outlive its run; the harness must see through it.
-Fixtures: tests/fixtures/hostile/01_sum (problem 01_sum of tests/fixtures/problems), hostile_escape, hostile_loud,
-the hanging candidate of tests/fixtures/candidates, and two problems of their own in hostile_problems with
-candidates in hostile_problems_candidates.
+Fixtures: tests/fixtures/hostile/01_sum (problem 01_sum of tests/fixtures/problems) and hostile_escape (evaluated in
+one run, the escape's two candidates first), hostile_loud, the hanging candidate of tests/fixtures/candidates, and
+two problems of their own in hostile_problems with candidates in hostile_problems_candidates.
 
 Classes (candidate → what the harness must give):
  1. patch_checker.py: patches pkit's compare and torch.isclose/allclose/equal at import → wrong_result.
@@ -27,8 +27,9 @@ Classes (candidate → what the harness must give):
     Python work) and fix_when_saved.py (returns garbage at once, and patches the save functions
     so that an output is fixed just before the harness saves it for a check) → when correct, timing_mismatch or
     speedup < 3.
-10. a_escape.py: a double-forked, detached process that hunts later workers of the run → b_victim.py correct, and
-    every escaped process gone when the run returns.
+10. a_escape.py: a double-forked, detached process that hunts later workers of the run (b_victim.py's, then every
+    candidate of class 1-9 and 13 after it) → b_victim.py correct, and every escaped process gone when the run
+    returns.
 11. SIGTERM / SIGINT / SIGHUP to `pkit eval` (a hanging candidate): it exits within 15 s, every process it started
     is gone and its temp folders are removed.
 12. loud.py: 200 MB on stdout at import; loud_per_call.py: 1 MiB on stdout and 1 MiB on stderr per call. Under
@@ -254,16 +255,40 @@ def test_a_quiet_candidate_drops_no_output(hostile):
     assert r["output_dropped_bytes"] == 0 and "loud_output" not in r["flags"], (r["output_dropped_bytes"], r["flags"])
 
 
-# --- 1-9, 13, 15: one run over tests/fixtures/hostile/01_sum -------------------------------------------------
+# --- 1-10, 13, 15: one run over tests/fixtures/hostile/01_sum and hostile_escape/01_sum ------------------------
+
+ESCAPE = ("a_escape.py", "b_victim.py")  # first in the run (by name): the escapee would hunt every later worker
+
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
-    """(records by file name, harness processes below this one right after the run, pkit temp entries left)."""
-    out = tmp_path_factory.mktemp("hostile") / "hostile.jsonl"
-    recs = evaluate(out, FIXTURES / "hostile")
+def hostile_run(tmp_path_factory):
+    """One `pkit eval` of the candidates of tests/fixtures/hostile and hostile_escape together (copied into one
+    folder): (records by file name, harness processes below this one right after the run, pkit temp entries left,
+    escaped pids, those still present 5 s after the run)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    solutions = folder / "solutions"
+    for source in (FIXTURES / "hostile", FIXTURES / "hostile_escape"):
+        shutil.copytree(source, solutions, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    os.environ["PKIT_TEST_ESCAPE_PIDFILE"] = str(folder / "escapee.pid")
+    try:
+        recs = evaluate(folder / "hostile.jsonl", solutions)
+    finally:
+        os.environ.pop("PKIT_TEST_ESCAPE_PIDFILE", None)
     survivors = workers_below(os.getpid())
+    pids = {int(p.read_text()) for p in folder.glob("escapee.pid.*")}
+    left = alive_after(pids)
+    kill_if(left, is_escapee)  # they would hunt the workers of later tests for a minute
     kill_if(survivors, is_worker)
-    return {Path(k).name: r for k, r in recs.items()}, survivors, pkit_temp_left(out)
+    return ({Path(k).name: r for k, r in recs.items()}, survivors, pkit_temp_left(folder / "hostile.jsonl"), pids,
+            left)
+
+
+@pytest.fixture(scope="module")
+def hostile(hostile_run):
+    """(records by file name of tests/fixtures/hostile's candidates, harness processes below this one right after
+    the run, pkit temp entries left)."""
+    recs, survivors, temp_left = hostile_run[:3]
+    return {name: r for name, r in recs.items() if name not in ESCAPE}, survivors, temp_left
 
 
 WRONG = {  # candidate → flags its wrong_result must carry
@@ -363,23 +388,14 @@ def test_no_temp_folder_outlives_the_run(hostile):
     assert hostile[2] == [], hostile[2]
 
 
-# --- 10. a detached process that hunts the next candidate's workers -------------------------------------------
+# --- 10. a detached process that hunts the next candidate's workers (in the run above) ------------------------
 
 @pytest.fixture(scope="module")
-def escape(tmp_path_factory):
-    """(records by file name, escaped pids, those still present 5 s after the run, workers left below us)."""
-    folder = tmp_path_factory.mktemp("escape")
-    os.environ["PKIT_TEST_ESCAPE_PIDFILE"] = str(folder / "escapee.pid")
-    try:
-        recs = evaluate(folder / "escape.jsonl", FIXTURES / "hostile_escape")
-    finally:
-        os.environ.pop("PKIT_TEST_ESCAPE_PIDFILE", None)
-    survivors = workers_below(os.getpid())
-    pids = {int(p.read_text()) for p in folder.glob("escapee.pid.*")}
-    left = alive_after(pids)
-    kill_if(left, is_escapee)  # they would hunt the workers of later tests for a minute
-    kill_if(survivors, is_worker)
-    return {Path(k).name: r for k, r in recs.items()}, pids, left, survivors
+def escape(hostile_run):
+    """(records by file name of hostile_escape's candidates, escaped pids, those still present 5 s after the run,
+    workers left below us)."""
+    recs, survivors, _, pids, left = hostile_run
+    return {name: r for name, r in recs.items() if name in ESCAPE}, pids, left, survivors
 
 
 def test_an_escaped_process_is_killed_with_its_run(escape):
