@@ -247,10 +247,9 @@ def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: 
             stack.enter_context(_environment(**environment))
             kernel_args = {"kernel_manager_class": kernel_manager(stack.enter_context(open(log_path, "w")))}
         try:
-            pm.execute_notebook(str(path), str(output), parameters={"mode": resolved, "machine": machine,
-                                                                    **(parameters or {})},
-                                kernel_name="python3", progress_bar=False, cwd=str(path.parent), log_output=False,
-                                **kernel_args)
+            _execute(pm, str(path), str(output), attempts=1 if shared else KERNEL_START_ATTEMPTS,
+                     parameters={"mode": resolved, "machine": machine, **(parameters or {})}, kernel_name="python3",
+                     progress_bar=False, cwd=str(path.parent), log_output=False, **kernel_args)
         except pm.PapermillExecutionError as e:
             raise NotebookFailed(f"notebook {path.name} failed in cell {e.cell_index} (execution count "
                                  f"{e.exec_count}): {e.ename}: {e.evalue}\n  executed copy with the traceback: "
@@ -258,6 +257,23 @@ def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: 
     drawn = tuple((line["figure"], tuple(line["drawn_from"])) for line in
                   map(json.loads, saved.read_text().splitlines()))
     return NotebookRun(path.stem, resolved, time.perf_counter() - start, output, "", machine, note, drawn)
+
+
+KERNEL_START_ATTEMPTS = 2
+"""Starts of a notebook's own kernel: one that dies before answering its first request (a transient seen when
+several processes start kernels at once) is started again, once."""
+
+
+def _execute(pm, source: str, output: str, attempts: int, **options) -> None:
+    """papermill's execute_notebook, started again when its kernel died before it answered (RuntimeError from the
+    kernel client), up to `attempts` times in all; a failure in a cell is never retried."""
+    for attempt in range(1, attempts + 1):
+        try:
+            pm.execute_notebook(source, output, **options)
+            return
+        except RuntimeError as e:
+            if attempt == attempts or "before replying to kernel_info" not in str(e):
+                raise
 
 
 def _pythonpath() -> str:

@@ -220,3 +220,29 @@ def test_runner_argument_errors():
         notebooks.resolve_mode("fast", 0)
     assert notebooks.resolve_mode("auto", 2, studies.Machine("cpu", 0)) == ("replay", "")
     assert notebooks.resolve_mode("auto", 0) == ("replay", "")
+
+
+class _FlakyPapermill:
+    """papermill whose kernel dies before answering the first `deaths` starts, then runs."""
+
+    def __init__(self, deaths: int, message: str = "Kernel died before replying to kernel_info"):
+        self.deaths, self.message, self.starts = deaths, message, 0
+
+    def execute_notebook(self, source, output, **options):
+        self.starts += 1
+        if self.starts <= self.deaths:
+            raise RuntimeError(self.message)
+
+
+def test_a_kernel_that_dies_before_answering_is_started_again_once():
+    once = _FlakyPapermill(1)
+    notebooks._execute(once, "in.ipynb", "out.ipynb", attempts=notebooks.KERNEL_START_ATTEMPTS)
+    assert once.starts == 2
+    twice = _FlakyPapermill(2)
+    with pytest.raises(RuntimeError, match="kernel_info"):
+        notebooks._execute(twice, "in.ipynb", "out.ipynb", attempts=notebooks.KERNEL_START_ATTEMPTS)
+    assert twice.starts == 2
+    other = _FlakyPapermill(1, "something else")
+    with pytest.raises(RuntimeError, match="something else"):
+        notebooks._execute(other, "in.ipynb", "out.ipynb", attempts=notebooks.KERNEL_START_ATTEMPTS)
+    assert other.starts == 1
