@@ -7,8 +7,8 @@ would land where they were, so each role process would keep its own placement fo
 between the two processes would carry that placement's few percent, which rounds of one evaluation cannot see. A gap
 of random size held while a window's sets are built moves them, so each window draws a placement and the rounds'
 spread carries it. The host's share of a call (launch and synchronize) also differed by a few percent from one core
-of that machine to another, the same cores faster in every pair of processes, so each window's calls are launched
-from a core drawn at random among those the process may use.
+of that machine to another, the same cores mostly faster whichever process ran there, so each window's calls are
+launched from a core drawn at random among those the process may use.
 """
 from __future__ import annotations
 
