@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import pandas as pd
 
 from pkit import results
 from pkit.harness import problems, runner
+from pkit.harness.launch import free_port
 from pkit.harness.solutions import Candidate
 
 PROBLEM = '''
@@ -136,11 +136,8 @@ def _alternate(problem_file: str, candidate_file: str, size: str, device: str, c
 def measured_speedup(problem_file: Path, candidate_file: Path, size: str, device: str, calls: int) -> float:
     """The candidate's true speedup over the reference, measured apart from the harness (`_alternate`, in a
     spawned process)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_alternate, (str(problem_file), str(candidate_file), size, device, calls, port))
+        return pool.apply(_alternate, (str(problem_file), str(candidate_file), size, device, calls, free_port()))
 
 
 def evaluate(problem, candidates: list[tuple[str, Candidate, float, float]],
