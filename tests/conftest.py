@@ -2,7 +2,8 @@
 machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); how many
 pytest-xdist workers `-n auto` starts (make test passes `-n auto --dist loadfile`), each pinned to its own CPUs, heavy
 modules first; one zygote per module for the harness tests that share it (`shared_zygote`); the fewest timing
-rounds for the harness tests that check verdicts, not rounds (`fewest_rounds`, `module_fewest_rounds`)."""
+rounds for the harness tests that check verdicts, not rounds (`fewest_rounds`, `module_fewest_rounds`,
+`fewest_rounds_within`)."""
 import multiprocessing.util
 import os
 import shutil
@@ -179,3 +180,9 @@ def module_fewest_rounds():
     """`fewest_rounds` for every evaluation of the module, its module fixtures' included."""
     with _fewest_rounds():
         yield
+
+
+@pytest.fixture(scope="session")
+def fewest_rounds_within():
+    """The context manager behind `fewest_rounds`, for a fixture that caps the rounds of one run only."""
+    return _fewest_rounds

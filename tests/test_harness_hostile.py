@@ -410,14 +410,11 @@ def test_an_escaped_process_is_killed_with_its_run(escape):
 # --- 14. list inputs and in-place contracts --------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def contracts(tmp_path_factory):
+def contracts(tmp_path_factory, fewest_rounds_within):
     """Records by solution; the statuses and flags of trials and timed outputs are what count here, so each candidate
-    is timed in the fewest rounds (pkit.harness.candidate.MAX_ROUNDS set to MIN_ROUNDS for this run alone)."""
-    from pkit.harness import candidate
-
+    is timed in the fewest rounds (conftest's `fewest_rounds`, for this run alone)."""
     out = tmp_path_factory.mktemp("contracts") / "contracts.jsonl"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(candidate, "MAX_ROUNDS", candidate.MIN_ROUNDS)
+    with fewest_rounds_within():
         return evaluate(out, FIXTURES / "hostile_problems_candidates", "--reference-as-candidate",
                         problems_root=FIXTURES / "hostile_problems")
 
