@@ -19,7 +19,7 @@ from pkit.ops import collectives as collective_ops  # noqa: E402
 from pkit.ops import transfers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-OPS = ["all_gather", "all_reduce", "all_to_all", "reduce_scatter", "broadcast"]
+OPS = list(collective_ops.COLLECTIVES)  # every registered op
 
 
 def sweep_frame() -> pd.DataFrame:
@@ -170,16 +170,17 @@ def test_facet_sweep_draws_a_panel_per_facet_and_a_line_per_hue_and_style():
     fig = figures.facet_sweep(df[df["dtype"] == "bfloat16"], "busbw_GBps", facet="op", colors=colors,
                               title="{} (bf16)", legend={"fontsize": 8})
     shown = [ax for ax in fig.axes if ax.get_visible()]
-    assert len(fig.axes) == 6 and len(shown) == 5  # 3 rows of 2, the sixth cell hidden
-    assert [ax.get_title() for ax in shown] == ["all-gather (bf16)", "all-reduce (bf16)", "all-to-all (bf16)",
-                                                "broadcast (bf16)", "reduce-scatter (bf16)"]
+    rows = -(-len(OPS) // 2)
+    assert len(fig.axes) == 2 * rows and len(shown) == len(OPS)  # rows of 2, a last odd cell hidden
+    assert [ax.get_title() for ax in shown] == [f"{figures.label(op)} (bf16)" for op in sorted(OPS)]
     for ax in shown:
         assert [line.get_label() for line in ax.lines] == ["NCCL", "pkit LL packets", "pkit SM"]
         assert [line.get_color() for line in ax.lines] == list(colors.values())
         assert [line.get_marker() for line in ax.lines] == [figures.marker(n) for n in colors]
         assert list(ax.lines[0].get_xdata()) == [1 << 16, 1 << 18, 1 << 20] and ax.get_xscale() == "log"
         assert ax.get_legend() is not None
-    assert [bool(ax.get_xlabel()) for ax in shown] == [False, False, False, True, True]  # the lowest of each column
+    lowest = {max(i for i in range(len(OPS)) if i % 2 == column) for column in (0, 1)}
+    assert [bool(ax.get_xlabel()) for ax in shown] == [i in lowest for i in range(len(OPS))]  # each column's lowest
     styled = figures.facet_sweep(df, "busbw_GBps", facet="op", style="dtype", legend=None)
     lines = styled.axes[0].lines
     assert len(lines) == 6 and styled.axes[0].get_legend() is None and not styled.legends
