@@ -35,8 +35,8 @@ Example:
     True
     >>> round(fit.rate_on(8192, 8192, 8192, sms=116), 2)  # 2048 units: 16 waves on 132 SMs, 18 on 116
     0.88
-    >>> schedules_of("gemm_rs"), schedules_of("ag_gemm")[:3]
-    (('serial', 'tma_add'), ('serial', 'ce_chunks', 'ce_flags'))
+    >>> schedules_of("ag_gemm") == PATTERNS["ag_gemm"].names  # the registry's schedules, each described
+    True
     >>> link_bytes("gemm_ar", "serial", 8192, 1024, 8192, gpus=8) / 2**20  # 2(W−1)/W of 128 MiB: CollectiveOp's factor
     224.0
     >>> link_bytes("gemm_ar", "tma_add", 8192, 1024, 8192, gpus=8) / 2**20  # every tile to its 7 other owners
@@ -368,8 +368,20 @@ def partition_traffic(partition: pd.DataFrame) -> pd.DataFrame:
     return running.assign(rate_ratio=ratio)[["gemm", "engine", "sms_given", "hbm_traffic_GBps", "rate_ratio"]]
 
 
-FUSED_PROBLEMS = {"05_allgather_gemm": "ag_gemm", "06_gemm_reduce_scatter": "gemm_rs", "07_gemm_all_reduce": "gemm_ar"}
-"""pkit's fused problems (problems/<name>/problem.py) and the overlap pattern each one is."""
+def fused_problems(root=None) -> dict:
+    """Each problem that names its overlap pattern (its META["pattern"], a key of PATTERNS) → (that pattern, its
+    module), by folder name in sorted order, under `root` (default: the repository's problems/)."""
+    from pathlib import Path
+
+    from ...harness.problem import load_module
+    from ...harness.problems import default_root
+
+    found = {}
+    for path in sorted((Path(root) if root else default_root()).glob("*/problem.py")):
+        module = load_module(path, f"pkit_problem_{path.parent.name}")
+        if module.META.get("pattern") is not None:
+            found[path.parent.name] = (module.META["pattern"], module)
+    return found
 
 
 def scaled_gemm(gemm: GemmFit, gpu: str, measured_on: str = "H200") -> GemmFit:
@@ -387,9 +399,9 @@ def scaled_gemm(gemm: GemmFit, gpu: str, measured_on: str = "H200") -> GemmFit:
                                split_s=gemm.split_s * memory, points=())
 
 
-def _problem_shape(problem: str, sizes: dict, gpus: int) -> tuple[int, int, int] | None:
-    """(m, k, n) of `predict` for one fused problem's size at `gpus` GPUs, None where the GPUs do not divide it."""
-    pattern = FUSED_PROBLEMS[problem]
+def _problem_shape(pattern: str, sizes: dict, gpus: int) -> tuple[int, int, int] | None:
+    """(m, k, n) of `predict` for one fused problem's size (its `pattern`) at `gpus` GPUs, None where the GPUs do
+    not divide it."""
     tokens, inner, outer = sizes["tokens"], sizes["in_features"], sizes["out_features"]
     if pattern == "ag_gemm":
         return (tokens, inner, outer // gpus) if tokens % gpus == 0 and outer % (8 * gpus) == 0 else None
@@ -398,25 +410,17 @@ def _problem_shape(problem: str, sizes: dict, gpus: int) -> tuple[int, int, int]
 
 def project_fused(links: Sequence[Link], gemms: dict, interference: dict, size: str = "large",
                   problems_root=None) -> pd.DataFrame:
-    """Each fused problem (FUSED_PROBLEMS) at `size` on each of `links`' systems: every schedule's modelled time,
+    """Each fused problem (`fused_problems`: those naming their overlap pattern) at `size` on each of `links`' systems: every schedule's modelled time,
     the overlap bound of its shape (pkit.roofline, the system GPU's datasheet) and the best overlapped schedule's
     speedup over serial NCCL + cuBLAS. GEMMs on a GPU other than the one measured are `scaled_gemm` (assumed).
     Rows: problem, pattern, system, gpus, measured_link, schedule, time_us, bound_us, fraction_of_bound,
     speedup_vs_serial; modelled throughout."""
-    import importlib.util
-    from pathlib import Path
-
-    from ...results import REPO_ROOT
     from ...roofline import floor
 
-    root = Path(problems_root or REPO_ROOT / "problems")
     rows = []
-    for problem, pattern in FUSED_PROBLEMS.items():
-        spec = importlib.util.spec_from_file_location(f"pkit_fused_{problem}", root / problem / "problem.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    for problem, (pattern, module) in fused_problems(problems_root).items():
         for link in links:
-            shape = _problem_shape(problem, module.SIZES[size], link.gpus)
+            shape = _problem_shape(pattern, module.SIZES[size], link.gpus)
             if shape is None:
                 continue
             m, k, n = shape
