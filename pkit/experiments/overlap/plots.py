@@ -43,13 +43,15 @@ def draw_gate(gate: pd.DataFrame, target: float = GEMM_GATE, inputs: str = "bf16
 def draw_interference(copies: pd.DataFrame, partition: pd.DataFrame, fits: dict):
     """GEMM rate beside a copy over its rate alone, against the HBM traffic the copy made: copy-engine copies within
     the GPU (paced) and from and to the host, SM and TMA copies on the SMs the GEMM gave up (over the GEMM on the
-    same SMs idle, where the partition was measured), one panel per GEMM, the fitted curve drawn. A Figure."""
+    same SMs idle, where the partition read the copy's rate: not beside a GEMM in a green context, cuBLAS's), one
+    panel per GEMM, the fitted curve drawn. A Figure."""
     from ... import figures
 
     gemms = list(fits)
     fig, axes = figures.subplots(1, len(gemms), figsize=(5.6 * len(gemms), 4.3), sharey=True, squeeze=False)
     styles = {"ce": ("o", figures.ORANGE), "sm": ("s", figures.BLUE), "tma": ("^", figures.GREEN)}
     moved = partition_traffic(partition) if len(partition) else partition
+    moved = moved.dropna(subset=["hbm_traffic_GBps"]) if len(moved) else moved  # unread beside a green context
     for ax, gemm in zip(axes[0], gemms):
         own = copies[copies["gemm"] == gemm]
         for host, part in own.groupby(own["route"].str.contains("CPU")):
