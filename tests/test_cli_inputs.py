@@ -35,6 +35,8 @@ BAD_INPUTS = [  # (argv, the start of the one line after "pkit <command>: error:
     (["eval", "--out", "/proc/no_such_folder/x.jsonl"], "--out: expected a path this user can write, got "
                                                         "/proc/no_such_folder/x.jsonl"),
     (["eval", "--out", "README.md/x.jsonl"], "--out: expected a path under folders, got README.md/x.jsonl"),
+    (["eval", "--out", f"runs/{'n' * 300}/x.jsonl"], f"--out: expected a path this user can write, got runs/{'n' * 300}"
+                                                     "/x.jsonl (a name of 300 bytes, where runs takes at most "),
     (["eval", "--output-mib", "-1", *OUT], "--output-mib: expected MiB >= 0, got -1"),
     (["eval", "--fresh-mib", "inf", *OUT], "--fresh-mib: expected MiB > 0, got inf"),
     (["eval", *FIXTURES], "--out: expected a JSONL file to write, got none"),

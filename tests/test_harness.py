@@ -469,7 +469,8 @@ def test_every_repo_problem_reference_runs_and_passes_as_candidate(tmp_path, few
     assert not failed
 
 
-def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(tmp_path, monkeypatch, fewest_rounds):
+def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(tmp_path, monkeypatch, fewest_rounds,
+                                                                               capsys):
     from pkit.harness.baseline import main as record_main
 
     monkeypatch.setenv("PKIT_RESULTS", str(tmp_path / "results"))
@@ -491,8 +492,15 @@ def test_baselines_and_pkb_references_are_recorded_from_a_sweep_split_into_runs(
     quick = tmp_path / "quick.jsonl"
     assert run_cli("eval", "--problems-root", FIXTURE_PROBLEMS, "--reference-as-candidate", "--problems", "01_sum",
                    "--size", "tiny", "--device", "cpu", "--trials", 1, "--out", quick) == 0
-    with pytest.raises(ValueError, match="jsonl_paths"):
-        record_main(["pkit", str(quick), "--machine", "m"])
+    capsys.readouterr()
+    for bad, line in ((quick, "jsonl_paths: expected records of references run as candidates with full timing"),
+                      (quick.parent, f"RECORDS: expected JSONL files written by pkit eval --out, got {quick.parent}"),
+                      (Path("/dev/zero"), "RECORDS: expected JSONL files written by pkit eval --out, got /dev/zero")):
+        with pytest.raises(SystemExit) as refused:  # one line, exit code 2, nothing recorded (nor read, for a device)
+            record_main(["pkit", str(bad), "--machine", "m"])
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"python -m pkit.harness.baseline: error: {line}"), err
 
 
 def _timing(call_ms: list[float], sets: int, build_s: float = 1.0, gap_ms: float = 0.1):

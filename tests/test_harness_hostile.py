@@ -51,6 +51,11 @@ Classes (candidate → what the harness must give):
     answers, remembered by address, are stale for the second window's sets, or its ranks' partial reductions fall
     out of step and the collective aborts), or correct_level where its gain is lost in the latency of two small
     all-reduces (both ranks on one core) or shows on the reused sets only, not on their first uses.
+17. An --out that is no file to write records to: /dev/zero (once read whole to resume it, until the kernel killed
+    the process for memory), /dev/null, a link to /dev/zero where a records file is expected, a FIFO no one reads,
+    a folder → `pkit eval` (its own process, its address space capped at 4 GiB) refuses it in one line, exit code 2,
+    within seconds, starting no worker and making no temp folder; a path swapped for a FIFO after the arguments
+    were checked is refused when opened, never waited on (records.read_lines, resume.sole_writer).
 
 The in-process runs use a private TMPDIR, so candidates that search temp folders touch only their own run's.
 """
@@ -507,3 +512,79 @@ def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path
     # stale for the second window's sets (wrong_result), or its ranks' partial reductions fell out of step there and
     # the collective aborted (runtime_error); or level: its two small all-reduces per reuse gained nothing on a core
     # shared by both ranks, or its gain showed on reused sets only (speedup.gain_on_reused_sets)
+
+
+# --- 17. an --out that is no file -------------------------------------------------------------------------------
+
+OUT_LIMIT_BYTES = 4 << 30
+"""Address space of the `pkit eval` that is given a device as --out: reading /dev/zero whole fails here, not the
+machine."""
+
+
+def _capped_memory():
+    _default_signals()
+    resource.setrlimit(resource.RLIMIT_AS, (OUT_LIMIT_BYTES, OUT_LIMIT_BYTES))
+
+
+def _no_file(tmp_path: Path, kind: str) -> tuple[str, str]:
+    """(the --out path of `kind`, what the refusal calls it)."""
+    if kind == "link to /dev/zero":
+        (tmp_path / "runs").mkdir()
+        (tmp_path / "runs" / "eval.jsonl").symlink_to("/dev/zero")
+        return str(tmp_path / "runs" / "eval.jsonl"), "a character device"
+    if kind == "FIFO":
+        os.mkfifo(tmp_path / "eval.jsonl")
+        return str(tmp_path / "eval.jsonl"), "a FIFO"
+    if kind == "folder":
+        (tmp_path / "runs").mkdir()
+        return str(tmp_path / "runs"), "a folder"
+    return kind, "a character device"
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "/dev/null", "link to /dev/zero", "FIFO", "folder"])
+def test_an_out_that_is_no_file_is_refused_in_one_line_before_any_work(tmp_path, kind):
+    out, what = _no_file(tmp_path, kind)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    cmd = [sys.executable, "-m", "pkit.harness.cli", "eval", "--problems-root", str(PROBLEMS), "--solutions",
+           str(FIXTURES / "hostile" / "01_sum"), "--trials", "1", "--timeout", "30", "--out", out]
+    began = time.monotonic()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+                              env=dict(os.environ, TMPDIR=str(tmpdir)), preexec_fn=_capped_memory,
+                              cwd=Path(__file__).parents[1])
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"pkit eval --out {out} ({kind}) still running after 60 s")
+    took = time.monotonic() - began
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.startswith(f"pkit eval: error: --out: expected a regular file or a new file, got {out}, "
+                                  f"{what}"), done.stderr
+    assert done.stdout == "" and sorted(p.name for p in tmpdir.iterdir()) == [], (done.stdout, list(tmpdir.iterdir()))
+    assert took < 30, f"refusing --out {out} took {took:.0f} s"
+
+
+def test_an_out_swapped_for_a_fifo_after_the_check_is_refused_not_waited_on(tmp_path):
+    """The arguments are checked first; the file is opened later (to lock it, to read its records). A FIFO put there
+    in between is refused when opened: nothing waits for its other end (a thread opens that end after 10 s, so a
+    wait shows as a failure, not a hang)."""
+    from pkit.harness.records import read_lines
+    from pkit.harness.resume import OutRecords, sole_writer
+
+    fifo = tmp_path / "eval.jsonl"
+    os.mkfifo(fifo)
+
+    def other_end():  # ends a wait on the FIFO, so that a regression fails the test instead of hanging it
+        time.sleep(10)
+        for flags in (os.O_RDONLY | os.O_NONBLOCK, os.O_WRONLY | os.O_NONBLOCK):
+            try:
+                os.close(os.open(fifo, flags))
+            except OSError:
+                pass
+
+    threading.Thread(target=other_end, daemon=True).start()
+    began = time.monotonic()
+    for attempt in (lambda: sole_writer(fifo).__enter__(), lambda: OutRecords.read(fifo), lambda: read_lines(fifo)):
+        with pytest.raises(ValueError, match="FIFO"):
+            attempt()
+    assert time.monotonic() - began < 5, "opening a FIFO as --out waited for its other end"

@@ -243,16 +243,23 @@ def record_pkb_references(jsonl_paths: Iterable[str | Path], *, machine: str | N
 def main(argv: list[str] | None = None) -> int:
     """`python -m pkit.harness.baseline {pkit,pkb,solutions} RECORDS.jsonl ... [--machine SLUG]`: record baselines
     (pkit problems' references), pkb_references or pkit_solutions (pkit's own solutions) from the JSONL records
-    of sweeps."""
-    import argparse
+    of sweeps. A RECORDS path that is not a regular file, a line that is not a record and records that do not
+    make one table are one line on stderr, exit code 2, before anything is recorded."""
+    from ..arguments import OneLineParser
+    from .paths import check_input
 
     recorders = {"pkit": record_baselines, "pkb": record_pkb_references, "solutions": record_pkit_solutions}
-    parser = argparse.ArgumentParser(prog="python -m pkit.harness.baseline")
+    parser = OneLineParser(prog="python -m pkit.harness.baseline")
     parser.add_argument("what", choices=tuple(recorders))
     parser.add_argument("records", nargs="+", type=Path)
     parser.add_argument("--machine", default=None)
     args = parser.parse_args(argv)
-    frame = recorders[args.what](args.records, machine=args.machine)
+    try:
+        for path in args.records:
+            check_input(path, "RECORDS")
+        frame = recorders[args.what](args.records, machine=args.machine)
+    except ValueError as e:
+        parser.error(" ".join(str(e).split()))
     print(frame.to_string(index=False, max_colwidth=60))
     return 0
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO, Iterable, Iterator
+
+from .paths import open_regular
 
 STATUSES = ("compile_error", "runtime_error", "timeout", "wrong_result", "correct_slower", "correct_level",
             "correct_faster")
@@ -52,7 +54,7 @@ per key."""
 
 EXCERPT_CHARS = 2000
 MAX_LINE_BYTES = 1 << 20
-"""Longest line `read_lines` takes for a record (records are a few KB); reading stops at a longer one."""
+"""Longest line `numbered_lines` takes for a record (records are a few KB); reading stops at a longer one."""
 
 
 def excerpt(text: str | None, limit: int = EXCERPT_CHARS, head: int = 0) -> str | None:
@@ -147,9 +149,29 @@ def _finite(value):
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """All records of a JSONL file written by `pkit eval`."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """All records of a JSONL file written by `pkit eval`, read line by line (`numbered_lines`); a line that is not
+    JSON is a ValueError naming the file and line."""
+    found = []
+    for number, line in numbered_lines(path):
+        if line.strip():
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                raise ValueError(f"{path}:{number}: expected a record of pkit eval (a line of JSON), got "
+                                 f"{line[:60].decode(errors='replace')!r}") from None
+    return found
+
+
+def numbered_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line as bytes) of a regular file, read at most `MAX_LINE_BYTES` at a time: a longer line is a
+    ValueError naming the file and line, and so is a path that is not a regular file (`paths.open_regular`: a
+    device or a FIFO is never read), so a huge file that is not records costs neither memory nor time."""
+    with open_regular(path) as f:
+        for number, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise ValueError(f"{path}:{number}: expected a record of pkit eval (a line of at most "
+                                 f"{MAX_LINE_BYTES >> 20} MiB), got a longer line")
+            yield number, line
 
 
 def record_key(record: dict) -> tuple:
@@ -176,26 +198,22 @@ def describe_key(key: tuple) -> str:
 def read_lines(path: str | Path) -> tuple[list[tuple[int, dict]], int]:
     """(line number, record) of every complete line of a `pkit eval` JSONL file, and the length in bytes of a
     last line cut short (a run killed while writing it leaves one; 0 when the file ends with a newline). Read
-    line by line, at most `MAX_LINE_BYTES` at a time: a complete line that is not a record, or a line longer than
-    that, is a ValueError naming the file and line."""
+    line by line (`numbered_lines`): a complete line that is not a record, or a line longer than `MAX_LINE_BYTES`,
+    is a ValueError naming the file and line."""
     found = []
-    with open(path, "rb") as f:
-        for number, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
-            if len(line) > MAX_LINE_BYTES:
-                raise ValueError(f"{path}:{number}: expected a record of pkit eval (a line of at most "
-                                 f"{MAX_LINE_BYTES >> 20} MiB), got a longer line")
-            if not line.endswith(b"\n"):
-                return found, len(line)
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict) or not {*KEY_FIELDS, "status"} <= set(record):
-                raise ValueError(f"{path}:{number}: expected a record of pkit eval (JSON with {', '.join(KEY_FIELDS)} "
-                                 f"and status), got {line[:60].decode(errors='replace')!r}")
-            found.append((number, record))
+    for number, line in numbered_lines(path):
+        if not line.endswith(b"\n"):
+            return found, len(line)
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or not {*KEY_FIELDS, "status"} <= set(record):
+            raise ValueError(f"{path}:{number}: expected a record of pkit eval (JSON with {', '.join(KEY_FIELDS)} "
+                             f"and status), got {line[:60].decode(errors='replace')!r}")
+        found.append((number, record))
     return found, 0
 
 

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .paths import NotRegular, open_regular
 from .records import read_lines, record_key
 from .options import spec_for
 from .versions import conflict, stamp
@@ -87,14 +88,17 @@ class OutRecords:
 @contextmanager
 def sole_writer(path: str | Path):
     """Hold an exclusive lock on `path` (made, with its folders, when missing) for the block; ValueError naming
-    --out when another process holds it or the file cannot be made. Where the file system has no locks, the
-    block runs unlocked."""
+    --out when another process holds it, the file cannot be made or it is not a regular file once open
+    (`paths.open_regular`: a path swapped for a FIFO or a device after the arguments were checked). Where the file
+    system has no locks, the block runs unlocked."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a", encoding="utf-8")
+        handle = open_regular(path, "a")
     except OSError as e:
         raise ValueError(f"--out: expected a path this user can write, got {path}: {e.strerror}") from None
+    except NotRegular as e:
+        raise ValueError(f"--out: expected a regular file or a new file, got {path}, {e.what}") from None
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
