@@ -3,27 +3,36 @@
 Evaluates, through the harness as it ships (`pkit.harness.runner.evaluations`), a calibration problem written here
 (each rank's row sums of a float32 matrix, summed over the ranks) against:
 - its own reference, `--same` times: identical code, whose true speedup is 1;
-- candidates that run the reference, wait for the device, then spin on the host for 10% and 25% of the
-  reference's median time (measured by the identical-code runs), `--slowed` times each: slower by an amount
-  known apart from the harness, their true speedup measured in a process of their own (`measured_speedup`: the
-  reference and the candidate called alternately on the same inputs, `--truth-calls` times each, each call timed
-  as the harness's timer does), since the wait and the spin cost a little more than the spin's length.
+- candidates that run the reference, wait for the device, then spin on the host, `--slowed` times each, made 10%
+  and 25% slower than the reference by an amount known apart from the harness: in a process of their own the
+  reference and the candidate are called alternately on the same inputs (`--truth-calls` times each, each call
+  timed as the harness's timer does), the spin is set so that the candidate takes 1.1 and 1.25 times the
+  reference's time there (`spin_for`: the wait and the spin's loop cost a little more than the spin's length), and
+  the true speedup is what that process measures at that spin;
+- with `--overhead-root DIR` (repeatable), each problem of DIR that runs at `--world-size` against its own
+  reference `--overhead-runs` times, at the size `pkit eval` picks by default (`tiny` on the CPU, `large` on
+  GPUs): the harness's cost on problems of the repository's own (tests/fixtures/problems_one_rank's 1 GiB input
+  sets at `large`, tests/fixtures/problems' 01_sum).
 
 Prints, and records through `pkit.results.record` under ROOT (`ROOT/<machine>/harness_calibration.csv` + `.json`
 with provenance; one row per evaluation): the harness's cost per candidate (wall minus the timed calls of both
-roles, and phase by phase from the records' `phase_s`), the fraction of identical-code intervals holding 1.0, the
+roles, and phase by phase from the records' `phase_s`; and the seconds from one record to the next, the
+reference's start shared over its candidates), the fraction of identical-code intervals holding 1.0, the
 statuses of the slowed candidates and whether their intervals hold the true ratio, and the reference's spread (cv:
-standard deviation over mean; and its interquartile range over its median).
+standard deviation over mean; and its interquartile range over its median). `--report RECORD.json` prints that
+summary again from a record (docs/harness.md quotes it; tests/test_harness_calibration.py checks the quote).
 
 Sizes: `small` (1024 x 512, about 0.1-1 ms a call on a CPU) and `large` (12288 x 8192, 384 MiB: about 0.1 ms a
 call on an H200). Usage:
 
     python scripts/harness_calibration.py ROOT                                    # CPU (gloo), world size 1
-    python scripts/harness_calibration.py ROOT --device cuda --size large --perf  # one GPU
+    python scripts/harness_calibration.py ROOT --device cuda --perf               # one GPU, size large
+    python scripts/harness_calibration.py --report results/cpu/harness_calibration.json
 """
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
@@ -31,6 +40,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -72,7 +82,7 @@ def cost(world_size, size, dtype="float32"):
 '''
 
 SLOWED = '''
-"""The calibration problem's reference, then a host spin of {delay_ms!r} ms once the device is idle."""
+"""The calibration problem's reference, then a host spin of DELAY_MS ms once the device is idle."""
 import importlib.util
 import time
 
@@ -82,12 +92,14 @@ _spec = importlib.util.spec_from_file_location("calibration_problem", {problem!r
 _problem = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_problem)
 
+DELAY_MS = {delay_ms!r}
+
 
 def solution(x):
     out = _problem.reference(x)
     if x.is_cuda:
         torch.cuda.synchronize()
-    end = time.perf_counter() + {delay_ms!r} / 1e3
+    end = time.perf_counter() + DELAY_MS / 1e3
     while time.perf_counter() < end:
         pass
     return out
@@ -97,13 +109,36 @@ CACHE_BYTES = 64 << 20
 """Input sets the true speedup's measurement rotates through: at least this many bytes (up to 32 sets)."""
 
 SLOWDOWNS = (0.10, 0.25)
-"""How much slower the slowed candidates are, as a fraction of the reference's median time."""
+"""How much slower the slowed candidates are: each is timed apart at (1 + fraction) times the reference's median."""
+
+TUNING_STEPS = 1
+"""Times a slowed candidate's spin is corrected by what its time measured apart missed the target by."""
 
 
-def _alternate(problem_file: str, candidate_file: str, size: str, device: str, calls: int, port: int) -> float:
+def spin_for(fraction: float, ref_ms: float, measure) -> tuple[float, float]:
+    """(spin in ms, true speedup) of a candidate made `fraction` slower than the reference. `measure(spin_ms)` gives
+    (the reference's median ms, the candidate's median ms) measured apart; the spin starts at `fraction` of the
+    reference's `ref_ms` and is corrected TUNING_STEPS times by what the candidate's time missed (1 + fraction) times
+    the reference's by (waiting for the device and the spin's own loop cost a little more than the spin), then the
+    true speedup is measured at the spin found.
+
+    >>> spin_for(0.1, 1.0, lambda spin: (1.0, 1.0 + 0.03 + spin))  # the wait costs 0.03 ms: the spin is 0.07 ms
+    (0.07, 0.9090909090909091)
+    """
+    spin = fraction * ref_ms
+    for _ in range(TUNING_STEPS):
+        ref, candidate = measure(spin)
+        spin = round(max(0.0, spin - (candidate - (1 + fraction) * ref)), 9)
+    ref, candidate = measure(spin)
+    return spin, ref / candidate
+
+
+def _alternate(problem_file: str, candidate_file: str, size: str, device: str, calls: int, port: int,
+               fraction: float, ref_ms: float) -> tuple[float, float]:
     """In a process of its own: a one-rank process group, then the reference and the candidate's `solution` called
     alternately (who goes first swapped every call) on input sets rotated past the caches, each call timed by
-    `pkit.harness.timer.timed_call`; the reference's median time over the candidate's."""
+    `pkit.harness.timer.timed_call`, for each spin `spin_for` tries (the candidate's DELAY_MS); (spin ms, the
+    reference's median time over the candidate's at that spin)."""
     import torch
     import torch.distributed as dist
 
@@ -122,53 +157,71 @@ def _alternate(problem_file: str, candidate_file: str, size: str, device: str, c
         nbytes = timer.input_bytes(first)  # as the harness's fresh sets: past the L2, and past a CPU's caches
         count = max(timer.l2_rotations(nbytes, where), min(32, -(-CACHE_BYTES // nbytes)))
         sets = [first] + [problem.make_inputs(0, 1, size, "float32", seed, device=where) for seed in range(1, count)]
-        roles = [(problem.reference, []), (candidate.solution, [])]
-        for fn, _ in roles * 3:  # warm-up
-            timer.timed_call(fn, sets[0], where)
-        for i in range(calls):
-            for fn, times in (roles if i % 2 == 0 else roles[::-1]):
-                times.append(timer.timed_call(fn, sets[i % len(sets)], where)[1])
-        return statistics.median(roles[0][1]) / statistics.median(roles[1][1])
+
+        def measure(spin_ms: float) -> tuple[float, float]:
+            candidate.DELAY_MS = spin_ms
+            roles = [(problem.reference, []), (candidate.solution, [])]
+            for fn, _ in roles * 3:  # warm-up
+                timer.timed_call(fn, sets[0], where)
+            for i in range(calls):
+                for fn, times in (roles if i % 2 == 0 else roles[::-1]):
+                    times.append(timer.timed_call(fn, sets[i % len(sets)], where)[1])
+            return statistics.median(roles[0][1]), statistics.median(roles[1][1])
+
+        return spin_for(fraction, ref_ms, measure)
     finally:
         dist.destroy_process_group()
 
 
-def measured_speedup(problem_file: Path, candidate_file: Path, size: str, device: str, calls: int) -> float:
-    """The candidate's true speedup over the reference, measured apart from the harness (`_alternate`, in a
-    spawned process)."""
+def measured_spin(problem_file: Path, candidate_file: Path, size: str, device: str, calls: int, fraction: float,
+                  ref_ms: float) -> tuple[float, float]:
+    """(spin ms, true speedup) of the slowed candidate `fraction` slower than the reference, measured apart from
+    the harness (`_alternate`, in a spawned process)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_alternate, (str(problem_file), str(candidate_file), size, device, calls, free_port()))
+        return pool.apply(_alternate, (str(problem_file), str(candidate_file), size, device, calls, free_port(),
+                                       fraction, ref_ms))
 
 
-def evaluate(problem, candidates: list[tuple[str, Candidate, float, float]],
-             options: runner.EvalOptions) -> list[dict]:
-    """One row per (kind, candidate, spin ms, true speedup): its record's verdict, times and phases."""
+def evaluate(candidates: list[tuple[str, object, Candidate, float, float]], options: runner.EvalOptions
+             ) -> list[dict]:
+    """One row per (kind, problem, candidate, spin ms, true speedup): its record's verdict, times and phases, and
+    `elapsed_s`, the seconds since the record before it (for the first, since the evaluations began: its
+    reference's start included)."""
     rows = []
-    stream = runner.evaluations([(problem, c) for _, c, _, _ in candidates], options, log=lambda line: None)
-    for (kind, _, spin_ms, true), record in zip(candidates, stream):
-        phases = record.get("phase_s") or {}
-        timed = phases.get("parent: timed calls")
-        ref_ms = record["ref_time_ms"]
+    stream = runner.evaluations([(problem, c) for _, problem, c, _, _ in candidates], options, log=lambda line: None)
+    last = time.monotonic()
+    for (kind, _, _, spin_ms, true), record in zip(candidates, stream):
+        now, last = last, time.monotonic()
+        rows.append(row_of(kind, record, spin_ms, true, elapsed_s=last - now))
         low, high = record["speedup_low"], record["speedup_high"]
-        rows.append({"kind": kind, "spin_ms": spin_ms, "true_speedup": true,
-                     "spin_speedup": ref_ms / (ref_ms + spin_ms) if ref_ms else None, "status": record["status"],
-                     "speedup": record["speedup"], "speedup_low": low, "speedup_high": high,
-                     "holds_true": None if low is None or true is None else low <= true <= high,
-                     "timing_rounds": record["timing_rounds"], "ref_time_ms": ref_ms,
-                     "sol_time_ms": record["sol_time_ms"], "ref_time_cv": record["ref_time_cv"],
-                     "sol_time_cv": record["sol_time_cv"], "ref_time_iqr_ms": record["ref_time_iqr_ms"],
-                     "sol_time_iqr_ms": record["sol_time_iqr_ms"], "wall_s": record["wall_s"], "timed_calls_s": timed,
-                     "overhead_s": None if timed is None else record["wall_s"] - timed,
-                     **{f"phase: {name}": seconds for name, seconds in phases.items()}})
         print(f"  {kind}: {record['status']} {record['speedup'] or 0:.3f}x [{low or 0:.3f}, {high or 0:.3f}]"
               f" (true {true or 0:.3f}), {record['timing_rounds']} rounds, {record['wall_s']:.1f} s",
               file=sys.stderr, flush=True)
     return rows
 
 
+def row_of(kind: str, record: dict, spin_ms: float, true: float | None, elapsed_s: float) -> dict:
+    """The row of one evaluation's record."""
+    phases = record.get("phase_s") or {}
+    timed = phases.get("parent: timed calls")
+    ref_ms = record["ref_time_ms"]
+    low, high = record["speedup_low"], record["speedup_high"]
+    return {"kind": kind, "problem": record["problem"], "size": record["size"], "spin_ms": spin_ms,
+            "true_speedup": true, "spin_speedup": ref_ms / (ref_ms + spin_ms) if ref_ms else None,
+            "status": record["status"], "speedup": record["speedup"], "speedup_low": low, "speedup_high": high,
+            "holds_true": None if low is None or true is None else low <= true <= high,
+            "timing_rounds": record["timing_rounds"], "ref_time_ms": ref_ms, "sol_time_ms": record["sol_time_ms"],
+            "ref_time_cv": record["ref_time_cv"], "sol_time_cv": record["sol_time_cv"],
+            "ref_time_iqr_ms": record["ref_time_iqr_ms"], "sol_time_iqr_ms": record["sol_time_iqr_ms"],
+            "wall_s": record["wall_s"], "timed_calls_s": timed,
+            "overhead_s": None if timed is None else record["wall_s"] - timed, "elapsed_s": elapsed_s,
+            **{f"phase: {name}": seconds for name, seconds in phases.items()}}
+
+
 def summary(frame: pd.DataFrame) -> dict:
     """What the rows say: the harness's cost per candidate (medians, s), coverage and verdicts per kind."""
     out = {"overhead_s_median": float(frame["overhead_s"].median()),
+           "overhead_s_max": float(frame["overhead_s"].max()),
            "wall_s_median": float(frame["wall_s"].median()),
            "phases_s_median": {c.removeprefix("phase: "): round(float(frame[c].median()), 3)
                                for c in frame.columns if c.startswith("phase: ") and frame[c].notna().any()}}
@@ -182,19 +235,30 @@ def summary(frame: pd.DataFrame) -> dict:
                      "rounds_max": int(rows["timing_rounds"].max()),
                      "ref_time_ms_median": float(rows["ref_time_ms"].median()),
                      "ref_time_cv_median": float(rows["ref_time_cv"].median()),
-                     "ref_time_iqr_over_median": float((rows["ref_time_iqr_ms"] / rows["ref_time_ms"]).median())}
+                     "ref_time_iqr_over_median": float((rows["ref_time_iqr_ms"] / rows["ref_time_ms"]).median()),
+                     "overhead_s_median": float(rows["overhead_s"].median()),
+                     "overhead_s_max": float(rows["overhead_s"].max()),
+                     "wall_s_median": float(rows["wall_s"].median()),
+                     "elapsed_s_mean": float(rows["elapsed_s"].mean()),
+                     "size": str(rows["size"].iloc[0])}
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", type=Path, help="results root: writes ROOT/<machine>/harness_calibration.{csv,json}")
+    parser.add_argument("root", type=Path, nargs="?",
+                        help="results root: writes ROOT/<machine>/harness_calibration.{csv,json}")
+    parser.add_argument("--report", type=Path, default=None, metavar="RECORD.json",
+                        help="print the summary of a recorded calibration and exit (runs nothing)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--world-size", type=int, default=1)
     parser.add_argument("--size", choices=("tiny", "small", "large"), default=None,
                         help="default: small on the CPU, large on the GPU")
     parser.add_argument("--same", type=int, default=40, help="evaluations of the reference against itself")
     parser.add_argument("--slowed", type=int, default=8, help="evaluations of each slowed candidate")
+    parser.add_argument("--overhead-root", type=Path, action="append", default=[], metavar="DIR",
+                        help="a problems root whose problems' references are evaluated against themselves too")
+    parser.add_argument("--overhead-runs", type=int, default=3, help="evaluations of each --overhead-root problem")
     parser.add_argument("--perf", action="store_true", help="full timing (--warmup, --iters), as pkit eval --perf")
     parser.add_argument("--warmup", type=int, default=25)
     parser.add_argument("--iters", type=int, default=100)
@@ -202,36 +266,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--truth-calls", type=int, default=200,
                         help="calls of each role when a slowed candidate's true speedup is measured")
     args = parser.parse_args(argv)
+    if (args.root is None) == (args.report is None):
+        parser.error("expected ROOT (to measure) or --report RECORD.json (to print a record), one of them")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.report is not None:
+        recorded = json.loads(args.report.read_text())
+        print(report(recorded["parameters"]["summary"], recorded))
+        return 0
     size = args.size or ("large" if args.device == "cuda" else "small")
     options = runner.EvalOptions(world_size=args.world_size, size=size, device=args.device, trials=1,
                                  perf=args.perf, warmup=args.warmup, iters=args.iters, timeout_s=args.timeout)
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pkit-calibration-") as tmp:
-        folder = Path(tmp) / "01_calibration"
-        folder.mkdir()
-        (folder / "problem.py").write_text(textwrap.dedent(PROBLEM).lstrip())
-        problem = problems.discover(Path(tmp))[0]
-        own = runner.reference_candidate(problem)
-        print(f"{args.same} evaluations of identical code ({size}, {args.device}, world size {args.world_size})",
-              file=sys.stderr)
-        rows = evaluate(problem, [("same", own, 0.0, 1.0)] * args.same, options)
-        ref_ms = statistics.median(r["ref_time_ms"] for r in rows if r["ref_time_ms"])
-        slowed = []
-        for fraction in SLOWDOWNS:
-            spin_ms = fraction * ref_ms
-            path = folder / f"slowed_{round(fraction * 100)}.py"
-            source = textwrap.dedent(SLOWED).lstrip()
-            path.write_text(source.format(delay_ms=spin_ms, problem=str(folder / "problem.py")))
-            candidate = Candidate(path, f"01_calibration/{path.name}", problem.name)
-            true = measured_speedup(folder / "problem.py", path, size, args.device, args.truth_calls)
-            slowed += [(f"slowed {round(fraction * 100)}%", candidate, spin_ms, true)] * args.slowed
-        print(f"{len(slowed)} evaluations of slowed candidates (reference median {ref_ms:.4g} ms)", file=sys.stderr)
-        rows += evaluate(problem, slowed, options)
+        rows = calibrate(Path(tmp), args, options)
+    rows += overhead_rows(args.overhead_root, args.overhead_runs, replace(options, size="auto"))
     frame = pd.DataFrame(rows)
     said = summary(frame)
     parameters = {"device": args.device, "world_size": args.world_size, "size": size, "perf": args.perf,
                   "warmup": args.warmup, "iters": args.iters, "same": args.same, "slowed": args.slowed,
-                  "slowdowns": list(SLOWDOWNS), "truth_calls": args.truth_calls,
+                  "slowdowns": list(SLOWDOWNS), "truth_calls": args.truth_calls, "tuning_steps": TUNING_STEPS,
+                  "overhead_roots": [str(r) for r in args.overhead_root], "overhead_runs": args.overhead_runs,
                   "minutes": round((time.monotonic() - began) / 60, 2),
                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
                   "summary": said}
@@ -241,21 +299,71 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def calibrate(tmp: Path, args: argparse.Namespace, options: runner.EvalOptions) -> list[dict]:
+    """The rows of the calibration problem (written under `tmp`): identical code, then the slowed candidates."""
+    folder = tmp / "01_calibration"
+    folder.mkdir()
+    (folder / "problem.py").write_text(textwrap.dedent(PROBLEM).lstrip())
+    problem = problems.discover(tmp)[0]
+    own = runner.reference_candidate(problem)
+    print(f"{args.same} evaluations of identical code ({options.size}, {args.device}, world size {args.world_size})",
+          file=sys.stderr)
+    rows = evaluate([("same", problem, own, 0.0, 1.0)] * args.same, options)
+    ref_ms = statistics.median(r["ref_time_ms"] for r in rows if r["ref_time_ms"])
+    slowed = []
+    for fraction in SLOWDOWNS:
+        path = folder / f"slowed_{round(fraction * 100)}.py"
+        source = textwrap.dedent(SLOWED).lstrip()
+        path.write_text(source.format(delay_ms=fraction * ref_ms, problem=str(folder / "problem.py")))
+        spin_ms, true = measured_spin(folder / "problem.py", path, options.size, args.device, args.truth_calls,
+                                      fraction, ref_ms)
+        path.write_text(source.format(delay_ms=spin_ms, problem=str(folder / "problem.py")))
+        candidate = Candidate(path, f"01_calibration/{path.name}", problem.name)
+        slowed += [(f"slowed {round(fraction * 100)}%", problem, candidate, spin_ms, true)] * args.slowed
+    print(f"{len(slowed)} evaluations of slowed candidates (reference median {ref_ms:.4g} ms)", file=sys.stderr)
+    return rows + evaluate(slowed, options)
+
+
+def overhead_rows(roots: list[Path], runs: int, options: runner.EvalOptions) -> list[dict]:
+    """The rows of each problem under `roots` that runs at the options' world size, its reference against itself
+    `runs` times (kind 'overhead <problem>')."""
+    pairs = []
+    for root in roots:
+        for problem in problems.discover(root):
+            if runner.unsupported(problem, options) is None:
+                pairs += [(f"overhead {problem.name}", problem, runner.reference_candidate(problem), 0.0, 1.0)] * runs
+    if pairs:
+        print(f"{len(pairs)} evaluations of the references of {', '.join(map(str, roots))}", file=sys.stderr)
+    return evaluate(pairs, options) if pairs else []
+
+
 def report(said: dict, provenance: dict) -> str:
-    """The summary in a few lines, as docs/harness.md quotes it."""
+    """The summary in a few lines, as docs/harness.md quotes it (what a record's summary lacks, an older script's,
+    is left out)."""
     lines = [f"{provenance['utc_time'][:10]}, {results.describe(provenance)}",
              f"harness cost per candidate (wall - timed calls): median {said['overhead_s_median']:.2f} s "
-             f"of {said['wall_s_median']:.2f} s wall; median phases (s): "
-             + ", ".join(f"{k} {v:g}" for k, v in sorted(said["phases_s_median"].items(), key=lambda kv: -kv[1]))]
-    for kind in ("same", *(f"slowed {round(f * 100)}%" for f in SLOWDOWNS)):
-        k = said.get(kind)
-        if k:
-            lines.append(f"{kind}: n={k['n']}, statuses {k['statuses']}, interval holds the true speedup "
-                         f"({k['true_speedup_median']:.3f} measured apart; {k['spin_speedup_median']:.3f} by the "
-                         f"spin alone) in {k['interval_holds_true']:.0%}; median speedup "
-                         f"{k['speedup_median']:.3f}, rounds median {k['rounds_median']:g} (max {k['rounds_max']}); "
-                         f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}, IQR "
-                         f"{k['ref_time_iqr_over_median']:.3f} of the median")
+             + (f"(max {said['overhead_s_max']:.2f} s) " if "overhead_s_max" in said else "")
+             + f"of {said['wall_s_median']:.2f} s wall; median phases (s): "
+             + ", ".join(f"{k} {v:g}" for k, v in sorted(said["phases_s_median"].items(),
+                                                         key=lambda kv: (-kv[1], kv[0])))]
+    kinds = [k for k in said if isinstance(said[k], dict) and "n" in said[k]]
+    for kind in kinds:
+        k = said[kind]
+        iqr = k.get("ref_time_iqr_over_median")
+        spread = f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}" + (
+            "" if iqr is None else f", IQR {iqr:.3f} of the median")
+        if kind.startswith("overhead "):
+            lines.append(f"{kind} ({k['size']}): n={k['n']}, statuses {k['statuses']}, cost median "
+                         f"{k['overhead_s_median']:.2f} s (max {k['overhead_s_max']:.2f} s) of {k['wall_s_median']:.2f} "
+                         f"s wall, {k['elapsed_s_mean']:.2f} s a candidate with the reference's start; interval holds "
+                         f"1.0 in {k['interval_holds_true']:.0%}; median speedup {k['speedup_median']:.3f}, rounds "
+                         f"median {k['rounds_median']:g} (max {k['rounds_max']}); {spread}")
+            continue
+        lines.append(f"{kind}: n={k['n']}, statuses {k['statuses']}, interval holds the true speedup "
+                     f"({k['true_speedup_median']:.3f} measured apart; {k['spin_speedup_median']:.3f} by the "
+                     f"spin alone) in {k['interval_holds_true']:.0%}; median speedup "
+                     f"{k['speedup_median']:.3f}, rounds median {k['rounds_median']:g} (max {k['rounds_max']}); "
+                     + spread)
     return "\n".join(lines)
 
 

@@ -1,0 +1,99 @@
+"""scripts/harness_calibration.py: docs/harness.md quotes each committed calibration record as the script prints it
+(`--report`), never numbers typed apart from a record; the slowed candidates' spin is set from what is measured
+apart; the summary and its report cover every kind of row, overhead rows included. Nothing here runs the harness
+(the script's own run is recorded in results/<machine>/harness_calibration.*)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pkit.harness.problem import load_module
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "harness.md"
+RECORDS = sorted((ROOT / "results").glob("*/harness_calibration.json"))
+HEADLINE = re.compile(r"^\d{4}-\d\d-\d\d, ([\w.-]+): ")
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_module(ROOT / "scripts" / "harness_calibration.py", "harness_calibration_script")
+
+
+def quoted_blocks() -> dict[str, str]:
+    """The ```text blocks of docs/harness.md that begin with a calibration report's headline, by machine."""
+    found, lines = {}, DOC.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "```text" and i + 1 < len(lines) and (m := HEADLINE.match(lines[i + 1])):
+            end = lines.index("```", i + 1)
+            found[m.group(1)] = "\n".join(lines[i + 1:end])
+    return found
+
+
+def test_there_are_records_to_quote():
+    assert {p.parent.name for p in RECORDS} >= {"cpu", "h200x1"}, RECORDS
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda p: p.parent.name)
+def test_the_doc_quotes_each_record_as_the_script_reports_it(script, record):
+    recorded = json.loads(record.read_text())
+    printed = script.report(recorded["parameters"]["summary"], recorded)
+    quoted = quoted_blocks().get(record.parent.name)
+    assert quoted is not None, f"docs/harness.md quotes no report of {record}: paste what " \
+                               f"`python scripts/harness_calibration.py --report {record.relative_to(ROOT)}` prints"
+    assert quoted == printed, f"docs/harness.md's quote of {record.relative_to(ROOT)} is not what --report prints"
+
+
+def test_the_report_of_a_record_is_printed_by_the_command_line(script, capsys):
+    assert script.main(["--report", str(RECORDS[0])]) == 0
+    recorded = json.loads(RECORDS[0].read_text())
+    assert capsys.readouterr().out == script.report(recorded["parameters"]["summary"], recorded) + "\n"
+
+
+def test_root_or_report_is_required(script, capsys):
+    with pytest.raises(SystemExit):
+        script.main([])
+    assert "expected ROOT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("wait_ms, fraction", [(0.0, 0.1), (0.03, 0.1), (0.05, 0.25), (0.2, 0.1)])
+def test_the_spin_makes_the_candidate_slower_by_the_fraction_measured_apart(script, wait_ms, fraction):
+    """A candidate whose wait for the device costs `wait_ms` beside a 1 ms reference: the spin found brings it to
+    (1 + fraction) ms, never below no spin at all; the true speedup is the one measured at that spin."""
+    tried = []
+
+    def measure(spin_ms):
+        tried.append(spin_ms)
+        return 1.0, 1.0 + wait_ms + spin_ms
+
+    spin, true = script.spin_for(fraction, 1.0, measure)
+    assert tried[0] == pytest.approx(fraction) and tried[-1] == spin
+    assert spin == pytest.approx(max(0.0, fraction - wait_ms))
+    assert true == pytest.approx(1 / (1 + wait_ms + spin))
+
+
+def _record(problem: str, status: str, speedup: float, low: float, high: float) -> dict:
+    return {"problem": problem, "size": "tiny", "status": status, "speedup": speedup, "speedup_low": low,
+            "speedup_high": high, "timing_rounds": 6, "ref_time_ms": 0.1, "sol_time_ms": 0.1 / speedup,
+            "ref_time_cv": 0.04, "sol_time_cv": 0.05, "ref_time_iqr_ms": 0.01, "sol_time_iqr_ms": 0.01, "wall_s": 2.0,
+            "phase_s": {"startup": 0.5, "parent: timed calls": 0.25}}
+
+
+def test_the_summary_reports_every_kind(script):
+    rows = [script.row_of("same", _record("01_calibration", "correct_level", 1.0, 0.98, 1.02), 0.0, 1.0, 2.1),
+            script.row_of("slowed 10%", _record("01_calibration", "correct_slower", 0.9, 0.88, 0.93), 0.01, 0.91, 2.0),
+            script.row_of("overhead 01_row_sums", _record("01_row_sums", "correct_level", 1.01, 0.97, 1.04), 0.0,
+                          1.0, 3.0)]
+    said = script.summary(pd.DataFrame(rows))
+    assert said["overhead_s_median"] == pytest.approx(1.75) and said["overhead_s_max"] == pytest.approx(1.75)
+    assert said["slowed 10%"]["interval_holds_true"] == 1.0 and said["same"]["statuses"] == {"correct_level": 1}
+    text = script.report(said, {"utc_time": "2026-12-06T00:00:00Z", "machine": "cpu", "gpus": [],
+                                "pkit_commit": "0123456"})
+    lines = text.splitlines()
+    assert len(lines) == 5 and HEADLINE.match(lines[0]), text
+    assert lines[4].startswith("overhead 01_row_sums (tiny): n=1, statuses {'correct_level': 1}, cost median 1.75 s")
+    assert "0.910 measured apart" in lines[3]
