@@ -42,7 +42,8 @@ LISTINGS = {
     "studies": ("pkit.studies", "list_studies", "what each study records, its notebook, what it needs of this machine"),
     "collectives": ("pkit.ops.collectives", "list_collectives", "collective ops and the mechanisms that run them"),
     "schedules": ("pkit.ops.overlap", "list_schedules", "compute/communication overlap schedules per pattern"),
-    "systems": ("pkit.experiments.projection", "list_systems", "systems the roofline projection models (datasheets)"),
+    "systems": ("pkit.experiments.roofline_gap.projection", "list_systems",
+                "systems the roofline projection models (datasheets)"),
 }
 
 

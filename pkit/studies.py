@@ -197,8 +197,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
                 "peers' bytes paced through the copy engine at a link's rate (W = 2, 8)"),
            Part("overlap_emulated_link", optional=True, description="the emulation's copies alone: paced rate held, "
                 "HBM traffic per byte, an SM copy on sm_pull's SMs")), gpus=1,
-          record="python -m pkit.experiments.interference --record; python -m pkit.experiments.overlap gemm gemm_fp8 gemm_plans ag_gemm "
-                 "gemm_rs gemm_ar torch_ag_gemm torch_gemm_rs timeline --record; python -m "
+          record="python -m pkit.experiments.overlap.interference --record; python -m pkit.experiments.overlap gemm "
+                 "gemm_fp8 gemm_plans ag_gemm gemm_rs gemm_ar torch_ag_gemm torch_gemm_rs timeline --record; python -m "
                  "pkit.experiments.overlap.emulated --record"),
     Study("roofline_gap", "how far the PyTorch + NCCL references sit from their communication-aware roofline, and "
           "how much pkit's solutions close", "pkit.experiments.roofline_gap", "06_roofline_gap",

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pkit.experiments import cross_check, hierarchy
+from pkit.experiments import hierarchy
+from pkit.experiments.hierarchy import cross_check
 from pkit.experiments.hierarchy import chase as C, matrix as M
 from pkit.experiments.hierarchy.memory import LEVELS, pattern
 

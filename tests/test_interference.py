@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from pkit import results
-from pkit.experiments import interference as I
+from pkit.experiments.overlap import interference as I
 from pkit.experiments.overlap import gemm_fit
 from pkit.experiments.overlap import links as L
 from pkit.experiments.overlap import model as M

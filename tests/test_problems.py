@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from problem_ranks import rank_reports
 
 from pkit import roofline
-from pkit.experiments.projection import TRAFFIC
+from pkit.experiments.roofline_gap.projection import TRAFFIC
 from pkit.harness import checks
 from pkit.harness.problems import CATEGORIES, default_root, discover, load_module
 from pkit.problem_kit import parse_dtype

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from pkit import hardware
-from pkit.experiments import projection
-from pkit.experiments.projection import (BOUNDS, SYSTEMS, TRAFFIC, System, list_systems, project, project_cost, split,
+from pkit.experiments.roofline_gap import projection
+from pkit.experiments.roofline_gap.projection import (BOUNDS, SYSTEMS, TRAFFIC, System, list_systems, project, project_cost, split,
                                          summary)
 from pkit.harness.problems import discover
 from pkit.roofline import Ceilings, floor

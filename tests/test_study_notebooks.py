@@ -15,7 +15,8 @@ nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbfor
 import synthetic_results
 
 from pkit import notebooks, results
-from pkit.experiments import interference, overlap
+from pkit.experiments import overlap
+from pkit.experiments.overlap import interference
 from pkit.experiments.overlap import emulated as overlap_emulated
 
 pytestmark = pytest.mark.heavy

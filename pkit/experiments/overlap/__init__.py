@@ -6,13 +6,15 @@ whose public names this one gathers:
 
 - `gemm`: `gemm_rates` (pkit's GEMM against cuBLAS on every shape the schedules and fused problems run, bf16
   and FP8), `plan_sweep` (every plan of pkit's GEMM at those shapes), `study_shapes`;
-- `measure`: `sweep` (AG+GEMM
-  over N_local), `sweep_partial` (GEMM+RS or GEMM+AR over K_local), `torch_sweep`, `timeline` (one ce_chunks run),
-  and each study by name: `measure`, `recorded`, `calibration`, `parameters`;
+- `sweeps`: `sweep` (AG+GEMM over N_local), `sweep_partial` (GEMM+RS or GEMM+AR over K_local), `torch_sweep`,
+  `timeline` (one ce_chunks run), and each study by name: `measure`, `recorded`, `calibration`, `parameters`;
 - `checks`: fresh inputs with float32 references (`fill`, `fill_partial`) and `bf16_match`, `check`;
 - `analysis`: the tables notebook 05 shows, `with_bounds` (each row against max(T_c, T_l, T_m) + α and the
-  serial time), `gemm_gate`, `shape_bounds`, `compare`, `timeline_summary`; `draw`: the figure `draw`
+  serial time), `gemm_gate`, `shape_bounds`, `compare`, `timeline_summary`; `plots`: the figure `draw`
   (its other figures, `draw_gate`, `draw_interference`, `draw_partition`, `draw_curves`, are its own);
+- `interference` (what a copy beside a GEMM costs it on one GPU), `model`, `gemm_fit`, `links` (the overlap model
+  and its inputs), `emulated`, `emulated_draw`, `pacing` (one rank of every schedule under an emulated link),
+  `pytorch` (PyTorch's schedules under torchrun) and `shapes`: modules of their own, imported by name;
 - `cli`: `python -m pkit.experiments.overlap STUDY... [--record]` measures (and records) from a shell.
 
 Example:

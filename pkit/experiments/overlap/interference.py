@@ -19,7 +19,7 @@ A copy's rate in a window counts the bytes of its chunks that fall in the window
 Every GEMM output is checked against a float32 product after its window; every copy's last chunk byte for byte.
 
 Example:
-    >>> from pkit.experiments import interference
+    >>> from pkit.experiments.overlap import interference
     >>> interference.chunk_bytes(400e9), interference.chunk_bytes(50e9) >> 20   # bytes per paced chunk
     (80000000, 16)
     >>> interference.hbm_traffic("ce", "GPU0 → GPU0", 400.0), interference.hbm_traffic("ce", "CPU → GPU0", 50.0)
@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..gpus import cupy_stream
+from ...gpus import cupy_stream
+from ...ops.overlap_patterns import GEMMS  # the GEMMs the overlap schedules run
 
 SHAPES = ((8192, 8192, 8192), (8192, 2048, 8192))  # (M, N, K): the overlap study's square and balanced AG+GEMM
-GEMMS = ("pkit_gemm", "cublas")
 RATES_GBPS = (100.0, 200.0, 400.0, 800.0, 1200.0, None)  # paced device-to-device copies (bytes copied/s); None: free
 HOST_ROUTES = ("CPU → GPU{d}", "GPU{d} → CPU")
 PARTITION_SMS = (2, 4, 8, 16, 32)  # SMs given to the copy (even: green contexts split SMs in pairs)
@@ -85,7 +85,7 @@ def _buffers(device: int, stack) -> dict:
     and random page-locked host memory (`hierarchy.memory.pinned`) for the host routes."""
     import cupy as cp
 
-    from .hierarchy.memory import pinned
+    from ..hierarchy.memory import pinned
 
     host = stack.enter_context(pinned(BUFFER_BYTES))[1]
     host[:] = np.random.default_rng().integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
@@ -101,7 +101,7 @@ class _Copier:
         import cupy as cp
         import torch
 
-        from ..ops.transfers import Route
+        from ...ops.transfers import Route
 
         self.traffic, self.device = traffic, device
         route = Route.parse(traffic.route)
@@ -118,7 +118,7 @@ class _Copier:
         import cupy as cp
         import torch
 
-        from ..ops.transfers import peer_copy
+        from ...ops.transfers import peer_copy
 
         n = self.traffic.chunk
         if self.offset + n > BUFFER_BYTES:
@@ -162,8 +162,8 @@ def _gemm_calls(m: int, n: int, k: int, device: int, blocks: int | None = None):
     import cupy as cp
     import torch
 
-    from ..ops.gemm import gemm
-    from .overlap import bf16_match
+    from ...ops.gemm import gemm
+    from .checks import bf16_match
 
     gen = torch.Generator(device=f"cuda:{device}").manual_seed(m * 3 + n * 5 + k)
     with torch.cuda.device(device):
@@ -317,7 +317,7 @@ def _paired(call: Callable, stream, calls: int, copier: _Copier | None, alone_ca
 
 
 def _check_device(device: int) -> int:
-    from ..gpus import devices
+    from ...gpus import devices
 
     n = len(devices())
     if not isinstance(device, (int, np.integer)) or not 0 <= device < n:
@@ -399,7 +399,7 @@ def partition(device: int = 0, shapes: Sequence[tuple[int, int, int]] = SHAPES[:
 
     import torch
 
-    from ..gpus import devices
+    from ...gpus import devices
 
     device = _check_device(device)
     shapes = _shapes(shapes)
@@ -467,10 +467,10 @@ def main(argv=None) -> None:
     results/<machine>/interference_<part>.{csv,json}."""
     import argparse
 
-    from .. import results
-    from ..studies import require_part
+    from ... import results
+    from ...studies import require_part
 
-    parser = argparse.ArgumentParser(prog="python -m pkit.experiments.interference", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pkit.experiments.overlap.interference", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("parts", nargs="*", metavar="PART", help=f"any of {', '.join(PARTS)} (default: every part)")
     parser.add_argument("--device", type=int, default=0)

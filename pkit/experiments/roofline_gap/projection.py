@@ -44,7 +44,7 @@ rate of the problem's dtype as the harness's roofline takes it (`pkit.harness.pr
 without tensor cores), and a dtype without a rate (int64 sort keys) only evaluates costs without FLOPs.
 
 Example:
-    >>> from pkit.experiments.projection import SYSTEMS, project, project_cost, split
+    >>> from pkit.experiments.roofline_gap.projection import SYSTEMS, project, project_cost, split
     >>> [round(b) for b in split(1e6, "aggregated", gpus=576, domain_gpus=8)]  # bytes over NVLink, over the NIC
     [876522, 123478]
     >>> toy = {"flops": 4e12, "hbm_bytes": 1e9, "link_bytes": 1e9}  # per GPU
@@ -67,10 +67,10 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
-from ..hardware import GPU, GPUS, NIC, NICS, SUPERCHIP_GPUS
-from ..harness.problem import load_module
-from ..harness.problems import discover, flops_dtype, select
-from ..roofline import Ceilings, dtype_name, floor
+from ...hardware import GPU, GPUS, NIC, NICS, SUPERCHIP_GPUS
+from ...harness.problem import load_module
+from ...harness.problems import discover, flops_dtype, select
+from ...roofline import Ceilings, dtype_name, floor
 
 
 def _aggregated(gpus: int, domain_gpus: int) -> tuple[float, float]:
