@@ -29,9 +29,9 @@ import pandas as pd
 from .harness.records import STATUSES
 from .results import REPO_ROOT
 
-CONFIDENCE = ("low", "medium", "high")
+CONFIDENCE_LEVELS = ("low", "medium", "high")
 
-MECHANISMS = {
+DETECTED_MECHANISMS = {
     "torch_distributed": "torch.distributed / NCCL collectives or point-to-point calls",
     "ce": "copy-engine transfers (cudaMemcpyPeer, memcpyPeer, copy_ between GPUs)",
     "sm": "register-level loads/stores through peer pointers (IPC, symmetric memory, PeerTable)",
@@ -158,7 +158,7 @@ def _collective_calls(tree: ast.Module) -> list[tuple[str, ast.Call]]:
 
 
 def mechanisms(source: str) -> list[Finding]:
-    """The transfer mechanisms `source` uses, strongest evidence per mechanism, in `MECHANISMS` order.
+    """The transfer mechanisms `source` uses, strongest evidence per mechanism, in `DETECTED_MECHANISMS` order.
 
     Example:
         >>> [f.label for f in mechanisms('K = "asm(\\\\"cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 16;\\\\")"')]
@@ -171,7 +171,7 @@ def mechanisms(source: str) -> list[Finding]:
 
     def keep(finding: Finding) -> None:
         old = found.get(finding.label)
-        if old is None or CONFIDENCE.index(finding.confidence) > CONFIDENCE.index(old.confidence):
+        if old is None or CONFIDENCE_LEVELS.index(finding.confidence) > CONFIDENCE_LEVELS.index(old.confidence):
             found[finding.label] = finding
 
     if tree is not None:
@@ -185,7 +185,7 @@ def mechanisms(source: str) -> list[Finding]:
             if tree is None and confidence == "high":
                 confidence, what = "medium", what + "; the source does not parse, matched raw text"
             keep(Finding(label, confidence, f"{what}: matched {match.group(0).strip()[:60]!r}"))
-    return [found[m] for m in MECHANISMS if m in found]
+    return [found[m] for m in DETECTED_MECHANISMS if m in found]
 
 
 # --- failure causes --------------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def mechanism_usage(diagnoses: pd.DataFrame) -> pd.DataFrame:
 
 def mechanism_outcomes(diagnoses: pd.DataFrame) -> pd.DataFrame:
     """Candidates per transfer mechanism and outcome, from `diagnose_records`: a row per mechanism used (in
-    `MECHANISMS` order, then 'none' and 'unknown'), a column per status (`STATUSES`); a candidate using several
+    `DETECTED_MECHANISMS` order, then 'none' and 'unknown'), a column per status (`STATUSES`); a candidate using several
     mechanisms counts under each.
 
     Example:
@@ -393,7 +393,7 @@ def mechanism_outcomes(diagnoses: pd.DataFrame) -> pd.DataFrame:
         4
     """
     usage = mechanism_usage(diagnoses)
-    names = [m for m in [*MECHANISMS, "none", "unknown"] if m in set(usage["mechanism"])]
+    names = [m for m in [*DETECTED_MECHANISMS, "none", "unknown"] if m in set(usage["mechanism"])]
     return pd.crosstab(usage["mechanism"], usage["status"]).reindex(index=names, columns=list(STATUSES), fill_value=0)
 
 
@@ -414,7 +414,8 @@ def cause_counts(diagnoses: pd.DataFrame) -> pd.DataFrame:
     failed = diagnoses[diagnoses["cause"].notna()]
     causes = [c for c in CAUSES if c in set(failed["cause"])]
     counts = pd.crosstab(failed["cause"], failed["model"]).reindex(index=causes, fill_value=0)
-    joined = failed.groupby("cause")["cause_confidence"].agg(lambda s: "/".join(sorted(set(s), key=CONFIDENCE.index)))
+    joined = failed.groupby("cause")["cause_confidence"].agg(
+        lambda s: "/".join(sorted(set(s), key=CONFIDENCE_LEVELS.index)))
     return counts.assign(confidence=joined.reindex(causes))
 
 

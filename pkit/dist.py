@@ -31,10 +31,10 @@ import torch.distributed as tdist
 
 from .kernel_args import KernelArgs
 from .launch import THREADS
-from .ops.collective_ops import COLLECTIVES, REDUCIBLE as COLLECTIVE_TYPES, CollectiveOp, choose, collective
+from .ops.collective_ops import COLLECTIVES, REDUCIBLE, CollectiveOp, choose, collective
 from .ops.collective_ops import kernel_names, lookup
 
-REDUCIBLE = {getattr(torch, name): ctype for name, ctype in COLLECTIVE_TYPES.items()}  # torch dtype -> C++ type
+TORCH_REDUCIBLE = {getattr(torch, name): ctype for name, ctype in REDUCIBLE.items()}  # torch dtype -> C++ type
 STAGED_CALL = KernelArgs("StagedCall", (("x", "ptr"), ("y", "ptr"), ("stage", "ptr"), ("half16", "u64"),
                                         ("share16", "u64"), ("flags", "ptr"), ("state", "ptr"), ("rank", "i32"),
                                         ("size", "i32")))
@@ -98,8 +98,8 @@ def _sum_in_rank_order(parts: torch.Tensor, size: int) -> torch.Tensor:
 def _check(x, arg: str, reduces: bool) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{arg}: expected a torch.Tensor, got {type(x).__name__}")
-    if reduces and x.dtype not in REDUCIBLE:
-        raise ValueError(f"{arg}: pkit.dist reductions sum {sorted(str(d) for d in REDUCIBLE)}, got {x.dtype}")
+    if reduces and x.dtype not in TORCH_REDUCIBLE:
+        raise ValueError(f"{arg}: pkit.dist reductions sum {sorted(str(d) for d in TORCH_REDUCIBLE)}, got {x.dtype}")
     if not tdist.is_initialized():
         raise RuntimeError("pkit.dist: torch.distributed is not initialised (call dist.init_process_group first)")
 
@@ -140,7 +140,7 @@ class _Context:
         ins, outs = entry.pieces(size)
         xs = _padded(x.contiguous(), piece, pad, ins)
         ys = torch.empty((piece + pad) * outs, dtype=x.dtype, device=x.device)
-        ctype = REDUCIBLE[x.dtype] if entry.reduces else None
+        ctype = TORCH_REDUCIBLE[x.dtype] if entry.reduces else None
         with _on_torch_stream(self.device):
             if ll:
                 self.collectives._launch_ll(entry.kernel("ll", ctype), _Plain(xs), _Plain(ys), piece_bytes // 16)
@@ -158,7 +158,7 @@ class _Context:
         xs = _padded(x.contiguous(), n, share * size - n, 1)
         ys = torch.empty(share * size, dtype=x.dtype, device=x.device)
         with _on_torch_stream(self.device):
-            self._staged(entry.kernel("staged", REDUCIBLE[x.dtype], "two_shot"), xs, ys, share * item, size)
+            self._staged(entry.kernel("staged", TORCH_REDUCIBLE[x.dtype], "two_shot"), xs, ys, share * item, size)
         return ys[:n].view(shape)
 
     def _staged(self, name: str, xs, ys, share_bytes: int, spread: int) -> None:

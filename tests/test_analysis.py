@@ -52,7 +52,7 @@ MECHANISM_SOURCES = {
 def test_each_mechanism_is_detected_with_evidence(label, source):
     found = {f.label: f for f in mechanisms(source)}
     assert label in found, (label, found)
-    assert found[label].confidence in analysis.CONFIDENCE and found[label].evidence
+    assert found[label].confidence in analysis.CONFIDENCE_LEVELS and found[label].evidence
 
 
 def test_collective_calls_are_found_through_the_syntax_tree_with_lines():
@@ -80,7 +80,7 @@ def test_strongest_evidence_wins_and_unparseable_sources_are_downgraded():
 
 
 def test_multicast_is_flagged_forbidden_and_mechanisms_are_ordered():
-    assert analysis.FORBIDDEN == ("multicast",) and set(analysis.FORBIDDEN) <= set(analysis.MECHANISMS)
+    assert analysis.FORBIDDEN == ("multicast",) and set(analysis.FORBIDDEN) <= set(analysis.DETECTED_MECHANISMS)
     source = MECHANISM_SOURCES["multicast"][0] + MECHANISM_SOURCES["torch_distributed"][0]
     assert [f.label for f in mechanisms(source)] == ["torch_distributed", "multicast"]
     with pytest.raises(TypeError, match="source:"):
@@ -225,7 +225,8 @@ def test_cause_counts_count_every_failed_candidate_once_by_model(example_diagnos
         mine = failed[failed["cause"] == cause]
         assert row.drop("confidence").to_dict() == {m: int((mine["model"] == m).sum()) for m in row.index[:-1]}
         levels = row["confidence"].split("/")
-        assert set(levels) == set(mine["cause_confidence"]) and levels == sorted(levels, key=analysis.CONFIDENCE.index)
+        assert set(levels) == set(mine["cause_confidence"])
+        assert levels == sorted(levels, key=analysis.CONFIDENCE_LEVELS.index)
 
 
 def test_mechanism_outcomes_count_each_candidate_under_each_mechanism_it_uses(example_diagnoses):
@@ -233,7 +234,8 @@ def test_mechanism_outcomes_count_each_candidate_under_each_mechanism_it_uses(ex
     uses = example_diagnoses["mechanisms"].str.split("+")
     assert int(table.to_numpy().sum()) == int(uses.map(len).sum())
     assert list(table.columns) == list(STATUSES)
-    assert list(table.index) == [m for m in [*analysis.MECHANISMS, "none", "unknown"] if m in set(uses.explode())]
+    detected = [*analysis.DETECTED_MECHANISMS, "none", "unknown"]
+    assert list(table.index) == [m for m in detected if m in set(uses.explode())]
     for mechanism, row in table.iterrows():
         mine = example_diagnoses[uses.map(lambda names: mechanism in names)]
         assert row[row > 0].to_dict() == mine["status"].value_counts().to_dict()

@@ -2,6 +2,7 @@
 (a reference of the right size, a bus factor, kernels that exist in the kernel files), every place that names ops
 exposes exactly the registry's, and the launches and copy-engine plans derived from an entry's layout do what its
 reference says. docs/collectives.md, "Adding a collective", is the recipe these checks hold."""
+import inspect
 import re
 from types import SimpleNamespace
 
@@ -133,8 +134,9 @@ def test_every_place_exposes_exactly_the_registry_s_ops():
     assert set(pdist.OPS) == {n for n, e in R.COLLECTIVES.items() if "staged" in e.kernels}
     assert all(getattr(pdist, n).__name__ == n for n in pdist.OPS)
     assert {n for n in names if hasattr(baselines.NcclCollectives, n)} == {n for n in names if baselines.runs(n)}
-    assert set(torch_collectives.OPS) == {n for n, e in R.COLLECTIVES.items() if e.torch}
-    assert experiment.OPS == tuple(R.COLLECTIVES) and C.COLLECTIVES is R.COLLECTIVES
+    assert set(torch_collectives.TORCH_OPS) == {n for n, e in R.COLLECTIVES.items() if e.torch}
+    assert inspect.signature(experiment.sweep).parameters["ops"].default == tuple(R.COLLECTIVES)
+    assert C.COLLECTIVES is R.COLLECTIVES
     assert set(ROOFLINE_COLLECTIVES) == {"send", *names}
     for name, entry in R.COLLECTIVES.items():
         assert [ROOFLINE_COLLECTIVES[name][0](n) for n in range(1, 9)] == [entry.bus_factor(n) for n in range(1, 9)]

@@ -84,8 +84,8 @@ def contrast_on_white(colour: str) -> float:
 
 
 def test_label_covers_every_recorded_implementation_and_mechanism():
-    names = (set(IMPLEMENTATIONS) | set(TRANSFER_MECHANISMS) | set(collective_ops.MECHANISMS)
-             | set(analysis.MECHANISMS) | set(STATUSES) | set(overlap.gemm.STUDY_IMPLEMENTATIONS)
+    names = (set(IMPLEMENTATIONS) | set(TRANSFER_MECHANISMS) | set(collective_ops.COLLECTIVE_MECHANISMS)
+             | set(analysis.DETECTED_MECHANISMS) | set(STATUSES) | set(overlap.gemm.STUDY_IMPLEMENTATIONS)
              | recorded_names("implementation") | recorded_names("first") | recorded_names("second"))
     unlabelled = sorted(n for n in names if n not in figures.LABELS)
     assert not unlabelled, f"figures.LABELS lacks {unlabelled}"

@@ -115,11 +115,14 @@ def test_add_a_collective(repo):
     _changed_only_as_named(root, before, _recipe("Add a collective"))
     out = _run(root, """
         from pkit.compiler import compile_cubin
-        from pkit.experiments.collectives import OPS
+        import inspect
+
+        from pkit.experiments.collectives import sweep
         from pkit.ops.collectives import COLLECTIVES, SM_KERNELS, Collectives
         from pkit.widgets import ROOFLINE_COLLECTIVES
 
-        assert "keep_own" in COLLECTIVES and "keep_own" in OPS and "keep_own" in ROOFLINE_COLLECTIVES
+        assert "keep_own" in COLLECTIVES and "keep_own" in ROOFLINE_COLLECTIVES
+        assert "keep_own" in inspect.signature(sweep).parameters["ops"].default  # the study sweeps it
         assert Collectives.keep_own.__name__ == "keep_own" and "keep_own" in SM_KERNELS
         module = compile_cubin("collectives.cu", arch="sm_90a", name_expressions=["keep_own"])
         assert module.lowered["keep_own"]

@@ -2,10 +2,10 @@
 import pytest
 
 from pkit import vocabulary as V
-from pkit.analysis import MECHANISMS as DETECTED
+from pkit.analysis import DETECTED_MECHANISMS
 from pkit.experiments.hierarchy.matrix import TESTCASES
 from pkit.ops import transfers
-from pkit.ops.collective_ops import MECHANISMS as COLLECTIVE_MECHANISMS
+from pkit.ops.collective_ops import COLLECTIVE_MECHANISMS
 from pkit.ops.overlap_patterns import schedules
 
 
@@ -19,7 +19,7 @@ def test_every_registry_names_mechanisms_in_the_vocabulary():
     moved = {s.transfer for s in schedules().values()} - {"nccl", ""}  # NCCL's and PyTorch's own
     assert moved and moved <= set(transfers.ALL_MECHANISMS)
     # what the analysis finds in candidates' code: pkit's families where they are the same thing
-    assert {"ce", "sm", "tma"} <= set(DETECTED) and not set(DETECTED) & {"sm_push", "sm_pull", "ll"}
+    assert {"ce", "sm", "tma"} <= set(DETECTED_MECHANISMS) and not set(DETECTED_MECHANISMS) & {"sm_push", "sm_pull", "ll"}
 
 
 def test_words_are_checked():

@@ -23,7 +23,7 @@ import numpy as np
 from ..vocabulary import families
 
 REDUCIBLE = {"float32": "float", "bfloat16": "__nv_bfloat16"}  # dtype -> the C++ type the kernels sum in
-MECHANISMS = ("auto", *families("sm", "ll", "ce"))  # `mechanism` of Collectives (pkit.vocabulary's families)
+COLLECTIVE_MECHANISMS = ("auto", *families("sm", "ll", "ce"))  # `mechanism` of Collectives (pkit.vocabulary's families)
 LL_MAX_BYTES = 1 << 20  # largest LL payload one rank sends one peer (sizes the staging buffer)
 ROOTED = {"source": "only the root's input moves: every rank gets it",
           "sink": "only the root's output is written: other ranks' outputs are left as they were"}
@@ -50,7 +50,7 @@ class CollectiveOp:
     torch: str | None = None  # the torch.distributed function, called (output, input), then the root if rooted
     torch_in_place: bool = False  # ... or on one tensor that is both
     nccl: str | None = None  # the NCCL call of the one-process baseline (pkit.ops.baselines.NCCL_CALLS)
-    mechanisms: tuple[str, ...] = MECHANISMS[1:]  # Collectives' mechanisms that run it; "sm" is auto's fallback
+    mechanisms: tuple[str, ...] = COLLECTIVE_MECHANISMS[1:]  # Collectives' mechanisms that run it; "sm": auto's fallback
     algorithms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # mechanism or family -> algorithms
     ll_auto_max_bytes: int = -1  # "auto" picks "ll" up to this many bytes per peer (-1: never)
     ce_auto_min_bytes: float = math.inf  # "auto" picks "ce" from this many bytes per peer (one process only)

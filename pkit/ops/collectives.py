@@ -50,7 +50,7 @@ from ..launch import THREADS
 from ..team import _BARRIER_BLOCKS
 from .collective_ops import LL_MAX_BYTES, REDUCIBLE, CollectiveOp, choose, collective, fits, kernel_names
 # The registry's other names, which callers import from here (pkit.ops.overlap, pkit.lesson, the cli, scripts):
-from .collective_ops import (COLLECTIVES, MECHANISMS, bandwidths, bus_bandwidth_factor,  # noqa: F401
+from .collective_ops import (COLLECTIVE_MECHANISMS, COLLECTIVES, bandwidths, bus_bandwidth_factor,  # noqa: F401
                              list_collectives, listing, lookup, per_peer_bytes)
 
 # LL block size (`ll_threads`): small blocks spread sends and polling over more SMs; once each thread of one

@@ -26,7 +26,7 @@ from ..experiments.overlap import links as L
 from ..experiments.overlap import model as M
 from .common import box, png
 
-WORLD_SIZES = (2, 4, 8)
+EXPLORED_WORLD_SIZES = (2, 4, 8)
 
 
 def overlap_inputs(calibration: str = "h200x1", links: str = studies.FIGURES_MACHINE, *,
@@ -115,7 +115,7 @@ def overlap_explorer(calibration: str = "h200x1", links: str = studies.FIGURES_M
                                               description="link GB/s"),
                 "pattern": w.Dropdown(options=[(figures.label(p), p) for p in M.PATTERN_NAMES], description="pattern"),
                 "inner": w.SelectionSlider(options=list(M.INNER), value=1024, description="N/K local"),
-                "gpus": w.Dropdown(options=list(WORLD_SIZES), value=2, description="W")}
+                "gpus": w.Dropdown(options=list(EXPLORED_WORLD_SIZES), value=2, description="W")}
     outputs = {"text": w.HTML(), "chart": w.Image(format="png")}
 
     def refresh(change=None):

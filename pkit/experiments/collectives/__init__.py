@@ -29,12 +29,11 @@ from ...studies import part_devices
 from ...team import team_devices
 from ...timing import bench as time_calls
 from ...tolerance import tolerance
-from .pytorch import OPS as TORCH_OPS, SYMM_MIN_BYTES
+from .pytorch import SYMM_MIN_BYTES, TORCH_OPS
 from ..torchrun import gpu_processes, torchrun
 
-OPS = tuple(COLLECTIVES)
 DEFAULT_SIZES = tuple(1 << p for p in range(16, 31, 2))  # 64 KiB → 1 GiB
-ITEMSIZE = {"bfloat16": 2, "float32": 4}  # bytes per element of the swept dtypes
+SWEPT_ITEMSIZES = {"bfloat16": 2, "float32": 4}  # bytes per element of the swept dtypes
 ROOT = 0  # the root of the rooted ops (broadcast, reduce) in every measurement, as nccl-tests' default
 
 
@@ -58,7 +57,7 @@ def _variants(op: str, nbytes: int, ranks: int):
 
 def _empty_buffers(team, op: str, nbytes: int, dtype: str):
     """(out, inp) SymmetricArrays of `op` for total size `nbytes`, shaped by the registry (`CollectiveOp.counts`)."""
-    inp_count, out_count = collective(op).counts(nbytes // ITEMSIZE[dtype], team.size)
+    inp_count, out_count = collective(op).counts(nbytes // SWEPT_ITEMSIZES[dtype], team.size)
     return team.empty((out_count,), dtype), team.empty((inp_count,), dtype)
 
 
@@ -90,12 +89,12 @@ def _matches(a, b, dtype: str) -> bool:
 def _dtypes(dtype: str | Sequence[str]) -> list[str]:
     """One dtype or several, as a list; each must be one the sweeps measure."""
     dtypes = [dtype] if isinstance(dtype, str) else list(dtype)
-    if not dtypes or any(d not in ITEMSIZE for d in dtypes):
+    if not dtypes or any(d not in SWEPT_ITEMSIZES for d in dtypes):
         raise ValueError(f"dtype: expected 'bfloat16', 'float32' or a list of them, got {dtype!r}")
     return dtypes
 
 
-def sweep(ops: Sequence[str] = OPS, sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16",
+def sweep(ops: Sequence[str] = tuple(COLLECTIVES), sizes: Sequence[int] = DEFAULT_SIZES, dtype: str | Sequence[str] = "bfloat16",
           devices: Sequence[int] | None = None, reps: int = 20, calls_per_sample: int = 1,
           implementations: Sequence[str] | None = None, graph: bool = False) -> pd.DataFrame:
     """pkit's collectives and single-process NCCL on the same buffers, one rank per GPU of `devices` (default: every

@@ -16,7 +16,7 @@ from ...ops.collective_ops import COLLECTIVES, CollectiveOp
 from ...timing import BenchResult
 from ...tolerance import tolerance
 
-OPS = tuple(name for name, op in COLLECTIVES.items() if op.torch)  # the registered ops torch.distributed runs
+TORCH_OPS = tuple(name for name, op in COLLECTIVES.items() if op.torch)  # the registered ops torch.distributed runs
 SYMM_MIN_BYTES = 4096  # torch symmetric memory's smallest all-reduce
 
 
@@ -84,7 +84,7 @@ def _cases(nbytes: int, dtype, world: int, rank: int, group_name: str | None):
     count = nbytes // torch.tensor([], dtype=dtype).element_size()
     dev = torch.device("cuda", rank)
     tensors = {}  # op -> (input, output), sized by the registry (`CollectiveOp.counts`)
-    for op in OPS:
+    for op in TORCH_OPS:
         inp_count, out_count = COLLECTIVES[op].counts(count, world)
         tensors[op] = torch.randn(inp_count, device=dev).to(dtype), torch.empty(out_count, device=dev, dtype=dtype)
     for op, (inp, out) in tensors.items():  # a rooted op from or to rank 0, as the one-process sweep runs it
@@ -136,7 +136,7 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--calls-per-sample", type=int, default=1, help="back-to-back calls timed per sample")
     parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays of the calls of a sample")
-    parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
+    parser.add_argument("--ops", nargs="+", default=list(TORCH_OPS), choices=TORCH_OPS)
     parser.add_argument("--symm-max-bytes", type=int, default=64 << 20, help="largest size for symmetric memory")
     parser.add_argument("--symm-min-bytes", type=int, default=SYMM_MIN_BYTES, help="smallest size for symmetric memory")
     args = parser.parse_args(argv)

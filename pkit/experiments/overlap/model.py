@@ -64,7 +64,7 @@ from .links import Link
 from .shapes import DEFAULT_N_LOCALS
 
 PATTERN_NAMES = tuple(PATTERNS)
-ITEMSIZE = 2  # bf16
+BF16_BYTES = 2  # the schedules multiply bf16
 
 
 def waves(m, n, sms: int):
@@ -189,7 +189,7 @@ def schedules_of(pattern: str) -> tuple[str, ...]:
 def collective_bytes(pattern: str, m: int, k: int, n: int) -> float:
     """S of `pattern`'s collective (nccl-tests' size, bytes): the gathered operand (M × K) where bytes flow in, the
     summed output (M × N) where they flow out."""
-    return float(m * (k if PATTERNS[pattern].flow == "in" else n) * ITEMSIZE)
+    return float(m * (k if PATTERNS[pattern].flow == "in" else n) * BF16_BYTES)
 
 
 def link_bytes(pattern: str, schedule: str, m: int, k: int, n: int, gpus: int) -> float:
@@ -344,7 +344,7 @@ def serial_check(link: Link, gemm: GemmFit, gemm_frame: pd.DataFrame, m: int = 8
     error = model / sum − 1. At a shape the GEMM study recorded the model's GEMM is the recorded one
     (`GemmFit.time_s`), so the error says whether the schedule adds up its pieces; the fit's own error is
     `GemmFit.errors`'."""
-    t_nccl = link.nccl_s("all_gather", m * k * ITEMSIZE, link.gpus) * 1e6
+    t_nccl = link.nccl_s("all_gather", m * k * BF16_BYTES, link.gpus) * 1e6
     rows = []
     shapes = gemm_frame[(gemm_frame["implementation"] == gemm.implementation) & (gemm_frame["m"] == m)
                         & (gemm_frame["k"] == k)]
