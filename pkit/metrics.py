@@ -24,8 +24,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-CORRECT = ("correct_slower", "correct_level", "correct_faster")
-"""Statuses that count as correct (records written before `correct_level` existed have only the other two)."""
+from .harness.records import CORRECT  # the statuses that count as correct (older records lack correct_level)
 
 ALL = "all"
 """The category label of rows that pool every category."""
