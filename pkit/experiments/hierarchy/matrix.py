@@ -421,9 +421,9 @@ def key_paths(frame: pd.DataFrame, device: int = 0, peer: int | None = None) -> 
     Example:
         >>> df = pd.DataFrame({"testcase": ["device_to_device_memcpy_write_ce", "device_to_host_memcpy_ce"],
         ...                    "src": ["GPU0", "GPU0"], "dst": ["GPU1", "CPU"], "bytes": [1 << 29] * 2,
-        ...                    "bandwidth_GBps": [395.5, 55.3], "cv": [0.001, 0.002]})
+        ...                    "bandwidth_GBps": [400.0, 50.0], "cv": [0.001, 0.002]})
         >>> key_paths(df)[["path", "bandwidth_GBps"]].values.tolist()
-        [['peer, copy engine, one way', 395.5], ['device to host (pinned)', 55.3]]
+        [['peer, copy engine, one way', 400.0], ['device to host (pinned)', 50.0]]
     """
     missing = {"testcase", "src", "dst", "bytes", "bandwidth_GBps", "cv"} - set(frame.columns)
     if missing:
