@@ -292,7 +292,7 @@ def test_record_detail_reason_and_per_rank():
     assert list(d["per_rank"]["rank"]) == [0, 1] and not d["per_rank"]["ok"].any()
     assert "cpu, world size 2" in d["ran_on"] and "sample 2" in d["title"]
     text = W.detail_html(wrong)
-    assert "<b>reason</b>" in text and "per rank" in text and "first at [2048]" in text
+    assert "<b>reason</b>" in text and "<br><b>per rank</b>" in text and "first at [2048]" in text
     for status, label in (("compile_error", "compile_error"), ("runtime_error", None), ("timeout", None)):
         r = next(r for r in records if r["status"] == status)
         reason = W.record_detail(r)["reason"]

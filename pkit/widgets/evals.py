@@ -151,7 +151,7 @@ def detail_html(record: dict, about: dict | None = None) -> str:
         parts.append(f"<br><b>error</b><pre style='white-space:pre-wrap;max-height:16em;overflow:auto'>"
                      f"{html.escape(d['error'])}</pre>")
     if len(d["per_rank"]):
-        parts.append("<b>per rank</b>" + d["per_rank"].to_html(index=False, na_rep="", float_format="{:.4g}".format))
+        parts.append("<br><b>per rank</b>" + d["per_rank"].to_html(index=False, na_rep="", float_format="{:.4g}".format))
     return "".join(parts)
 
 
