@@ -1,5 +1,6 @@
 """The house's proportions, read from pkit's source with ast (nothing is imported): no module over 500 lines, no
-function over 60, and no circle among pkit's modules, counting the imports made inside functions."""
+function over 60, no circle among pkit's modules and no import from a lower layer up to a higher one (`LAYERS`),
+counting the imports made inside functions."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +9,13 @@ from pathlib import Path
 PKIT = Path(__file__).resolve().parents[1] / "pkit"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
+# pkit's layers, bottom up: a module imports only from its own layer or those below. The core (compiler, gpus, team,
+# launch, timing, results, roofline, hardware, studies, ...: every module not named here) is the lowest; the ops on
+# a Team above it; the figures' house style (which reads the ops' registries) and pkit.dist (the ops on torch
+# tensors); the harness and what reads its records; the studies, the lesson and the notebook runner; the
+# explorers on top of them; the command line last.
+LAYERS = ({"pkit.ops"}, {"pkit.figures", "pkit.dist"}, {"pkit.harness", "pkit.metrics", "pkit.analysis"},
+          {"pkit.experiments", "pkit.lesson", "pkit.notebooks"}, {"pkit.widgets"}, {"pkit.cli"})
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -101,3 +109,15 @@ def test_no_function_over_60_lines():
 def test_no_import_circles():
     found = circles(import_graph())
     assert not found, f"modules that import each other (inside functions too): {found}"
+
+
+def layer(module: str) -> int:
+    """`module`'s layer: 1 + its package's index in LAYERS, 0 for the core."""
+    package = ".".join(module.split(".")[:2])
+    return next((i + 1 for i, names in enumerate(LAYERS) if package in names), 0)
+
+
+def test_no_import_from_a_lower_layer_up():
+    graph = import_graph()
+    upward = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if layer(b) > layer(a))
+    assert not upward, f"imports from a lower layer up (inside functions too): {upward}; move the code or the import"
