@@ -107,6 +107,8 @@ def skip_reason(path: Path, mode: str, machine: str, width: int | None = None) -
         no recorded ceilings and 2 more for h200x9-nv18 (--verbose: how to record)
         >>> skip_reason(NOTEBOOK_DIR / "02_interconnect_hierarchy.ipynb", "measure", "h200x9-nv18")  # it records them
         ''
+        >>> print(skip_reason(NOTEBOOK_DIR / "01_compute_vs_network.ipynb", "replay", "h200x9-nv18"))  # doctest: +ELLIPSIS
+        no recorded quickstart for machine 'h200x9-nv18', the results it shows; record them with their studies: ...
     """
     from .results import is_recorded
 
@@ -121,6 +123,8 @@ def skip_reason(path: Path, mode: str, machine: str, width: int | None = None) -
     if gpus and not plan.can_measure:
         reason = f"study {study.name!r} needs {plan.needs}; {machine} has {target.gpus}, so nothing of it was recorded there"
         return reason if width is None else textwrap.shorten(reason, width, placeholder=" … (--verbose)")
+    if not gpus and study.reads and not any(is_recorded(e, machine) for e in study.reads):
+        return unread_reason(study, machine, width)
     missing = [p.experiment for p in study.parts if not p.optional and not is_recorded(p.experiment, machine)
                and (not p.gpus or not p.lacking(target) or not gpus)]
     if not missing:
@@ -133,6 +137,17 @@ def skip_reason(path: Path, mode: str, machine: str, width: int | None = None) -
         how.append(f"{'or ' if how else ''}run the notebook in measure mode on a machine with {gpus} "
                    f"GPU{'s' if gpus > 1 else ''}: pkit figures --mode measure --only {path.stem}")
     return f"no recorded {', '.join(missing)} for machine {machine!r}; " + ("; ".join(how) or f"record {them} first")
+
+
+def unread_reason(study: studies.Study, machine: str, width: int | None = None) -> str:
+    """Why a study that measures nothing cannot replay for `machine`: none of the other studies' results it shows
+    (`Study.reads`) is recorded there (one of them is enough: it shows what there is). With `width`, in at most
+    `width` characters where it can be (`brief_reason`)."""
+    if width is not None:
+        return brief_reason(list(study.reads), machine, width)
+    recorders = dict.fromkeys(studies.for_experiment(e)[0].name for e in study.reads)
+    return (f"no recorded {', '.join(study.reads)} for machine {machine!r}, the results it shows; record them with "
+            f"their studies: {', '.join(recorders)}")
 
 
 def brief_reason(missing: Sequence[str], machine: str, width: int) -> str:
