@@ -107,8 +107,8 @@ def skip_reason(path: Path, mode: str, machine: str, width: int | None = None) -
         no recorded ceilings and 2 more for h200x9-nv18 (--verbose: how to record)
         >>> skip_reason(NOTEBOOK_DIR / "02_interconnect_hierarchy.ipynb", "measure", "h200x9-nv18")  # it records them
         ''
-        >>> print(skip_reason(NOTEBOOK_DIR / "01_compute_vs_network.ipynb", "replay", "h200x9-nv18"))  # doctest: +ELLIPSIS
-        no recorded quickstart for machine 'h200x9-nv18', the results it shows; record them with their studies: ...
+        >>> print(skip_reason(NOTEBOOK_DIR / "01_compute_vs_network.ipynb", "replay", "h200x9"))  # doctest: +ELLIPSIS
+        no recorded quickstart for machine 'h200x9', the results it shows; record them with their studies: ...
     """
     from .results import is_recorded
 
@@ -121,7 +121,8 @@ def skip_reason(path: Path, mode: str, machine: str, width: int | None = None) -
     target = studies.Machine.from_slug(machine)
     plan = study.requires(target)
     if gpus and not plan.can_measure:
-        reason = f"study {study.name!r} needs {plan.needs}; {machine} has {target.gpus}, so nothing of it was recorded there"
+        reason = (f"study {study.name!r} needs {plan.needs}; {machine} has {target.gpus}, so nothing of it was "
+                  "recorded there")
         return reason if width is None else textwrap.shorten(reason, width, placeholder=" … (--verbose)")
     if not gpus and study.reads and not any(is_recorded(e, machine) for e in study.reads):
         return unread_reason(study, machine, width)
