@@ -5,8 +5,10 @@ one ce_chunks run's timeline, and each study measured or replayed by name (`MEAS
 Patterns, schedules and their option grids come from the registry, `pkit.ops.overlap_patterns`.
 
 Example:
-    >>> MEASUREMENTS
-    ('gemm', 'gemm_fp8', 'gemm_plans', 'ag_gemm', 'gemm_rs', 'gemm_ar', 'torch_ag_gemm', 'torch_gemm_rs', 'timeline')
+    >>> MEASUREMENTS[:len(GEMM_STUDIES)] == GEMM_STUDIES and set(PATTERNS) <= set(MEASUREMENTS)  # then each pattern
+    True
+    >>> [m for m in MEASUREMENTS if m.startswith("torch_")] == [f"torch_{p}" for p in TORCH_PATTERNS]
+    True
     >>> import pkit; frame = sweep(pkit.Team(pkit.team.team_devices()), n_locals=[1024, 4096])   # doctest: +SKIP
 """
 from __future__ import annotations
