@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import statistics
@@ -48,6 +49,7 @@ import pandas as pd
 from pkit import results
 from pkit.harness import problems, runner
 from pkit.harness.launch import free_port
+from pkit.harness.records import first_line
 from pkit.harness.solutions import Candidate
 
 PROBLEM = '''
@@ -208,7 +210,8 @@ def row_of(kind: str, record: dict, spin_ms: float, true: float | None, elapsed_
     low, high = record["speedup_low"], record["speedup_high"]
     return {"kind": kind, "problem": record["problem"], "size": record["size"], "spin_ms": spin_ms,
             "true_speedup": true, "spin_speedup": ref_ms / (ref_ms + spin_ms) if ref_ms else None,
-            "status": record["status"], "speedup": record["speedup"], "speedup_low": low, "speedup_high": high,
+            "status": record["status"], "error": first_line(record["error"]) or None, "speedup": record["speedup"],
+            "speedup_low": low, "speedup_high": high,
             "holds_true": None if low is None or true is None else low <= true <= high,
             "timing_rounds": record["timing_rounds"], "ref_time_ms": ref_ms, "sol_time_ms": record["sol_time_ms"],
             "ref_time_cv": record["ref_time_cv"], "sol_time_cv": record["sol_time_cv"],
@@ -263,7 +266,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=25)
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--truth-calls", type=int, default=200,
+    parser.add_argument("--truth-calls", type=int, default=1000,
                         help="calls of each role when a slowed candidate's true speedup is measured")
     args = parser.parse_args(argv)
     if (args.root is None) == (args.report is None):
@@ -346,25 +349,37 @@ def report(said: dict, provenance: dict) -> str:
              + f"of {said['wall_s_median']:.2f} s wall; median phases (s): "
              + ", ".join(f"{k} {v:g}" for k, v in sorted(said["phases_s_median"].items(),
                                                          key=lambda kv: (-kv[1], kv[0])))]
-    kinds = [k for k in said if isinstance(said[k], dict) and "n" in said[k]]
+    order = ("same", "slowed", "overhead")  # then by name: a record's JSON keeps its keys sorted
+    kinds = sorted((k for k in said if isinstance(said[k], dict) and "n" in said[k]),
+                   key=lambda k: (next((i for i, w in enumerate(order) if k.startswith(w)), len(order)), k))
     for kind in kinds:
-        k = said[kind]
+        k = {name: "none" if isinstance(v, float) and math.isnan(v) else v for name, v in said[kind].items()}
         iqr = k.get("ref_time_iqr_over_median")
         spread = f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}" + (
             "" if iqr is None else f", IQR {iqr:.3f} of the median")
         if kind.startswith("overhead "):
             lines.append(f"{kind} ({k['size']}): n={k['n']}, statuses {k['statuses']}, cost median "
-                         f"{k['overhead_s_median']:.2f} s (max {k['overhead_s_max']:.2f} s) of {k['wall_s_median']:.2f} "
-                         f"s wall, {k['elapsed_s_mean']:.2f} s a candidate with the reference's start; interval holds "
-                         f"1.0 in {k['interval_holds_true']:.0%}; median speedup {k['speedup_median']:.3f}, rounds "
-                         f"median {k['rounds_median']:g} (max {k['rounds_max']}); {spread}")
+                         f"{k['overhead_s_median']:.2f} s (max {k['overhead_s_max']:.2f} s) of "
+                         f"{k['wall_s_median']:.2f} s wall, {k['elapsed_s_mean']:.2f} s a candidate with the "
+                         f"reference's start; interval holds 1.0 in {_share(k['interval_holds_true'])}; median "
+                         f"speedup {_number(k['speedup_median'])}, "
+                         f"rounds median {k['rounds_median']:g} (max {k['rounds_max']}); {spread}")
             continue
         lines.append(f"{kind}: n={k['n']}, statuses {k['statuses']}, interval holds the true speedup "
                      f"({k['true_speedup_median']:.3f} measured apart; {k['spin_speedup_median']:.3f} by the "
-                     f"spin alone) in {k['interval_holds_true']:.0%}; median speedup "
-                     f"{k['speedup_median']:.3f}, rounds median {k['rounds_median']:g} (max {k['rounds_max']}); "
+                     f"spin alone) in {_share(k['interval_holds_true'])}; median speedup "
+                     f"{_number(k['speedup_median'])}, rounds median {k['rounds_median']:g} (max {k['rounds_max']}); "
                      + spread)
     return "\n".join(lines)
+
+
+def _share(value) -> str:
+    """A fraction as a percentage ('none' stays: no evaluation had an interval)."""
+    return value if isinstance(value, str) else f"{value:.0%}"
+
+
+def _number(value) -> str:
+    return value if isinstance(value, str) else f"{value:.3f}"
 
 
 if __name__ == "__main__":

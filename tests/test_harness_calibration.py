@@ -77,7 +77,7 @@ def test_the_spin_makes_the_candidate_slower_by_the_fraction_measured_apart(scri
 
 
 def _record(problem: str, status: str, speedup: float, low: float, high: float) -> dict:
-    return {"problem": problem, "size": "tiny", "status": status, "speedup": speedup, "speedup_low": low,
+    return {"problem": problem, "size": "tiny", "status": status, "error": None, "speedup": speedup, "speedup_low": low,
             "speedup_high": high, "timing_rounds": 6, "ref_time_ms": 0.1, "sol_time_ms": 0.1 / speedup,
             "ref_time_cv": 0.04, "sol_time_cv": 0.05, "ref_time_iqr_ms": 0.01, "sol_time_iqr_ms": 0.01, "wall_s": 2.0,
             "phase_s": {"startup": 0.5, "parent: timed calls": 0.25}}
