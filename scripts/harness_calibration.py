@@ -113,26 +113,29 @@ CACHE_BYTES = 64 << 20
 SLOWDOWNS = (0.10, 0.25)
 """How much slower the slowed candidates are: each is timed apart at (1 + fraction) times the reference's median."""
 
-TUNING_STEPS = 1
-"""Times a slowed candidate's spin is corrected by what its time measured apart missed the target by."""
+TUNING_STEPS = 3
+"""Most times a slowed candidate's spin is corrected by what its time measured apart missed the target by."""
+TUNING_TOLERANCE = 0.02
+"""A spin is kept once the candidate's time measured apart lies within this share of its target."""
 
 
 def spin_for(fraction: float, ref_ms: float, measure) -> tuple[float, float]:
     """(spin in ms, true speedup) of a candidate made `fraction` slower than the reference. `measure(spin_ms)` gives
     (the reference's median ms, the candidate's median ms) measured apart; the spin starts at `fraction` of the
-    reference's `ref_ms` and is corrected TUNING_STEPS times by what the candidate's time missed (1 + fraction) times
-    the reference's by (waiting for the device and the spin's own loop cost a little more than the spin), then the
-    true speedup is measured at the spin found.
+    reference's `ref_ms` and, until the candidate's time lies within TUNING_TOLERANCE of (1 + fraction) times the
+    reference's (at most TUNING_STEPS times), is corrected by what it missed that by (waiting for the device and the
+    spin's own loop cost a little more than the spin, and one measurement on a busy CPU can stray); the true
+    speedup is the one measured at the spin kept.
 
     >>> spin_for(0.1, 1.0, lambda spin: (1.0, 1.0 + 0.03 + spin))  # the wait costs 0.03 ms: the spin is 0.07 ms
     (0.07, 0.9090909090909091)
     """
-    spin = fraction * ref_ms
-    for _ in range(TUNING_STEPS):
+    spin, target = fraction * ref_ms, 1 + fraction
+    for step in range(TUNING_STEPS + 1):
         ref, candidate = measure(spin)
-        spin = round(max(0.0, spin - (candidate - (1 + fraction) * ref)), 9)
-    ref, candidate = measure(spin)
-    return spin, ref / candidate
+        if abs(candidate / ref - target) <= TUNING_TOLERANCE * target or step == TUNING_STEPS:
+            return spin, ref / candidate
+        spin = round(max(0.0, spin - (candidate - target * ref)), 9)
 
 
 def _alternate(problem_file: str, candidate_file: str, size: str, device: str, calls: int, port: int,
@@ -292,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parameters = {"device": args.device, "world_size": args.world_size, "size": size, "perf": args.perf,
                   "warmup": args.warmup, "iters": args.iters, "same": args.same, "slowed": args.slowed,
                   "slowdowns": list(SLOWDOWNS), "truth_calls": args.truth_calls, "tuning_steps": TUNING_STEPS,
+                  "tuning_tolerance": TUNING_TOLERANCE,
                   "overhead_roots": [str(r) for r in args.overhead_root], "overhead_runs": args.overhead_runs,
                   "minutes": round((time.monotonic() - began) / 60, 2),
                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
