@@ -218,6 +218,8 @@ def row_of(kind: str, record: dict, spin_ms: float, true: float | None, elapsed_
             "holds_true": None if low is None or true is None else low <= true <= high,
             "timing_rounds": record["timing_rounds"], "ref_time_ms": ref_ms, "sol_time_ms": record["sol_time_ms"],
             "ref_time_cv": record["ref_time_cv"], "sol_time_cv": record["sol_time_cv"],
+            "ref_time_cv_rounds": record.get("ref_time_cv_rounds"),
+            "sol_time_cv_rounds": record.get("sol_time_cv_rounds"),
             "ref_time_iqr_ms": record["ref_time_iqr_ms"], "sol_time_iqr_ms": record["sol_time_iqr_ms"],
             "wall_s": record["wall_s"], "timed_calls_s": timed,
             "overhead_s": None if timed is None else record["wall_s"] - timed, "elapsed_s": elapsed_s,
@@ -247,6 +249,9 @@ def summary(frame: pd.DataFrame) -> dict:
                      "wall_s_median": float(rows["wall_s"].median()),
                      "elapsed_s_mean": float(rows["elapsed_s"].mean()),
                      "size": str(rows["size"].iloc[0])}
+        within = pd.to_numeric(rows["ref_time_cv_rounds"])
+        if within.notna().any():  # records of an older harness lack it
+            out[kind]["ref_time_cv_rounds_median"] = float(within.median())
     return out
 
 
@@ -358,8 +363,9 @@ def report(said: dict, provenance: dict) -> str:
                    key=lambda k: (next((i for i, w in enumerate(order) if k.startswith(w)), len(order)), k))
     for kind in kinds:
         k = {name: "none" if isinstance(v, float) and math.isnan(v) else v for name, v in said[kind].items()}
-        iqr = k.get("ref_time_iqr_over_median")
+        iqr, within = k.get("ref_time_iqr_over_median"), k.get("ref_time_cv_rounds_median")
         spread = f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}" + (
+            "" if within is None else f" ({_number(within, 2)} within a round)") + (
             "" if iqr is None else f", IQR {iqr:.3f} of the median")
         if kind.startswith("overhead "):
             lines.append(f"{kind} ({k['size']}): n={k['n']}, statuses {k['statuses']}, cost median "
@@ -382,8 +388,8 @@ def _share(value) -> str:
     return value if isinstance(value, str) else f"{value:.0%}"
 
 
-def _number(value) -> str:
-    return value if isinstance(value, str) else f"{value:.3f}"
+def _number(value, digits: int = 3) -> str:
+    return value if isinstance(value, str) else f"{value:.{digits}f}"
 
 
 if __name__ == "__main__":

@@ -33,9 +33,22 @@ def timing_fields(rounds: Rounds) -> dict:
     speedup = statistics.median(round_ratios(refs, sols))
     low, high = speedup_interval(refs, sols)
     return {"status": speed_status(low, high), "ref_time_ms": r.median_ms, "sol_time_ms": s.median_ms,
-            "ref_time_cv": r.cv, "sol_time_cv": s.cv, "ref_time_min_ms": r.min_ms, "sol_time_min_ms": s.min_ms,
+            "ref_time_cv": r.cv, "sol_time_cv": s.cv, "ref_time_cv_rounds": cv_within_rounds(refs),
+            "sol_time_cv_rounds": cv_within_rounds(sols), "ref_time_min_ms": r.min_ms, "sol_time_min_ms": s.min_ms,
             "ref_time_iqr_ms": r.iqr_ms, "sol_time_iqr_ms": s.iqr_ms, "speedup": speedup, "speedup_low": low,
             "speedup_high": high, "timing_rounds": len(rounds), "rotations": len(rounds[0][1].seeds)}
+
+
+def cv_within_rounds(times: list[list[float]]) -> float | None:
+    """The median over rounds of each round's coefficient of variation (standard deviation over mean of its calls,
+    ms), None without a round of two calls: the calls' spread within a window, without the spread between windows
+    (placements drawn per window, drift) that the pooled cv carries.
+
+    >>> cv_within_rounds([[1.0, 1.0], [2.0, 2.0], [1.0, 3.0]])
+    0.0
+    """
+    cvs = [statistics.pstdev(t) / statistics.fmean(t) for t in times if len(t) > 1 and statistics.fmean(t) > 0]
+    return statistics.median(cvs) if cvs else None
 
 
 def gain_on_reused_sets(rounds: Rounds) -> str | None:
