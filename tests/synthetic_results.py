@@ -81,6 +81,7 @@ def _gemm_rates(rng):
     """Stand-ins for overlap_gemm._rates_of_shape and _plans_of_shape: their rows for one shape (the keys they
     write), made-up rates."""
     from pkit.experiments.overlap.gemm import IMPLEMENTATIONS
+    from pkit.ops.gemm import STAGE_COUNTS, VARIANTS
 
     def timed(m, n, k, tflops, reps):
         t = summarize(2 * m * n * k / (tflops * 1e12) * 1e3 * rng.uniform(0.98, 1.02, reps))
@@ -89,13 +90,15 @@ def _gemm_rates(rng):
     def rates(m, n, k, dtype, device, reps, warmup, seed):
         return [{"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
                  "block_n": 256 if name.startswith("pkit") else 0, "splits": 1 if name.startswith("pkit") else 0,
+                 "stages": STAGE_COUNTS[256][0] if name.startswith("pkit") else 0,
                  **timed(m, n, k, rng.uniform(500, 750), reps), "verified": True,
                  "max_abs_err": rng.uniform(0.01, 0.1)} for name in IMPLEMENTATIONS[dtype]]
 
     def plans(m, n, k, dtype, device, reps, warmup, seed):
-        return [{"dtype": dtype, "m": m, "n": n, "k": k, "block_n": w, "splits": s,
-                 **timed(m, n, k, rng.uniform(300, 750), reps), "verified": True, "chosen": (w, s) == (256, 1)}
-                for w in (256, 128) for s in (1, 2)]
+        return [{"dtype": dtype, "m": m, "n": n, "k": k, "block_n": w, "splits": s, "stages": st,
+                 **timed(m, n, k, rng.uniform(300, 750), reps), "verified": True,
+                 "chosen": (w, st, s) == (*VARIANTS[0], 1)}
+                for w, st in VARIANTS for s in (1, 2)]
 
     return rates, plans
 

@@ -8,15 +8,15 @@ from pkit.ops import gemm as G  # noqa: E402
 from pkit.tolerance import bf16_gemm  # noqa: E402
 
 
-PLANS = [G.Plan(w, s) for w in G.TILE_WIDTHS for s in (1, 3)]  # each tile width, without and with split-K
+PLANS = [G.Plan(w, s, st) for w, st in G.VARIANTS for s in (1, 3)]  # each kernel, without and with split-K
 
 
-@pytest.mark.parametrize("width", G.TILE_WIDTHS)
+@pytest.mark.parametrize("width, stages", G.VARIANTS)
 @pytest.mark.parametrize("dtype", G.DTYPES)
-def test_every_variant_compiles_for_sm90a(cache_dir, width, dtype):
+def test_every_variant_compiles_for_sm90a(cache_dir, width, stages, dtype):
     import pkit
 
-    name = G.kernel_name(width, dtype)
+    name = G.kernel_name(width, dtype, stages)
     assert pkit.compile("gemm.cu", name, arch="sm_90a").module.lowered[name].startswith("_Z")
 
 
@@ -37,6 +37,7 @@ def test_shapes_and_work_struct_match_the_kernel(cache_dir):
 
     text = "\n".join([(KERNEL_DIR / "gemm.cu").read_text(), G.SHAPE_ASSERTS, G.WORK.layout_asserts(), ""])
     assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
+    assert all(G.boxes(w, s) >= 1 and G.smem_bytes(w, s) <= 232448 for w, s in G.VARIANTS)
 
 
 @pytest.mark.parametrize("a, b, text", [
@@ -277,7 +278,9 @@ def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
 
     frame = plan_sweep([(1024, 256, 1024)], dtypes=["bfloat16"], reps=2, warmup=1)
     assert frame["verified"].all() and frame["chosen"].sum() == 1
-    assert len(frame) == len(G.TILE_WIDTHS) * len([s for s in SPLIT_GRID if s <= 1024 // 64])
+    sms = __import__("pkit").devices()[0].sms
+    assert len(frame) == len(G.plan_options(1024, 256, 1024, sms, splits=SPLIT_GRID))
+    assert set(zip(frame["block_n"], frame["stages"])) == set(G.VARIANTS)
     assert frame["ratio_to_best"].max() == 1.0
 
 

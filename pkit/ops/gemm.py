@@ -6,13 +6,14 @@ one GPU, N a multiple of 8 (C's rows are written by TMA in 16-byte units). Tiles
 handled (TMA reads zeros past the edges and drops what falls outside C). It is the compute half of pkit's overlap
 schedules, and its rate is compared with cuBLAS's in the overlap study.
 
-How the work is cut is a `Plan`: the tile width (128 × 256 or 128 × 128 tiles of C) and split-K (each tile's K cut
-into `splits` units that add their fp32 partials into the tile's sum in L2, the last one writing the tile), chosen
-by `plan` from the shape and the SMs: the least estimated time, under a rule fitted to a recorded sweep of plans.
+How the work is cut is a `Plan`: the tile width (128 × 256 or 128 × 128 tiles of C), split-K (each tile's K cut
+into `splits` units that leave their fp32 partials in slots in L2, the last one adding them up and writing the
+tile) and the pipeline's depth, chosen by `plan` from the shape and the SMs: the least estimated time, under a rule
+fitted to a recorded sweep of plans.
 
 Example:
-    >>> plan(8192, 8192, 8192, sms=132)          # plenty of tiles: wide tiles, no split
-    Plan(block_n=256, splits=1)
+    >>> plan(8192, 8192, 8192, sms=132).splits   # plenty of tiles: no split
+    1
     >>> plan(1024, 256, 8192, sms=132).splits > 1  # 16 tiles at most for 132 SMs: K is split
     True
     >>> import torch                                                                        # doctest: +SKIP
@@ -37,39 +38,50 @@ from ..kernel_args import KernelArgs, packed
 BLOCK_M, BLOCK_K = 128, 64  # rows of a tile of C; bf16 elements of a K slice (128 bytes; FP8: 128 elements)
 TILE_WIDTHS = (256, 128)  # columns of a tile of C (gemm.cu's BN), widest first
 BLOCK_N = TILE_WIDTHS[0]
+STAGE_COUNTS = {256: (4, 3), 128: (6,)}  # gemm.cu's stage counts S for each tile width, deepest first
+VARIANTS = tuple((width, stages) for width, counts in STAGE_COUNTS.items() for stages in counts)  # gemm.cu's kernels
 MAX_SPLITS = 16  # the most units one tile's K is cut into
 GEMM_THREADS = 384  # a producer warpgroup and two consumer warpgroups
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
 _SMEM_LIMIT = 232448  # gemm.cu kSmemLimit: the most dynamic shared memory a Hopper block may have (227 KiB)
-_SMEM_EXTRA = 2 * 2 * 64 * 64 * 2 + 1024 + 256  # gemm.cu Shape::kExtraBytes: two outboxes, alignment, mbarriers
+_SMEM_FIXED = 1024 + 256  # gemm.cu kFixedBytes: alignment, mbarriers
 MAX_TARGETS = 8  # gemm.cu kMaxTargets
 EPILOGUE_BOX = 64  # rows and columns of the epilogue's TMA boxes
+_BOX_BYTES = EPILOGUE_BOX * EPILOGUE_BOX * 2  # gemm.cu kBoxBytes: one bf16 box
 TENSOR_MAP = np.dtype([("opaque", np.uint64, (TENSOR_MAP_BYTES // 8,))])  # CUtensorMap, passed by value
 DTYPES = {"bfloat16": "Bf16", "float8_e4m3fn": "E4m3"}  # torch dtype name → gemm.cu's input type
 ITEMSIZES = {"bfloat16": 2, "float8_e4m3fn": 1}  # bytes per input element of each of DTYPES
 
 
-def stages(block_n: int) -> int:
-    """Shared-memory stages of a block with tiles `block_n` wide (gemm.cu Shape::kStages)."""
-    return (_SMEM_LIMIT - _SMEM_EXTRA) // ((BLOCK_M + block_n) * SLICE_BYTES)
+def boxes(block_n: int, stages: int) -> int:
+    """Epilogue boxes per consumer of a block with tiles `block_n` wide and `stages` stages: as many as fit beside
+    the stages, up to block_n / 64 (gemm.cu Shape::kBoxes)."""
+    spare = (_SMEM_LIMIT - _SMEM_FIXED - stages * (BLOCK_M + block_n) * SLICE_BYTES) // (2 * _BOX_BYTES)
+    return min(spare, block_n // EPILOGUE_BOX)
 
 
-def smem_bytes(block_n: int) -> int:
-    """Dynamic shared memory of a block with tiles `block_n` wide (gemm.cu Shape::kSmemBytes)."""
-    return stages(block_n) * (BLOCK_M + block_n) * SLICE_BYTES + _SMEM_EXTRA
+def smem_bytes(block_n: int, stages: int) -> int:
+    """Dynamic shared memory of a block with tiles `block_n` wide and `stages` stages (gemm.cu Shape::kSmemBytes)."""
+    return stages * (BLOCK_M + block_n) * SLICE_BYTES + 2 * boxes(block_n, stages) * _BOX_BYTES + _SMEM_FIXED
 
 
-SHAPE_ASSERTS = "\n".join(f"static_assert(Shape<{w}>::kSmemBytes == {smem_bytes(w)}, \"smem_bytes({w})\");"
-                          for w in TILE_WIDTHS)
+SHAPE_ASSERTS = "\n".join(f"static_assert(Shape<{w}, {s}>::kSmemBytes == {smem_bytes(w, s)}, \"smem_bytes({w}, {s})\");"
+                          for w, counts in STAGE_COUNTS.items() for s in counts)
 
 
 @dataclass(frozen=True)
 class Plan:
     """How a GEMM's work is cut: tiles of C `block_n` columns wide (and BLOCK_M rows), each tile's K in `splits`
-    units (split-K; 1: none)."""
+    units (split-K; 1: none), through `stages` shared-memory stages (0: the deepest of STAGE_COUNTS[block_n];
+    fewer leave room for an outbox as wide as the tile, so its epilogue never waits)."""
 
     block_n: int
     splits: int
+    stages: int = 0
+
+    def __post_init__(self):
+        if not self.stages and self.block_n in STAGE_COUNTS:
+            object.__setattr__(self, "stages", STAGE_COUNTS[self.block_n][0])
 
     def tiles(self, m: int, n: int) -> int:
         return math.ceil(m / BLOCK_M) * math.ceil(n / self.block_n)
@@ -80,21 +92,27 @@ class Plan:
 
 @dataclass(frozen=True)
 class PlanRule:
-    """plan's estimate of a plan's time, in the time a block takes over one K slice of a 128 × 256 tile: the
-    waves of units over the SMs times each unit's K slices plus `unit_overhead` slices (filling the pipeline,
-    writing the tile), a slice of a 128-wide tile costing `narrow_slice` of a 256-wide one; with split-K each unit
-    also costs `split_overhead` slices per split (its fp32 partial added into the tile's sum in L2, the last unit
-    reading the sum back).
-    The defaults count MMA work and bytes alone; `pkit.experiments.overlap.gemm.fit_plan_rule` fits the three to
-    a recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
+    """plan's estimate of a plan's time, in the time a block takes over one K slice of a 128 × 256 tile in the
+    deepest pipeline: the waves of units over the SMs times each unit's K slices plus `unit_overhead` slices
+    (filling the pipeline, writing the tile), a slice of a 128-wide tile costing `narrow_slice` of a 256-wide one
+    and a slice of a shallower pipeline `shallow_slice` of a deep one; a unit whose outbox is narrower than its
+    tile also costs `waiting_epilogue` slices (it waits for its boxes to drain); with split-K each unit costs
+    `split_overhead` slices per split (its fp32 partial left in L2, the last unit reading the others' back).
+    The defaults count MMA work and bytes alone; `pkit.experiments.overlap.gemm.fit_plan_rule` fits them to a
+    recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
 
     narrow_slice: float = 0.5
     unit_overhead: float = 2.0
     split_overhead: float = (BLOCK_M * 128 * 4) / ((BLOCK_M + 128) * SLICE_BYTES)  # partial bytes / slice bytes
+    shallow_slice: float = 1.0
+    waiting_epilogue: float = 0.0
 
     def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
         """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks."""
-        per_unit = math.ceil(k_slices / how.splits) + self.unit_overhead
+        shallow = how.stages < STAGE_COUNTS[how.block_n][0]
+        per_unit = math.ceil(k_slices / how.splits) * (self.shallow_slice if shallow else 1.0) + self.unit_overhead
+        if boxes(how.block_n, how.stages) < how.block_n // EPILOGUE_BOX:
+            per_unit += self.waiting_epilogue
         if how.splits > 1:
             per_unit += self.split_overhead * how.splits
         width = 1.0 if how.block_n == TILE_WIDTHS[0] else self.narrow_slice
@@ -119,17 +137,24 @@ def k_slices(k: int, itemsize: int = 2) -> int:
 
 def cheapest(options, m: int, n: int, slices: int, sms: int, rule: PlanRule) -> Plan:
     """Of the plans `options`, the one with the least estimated time under `rule` for an M × N output over `slices`
-    K slices on `sms` blocks: ties go to wider tiles and fewer splits."""
-    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits))
+    K slices on `sms` blocks: ties go to wider tiles, fewer splits and deeper pipelines."""
+    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits, -p.stages))
+
+
+def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=range(1, MAX_SPLITS + 1)) -> list[Plan]:
+    """The plans `plan` chooses among for an M × N × K GEMM of `itemsize`-byte inputs on `sms` blocks: every kernel
+    variant (VARIANTS) with each of `splits` up to the K slices; split-K only while the units stay within two per
+    SM (it is for shapes with few tiles, and its workspace holds a partial per unit)."""
+    slices = k_slices(k, itemsize)
+    return [Plan(w, s, st) for w, st in VARIANTS for s in splits
+            if s <= slices and (s == 1 or Plan(w, s).units(m, n) <= 2 * sms)]
 
 
 @lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, sms: int, itemsize: int = 2, rule: PlanRule | None = None) -> Plan:
-    """The `cheapest` plan (under `rule`, default `plan_rule()`) for an M × N × K GEMM of `itemsize`-byte inputs
-    (2: bf16, 1: FP8) on `sms` blocks, of every tile width and split count up to the K slices."""
-    slices = k_slices(k, itemsize)
-    options = [Plan(w, s) for w in TILE_WIDTHS for s in range(1, min(MAX_SPLITS, slices) + 1)]
-    return cheapest(options, m, n, slices, sms, rule or plan_rule())
+    """The `cheapest` of `plan_options` (under `rule`, default `plan_rule()`) for an M × N × K GEMM of
+    `itemsize`-byte inputs (2: bf16, 1: FP8) on `sms` blocks."""
+    return cheapest(plan_options(m, n, k, sms, itemsize), m, n, k_slices(k, itemsize), sms, rule or plan_rule())
 
 
 def _map_struct(*ints: str) -> np.dtype:
@@ -157,15 +182,16 @@ WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a",
 
 
 @lru_cache(maxsize=None)
-def _kernel(block_n: int, dtype: str):
+def _kernel(block_n: int, stages: int, dtype: str):
     import pkit
 
-    return pkit.compile("gemm.cu", kernel_name(block_n, dtype))
+    return pkit.compile("gemm.cu", kernel_name(block_n, dtype, stages))
 
 
-def kernel_name(block_n: int, dtype: str = "bfloat16") -> str:
-    """gemm.cu's kernel for tiles `block_n` wide and inputs of `dtype` (a key of DTYPES), as a name expression."""
-    return f"gemm_tn<{block_n}, pkit::{DTYPES[dtype]}>"
+def kernel_name(block_n: int, dtype: str = "bfloat16", stages: int = 0) -> str:
+    """gemm.cu's kernel for tiles `block_n` wide, inputs of `dtype` (a key of DTYPES) and `stages` stages (0: the
+    deepest), as a name expression."""
+    return f"gemm_tn<{block_n}, {stages or STAGE_COUNTS[block_n][0]}, pkit::{DTYPES[dtype]}>"
 
 
 def tensor_map(tensor, box_rows: int, box_cols: int):
@@ -260,10 +286,11 @@ _KEPT_WORKSPACES = 8  # streams whose workspaces are kept, most recently used fi
 
 def _workspace(device: int, stream: int, partial_bytes: int, counts: int) -> tuple[int, int]:
     """(partials, arrivals) device addresses of split-K's workspace for GEMMs on `stream` of `device`: at least
-    `partial_bytes` of zeroed fp32 tile sums and `counts` zeroed uint32 arrival counts (the kernel leaves both
-    zero). One per stream, so GEMMs on concurrent streams never share one; it grows and is kept for the most recent
-    _KEPT_WORKSPACES streams. Allocated in the stream's order by torch's caching allocator, a workspace let go is
-    handed to no other stream, nor reused on its own before the work queued there is done; nothing waits."""
+    `partial_bytes` for the units' fp32 partials (each written before it is read) and `counts` zeroed uint32
+    arrival counts (the kernel leaves them zero). One per stream, so GEMMs on concurrent streams never share one;
+    it grows and is kept for the most recent _KEPT_WORKSPACES streams. Allocated in the stream's order by torch's
+    caching allocator, a workspace let go is handed to no other stream, nor reused on its own before the work
+    queued there is done; nothing waits."""
     import torch
 
     from ..gpus import torch_stream
@@ -274,7 +301,7 @@ def _workspace(device: int, stream: int, partial_bytes: int, counts: int) -> tup
         _WORKSPACES.popitem(last=False)
     with torch_stream(device):  # allocated in that stream's order: let go, no other stream gets them until it is done
         if partials is None or partials.numel() * 4 < partial_bytes:
-            partials = torch.zeros(max(partial_bytes // 4, 1), dtype=torch.float32, device=device)
+            partials = torch.empty(max(partial_bytes // 4, 1), dtype=torch.float32, device=device)
         if arrivals is None or arrivals.numel() < counts:
             arrivals = torch.zeros(max(counts, 1), dtype=torch.int32, device=device)
     _WORKSPACES[key] = (partials, arrivals)
@@ -335,9 +362,10 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
         raise ValueError(f"rows_per_flag, first_row: expected a positive multiple of {BLOCK_M} and a row of A, "
                          f"got {rows_per_flag} and {first_row}")
     how = how or plan(m, n, k, blocks or sms, a.element_size())
-    if how.block_n not in TILE_WIDTHS or not 1 <= how.splits <= MAX_SPLITS:
-        raise ValueError(f"how: expected a Plan with block_n in {TILE_WIDTHS} and splits in [1, {MAX_SPLITS}], "
-                         f"got {how}")
+    if how.block_n not in TILE_WIDTHS or not 1 <= how.splits <= MAX_SPLITS or how.stages not in STAGE_COUNTS[
+            how.block_n]:
+        raise ValueError(f"how: expected a Plan with block_n in {TILE_WIDTHS}, splits in [1, {MAX_SPLITS}] and "
+                         f"stages in {STAGE_COUNTS} for its block_n, got {how}")
     if out is None and add_into is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     if m == 0 or n == 0:
@@ -348,18 +376,18 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     if how.splits > 1:
         with cp.cuda.Device(device):
             stream = cp.cuda.get_current_stream().ptr
-        partials, arrivals = _workspace(device, stream, tiles * BLOCK_M * how.block_n * 4, 2 * tiles)
+        partials, arrivals = _workspace(device, stream, how.units(m, n) * BLOCK_M * how.block_n * 4, 2 * tiles)
     work = WORK.pack(partials=partials, arrivals=arrivals, splits=how.splits,
                      scale_a=_scale_address(scale_a, "scale_a", a.device) if fp8 else 0,
                      scale_b=_scale_address(scale_b, "scale_b", a.device) if fp8 else 0)
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)
     row_elements = SLICE_BYTES // a.element_size()
-    _kernel(how.block_n, dtype)((min(tiles * how.splits, blocks or sms),), (GEMM_THREADS,),
+    _kernel(how.block_n, how.stages, dtype)((min(tiles * how.splits, blocks or sms),), (GEMM_THREADS,),
                                 (a_sources(((a.data_ptr(), m),), k, itemsize=a.element_size()) if a_from is None
                                  else a_from,
                                  tensor_map(b, how.block_n, row_elements), np.int32(m), np.int32(n), np.int32(k), rows,
                                  tile_targets(((out.data_ptr(), m),), n, add=False) if add_into is None else add_into,
                                  work),
-                                shared_mem=smem_bytes(how.block_n), device=device)
+                                shared_mem=smem_bytes(how.block_n, how.stages), device=device)
     return out

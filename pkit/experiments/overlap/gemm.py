@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ...ops.gemm import BLOCK_M, ITEMSIZES, RULE_FILE, TILE_WIDTHS, Plan, PlanRule, cheapest, gemm, k_slices, plan
+from ...ops.gemm import BLOCK_M, ITEMSIZES, RULE_FILE, Plan, PlanRule, cheapest, gemm, k_slices, plan, plan_options
 from ...ops.overlap_patterns import PATTERNS
 from ...timing import BenchResult, bench, rotations_past_l2
 from ...tolerance import fp8_fast_accum_bound, fp8_scale_matches
@@ -168,7 +168,7 @@ def gemm_rates(shapes: Sequence[tuple[int, int, int]] | None = None, dtype: str 
     the L2, queued behind a held stream so that the host's launch path stays out (`pkit.bench(hide_launch=True)`:
     the GPU's time, as inside a schedule), the samples pooled, so a clock that drifts as the GPU warms weighs on all alike.
 
-    Rows: implementation, dtype, m, n, k, block_n and splits (pkit's plan; 0 for cuBLAS), time_median_us,
+    Rows: implementation, dtype, m, n, k, block_n, splits and stages (pkit's plan; 0 for cuBLAS), time_median_us,
     time_min_us, time_max_us, cv, tflops, verified (within bf16 rounding of the float32 product), max_abs_err
     and ratio_to_cublas (TFLOP/s over cuBLAS's at the same shape).
     """
@@ -205,6 +205,7 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         ours = name.startswith("pkit")
         rows.append({"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
                      "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
+                     "stages": chosen.stages if ours else 0,
                      **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "max_abs_err": err})
     del inputs
@@ -235,11 +236,11 @@ def _check(inputs: _Inputs, call) -> tuple[bool, float]:
 
 def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Sequence[str] = tuple(IMPLEMENTATIONS),
                device: int = 0, reps: int = 10, warmup: int = 3) -> pd.DataFrame:
-    """Every plan of pkit's GEMM (tile widths × SPLIT_GRID, splits at most K's slices) at each shape and dtype,
-    each checked against float32 and timed (`reps` calls, input sets rotating past the L2): the measurements that
-    say whether `pkit.ops.gemm.plan` picks well.
+    """Every plan of pkit's GEMM (`pkit.ops.gemm.plan_options` with splits from SPLIT_GRID: each kernel variant,
+    split while the units stay few) at each shape and dtype, each checked against float32 and timed (`reps` calls,
+    input sets rotating past the L2): the measurements that say whether `pkit.ops.gemm.plan` picks well.
 
-    Rows: dtype, m, n, k, block_n, splits, time_median_us, time_min_us, time_max_us, cv, tflops, verified,
+    Rows: dtype, m, n, k, block_n, splits, stages, time_median_us, time_min_us, time_max_us, cv, tflops, verified,
     chosen (the plan `plan` picks), ratio_to_best (TFLOP/s over the best plan's at this shape and dtype).
     """
     rows = [row for dtype in dtypes
@@ -258,16 +259,17 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
     import pkit
 
     inputs = _Inputs(m, n, k, dtype, device, seed)
-    chosen = plan(m, n, k, pkit.devices()[device].sms, ITEMSIZES[dtype])
+    sms = pkit.devices()[device].sms
+    chosen = plan(m, n, k, sms, ITEMSIZES[dtype])
     rows = []
-    for how in [Plan(w, s) for w in TILE_WIDTHS for s in SPLIT_GRID if s <= k_slices(k, ITEMSIZES[dtype])]:
+    for how in plan_options(m, n, k, sms, ITEMSIZES[dtype], splits=SPLIT_GRID):
         def call(a, b, scale_a, scale_b, c, how=how):
             gemm(a, b, c, scale_a=scale_a, scale_b=scale_b, how=how)
 
         verified, _ = _check(inputs, call)
         timing = bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets, hide_launch=True)
         rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
-                     **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
+                     "stages": how.stages, **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "chosen": how == chosen})
     del inputs
     torch.cuda.empty_cache()
@@ -275,39 +277,56 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
 
 
 RULE_GRID = {"narrow_slice": np.arange(0.5, 1.01, 0.02), "unit_overhead": np.arange(0.0, 8.01, 0.5),
-             "split_overhead": np.arange(0.0, 6.01, 0.25)}
+             "split_overhead": np.arange(0.0, 6.01, 0.25), "shallow_slice": np.arange(1.0, 1.51, 0.02),
+             "waiting_epilogue": np.arange(0.0, 8.01, 0.5)}
 """The values fit_plan_rule tries for each of PlanRule's constants."""
+RULE_STARTS = 12  # fit_plan_rule's starting points beyond the grid's first values
 
 
 def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tuple[dict, float]:
-    """PlanRule's constants (from `grid`, default RULE_GRID) whose choices do best on a recorded plan sweep
-    (`plan_sweep`'s rows, measured on `sms` SMs): the greatest geometric mean over its shapes and dtypes of the
-    chosen plan's rate over the best plan's. Returns (constants, that geometric mean).
+    """PlanRule's constants (each from its values in `grid`, default RULE_GRID) whose choices do best on a recorded
+    plan sweep (`plan_sweep`'s rows, measured on `sms` SMs): the greatest geometric mean over its shapes and dtypes
+    of the chosen plan's rate over the best plan's, searched one constant at a time (each over all its values, the
+    others held) until no change helps, from the first value of each and from RULE_STARTS other points drawn from
+    the grid (a fixed seed). Returns (constants, that geometric mean).
 
     >>> frame = pd.DataFrame([{"dtype": "bfloat16", "m": 1024, "n": 512, "k": 512, "block_n": w, "splits": s,
-    ...                        "tflops": t} for w, s, t in [(256, 1, 500.0), (128, 1, 700.0), (128, 2, 300.0)]])
-    >>> fit_plan_rule(frame, sms=132, grid={"narrow_slice": [0.5, 0.9], "unit_overhead": [2.0],
-    ...                                     "split_overhead": [1.0, 3.0]})
-    ({'narrow_slice': 0.5, 'unit_overhead': 2.0, 'split_overhead': 3.0}, 1.0)
+    ...                        "stages": st, "tflops": t} for w, s, st, t in [(256, 1, 4, 500.0), (128, 1, 6, 700.0),
+    ...                                                                       (128, 2, 6, 300.0)]])
+    >>> rule, fit = fit_plan_rule(frame, sms=132, grid={"narrow_slice": [0.5, 0.9], "unit_overhead": [2.0],
+    ...                                                 "split_overhead": [1.0, 3.0], "shallow_slice": [1.0],
+    ...                                                 "waiting_epilogue": [0.0]})
+    >>> rule["narrow_slice"], fit
+    (0.5, 1.0)
     """
-
-    grid = grid or RULE_GRID
-    shapes = [(key, g.set_index(["block_n", "splits"])["tflops"]) for key, g in
+    grid = {name: [round(float(v), 4) for v in values] for name, values in (grid or RULE_GRID).items()}
+    shapes = [(key, g.set_index(["block_n", "splits", "stages"])["tflops"]) for key, g in
               frame.groupby(["dtype", "m", "n", "k"], sort=False)]
-    best_score, best = -np.inf, {}
-    for narrow in grid["narrow_slice"]:
-        for unit in grid["unit_overhead"]:
-            for split in grid["split_overhead"]:
-                rule = PlanRule(float(narrow), float(unit), float(split))
-                score = 0.0
-                for (dtype, m, n, k), rates in shapes:
-                    chosen = cheapest([Plan(w, s) for w, s in rates.index], m, n, k_slices(k, ITEMSIZES[dtype]), sms,
-                                      rule)
-                    score += np.log(rates[(chosen.block_n, chosen.splits)] / rates.max())
-                if score > best_score + 1e-12:
-                    best_score, best = score, {"narrow_slice": round(float(narrow), 4),
-                                               "unit_overhead": round(float(unit), 4),
-                                               "split_overhead": round(float(split), 4)}
+
+    def score(constants: dict) -> float:
+        rule = PlanRule(**constants)
+        total = 0.0
+        for (dtype, m, n, k), rates in shapes:
+            chosen = cheapest([Plan(*key) for key in rates.index], m, n, k_slices(k, ITEMSIZES[dtype]), sms, rule)
+            total += np.log(rates[(chosen.block_n, chosen.splits, chosen.stages)] / rates.max())
+        return total
+
+    def descend(start: dict) -> tuple[float, dict]:
+        here, here_score, improved = start, score(start), True
+        while improved:
+            improved = False
+            for name, values in grid.items():
+                for value in values:
+                    trial = {**here, name: value}
+                    trial_score = score(trial)
+                    if trial_score > here_score + 1e-12:
+                        here, here_score, improved = trial, trial_score, True
+        return here_score, here
+
+    draw = np.random.default_rng(0)
+    starts = [{name: values[0] for name, values in grid.items()}] + [
+        {name: values[draw.integers(len(values))] for name, values in grid.items()} for _ in range(RULE_STARTS)]
+    best_score, best = max((descend(start) for start in starts), key=lambda found: found[0])
     return best, round(float(np.exp(best_score / len(shapes))), 4)
 
 

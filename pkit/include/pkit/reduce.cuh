@@ -72,11 +72,4 @@ __device__ __forceinline__ vec16 sum_pack(const u64* bases, int count, u64 i) {
   return sum_loads<T>(count, [&](int q) { return reinterpret_cast<const vec16*>(bases[q]) + i; });
 }
 
-// *address += v, four floats at once, done where the memory is (L2 for global memory): a vector atomic whose old
-// value is not returned (sm_90).
-__device__ __forceinline__ void add_global(float4* address, float4 v) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(address), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
-
 }  // namespace pkit
