@@ -27,17 +27,20 @@ LENGTHS = np.geomspace(1.0, 1e5, 1001)  # the epilogue's length in K searched by
 
 def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float, bool]:
     """(waves, K per unit, split) of an M × N × K GEMM on `sms` SMs: pkit's plan (`planned`: whole waves of its
-    units, K per unit ⌈K slices / splits⌉ slices' elements, a narrow unit's scaled by the plan rule's narrow_slice,
-    split when splits > 1) or cuBLAS's balanced tiles (tiles / SMs, all of K, no split)."""
-    from ...ops.gemm import BLOCK_K, BLOCK_M, BLOCK_N, TILE_WIDTHS, plan, plan_rule
+    units, K per unit ⌈K slices / splits⌉ slices' elements, a narrow unit's scaled by the plan rule's narrow_slice
+    and a shallow pipeline's by its shallow_slice, split when splits > 1) or cuBLAS's balanced tiles (tiles / SMs,
+    all of K, no split)."""
+    from ...ops.gemm import BLOCK_K, BLOCK_M, BLOCK_N, STAGE_COUNTS, TILE_WIDTHS, plan, plan_rule
 
     if sms < 1:
         raise ValueError(f"sms: expected at least 1 SM, got {sms}")
     if not planned:
         return math.ceil(m / BLOCK_M) * math.ceil(n / BLOCK_N) / sms, float(k), False
     how = plan(int(m), int(n), int(k), int(sms))
-    width = 1.0 if how.block_n == TILE_WIDTHS[0] else plan_rule().narrow_slice
-    per_unit = math.ceil(math.ceil(k / BLOCK_K) / how.splits) * BLOCK_K * width
+    rule = plan_rule()
+    width = 1.0 if how.block_n == TILE_WIDTHS[0] else rule.narrow_slice
+    depth = 1.0 if how.stages == STAGE_COUNTS[how.block_n][0] else rule.shallow_slice
+    per_unit = math.ceil(math.ceil(k / BLOCK_K) / how.splits) * BLOCK_K * width * depth
     return float(math.ceil(how.units(m, n) / sms)), per_unit, how.splits > 1
 
 
