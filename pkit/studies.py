@@ -220,7 +220,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           "candidates slowed by a known amount, and the harness's own cost per candidate", "pkit.harness", "",
           (Part("harness_calibration", gpus=0, description="per evaluation: verdict, speedup and its interval, wall "
                 "and timed seconds, by the candidate's true ratio"),),
-          record="python scripts/harness_calibration.py results (add --device cuda on a GPU; docs/harness.md)"),
+          record="python scripts/harness_calibration.py results --overhead-root tests/fixtures/problems_one_rank "
+                 "--overhead-root tests/fixtures/problems (add --device cuda --perf on a GPU; docs/harness.md)"),
     Study("explorers", "three ipywidgets explorers: the roofline, recorded transfers, eval records (measures nothing)",
           "pkit.widgets", "09_explorers", gpus=0, reads=("mechanisms_size_sweep", "mechanisms_sm_sweep", "quickstart")),
 )}
