@@ -124,6 +124,7 @@ __device__ bool sum_partials(float (&d)[BN / 2], int half, const Unit& unit, con
   const int t = threadIdx.x % 128;
   u32* const count = work.arrivals + unit.tile * 2 + half;
   float4* const slots = reinterpret_cast<float4*>(work.partials) + (u64(unit.tile) * 2 + half) * work.splits * kPacks * 128;
+  warpgroup_sync();  // every thread has read `last` for this block's previous unit
   if (t == 0) *last = pkit::load_acquire_sys(count) == u32(work.splits - 1);
   warpgroup_sync();
   if (!*reinterpret_cast<volatile int*>(last)) {
