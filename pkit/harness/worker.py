@@ -37,7 +37,7 @@ from .channel import WorkerEnd
 from .checks import aliased_paths, clone_tree, fingerprint_check, leaves
 from .contain import make_undumpable
 from .fresh import FreshSet
-from .placement import hold_gap, move_to_random_core
+from .placement import hold_gap, move_to_random_core, own_pages_per_set
 from .problems import load_module, open_source
 from .timer import clock, input_bytes, l2_rotations, synchronize, timed_call
 
@@ -125,6 +125,7 @@ def join_group(rank: int, world_size: int, device_kind: str, timeout_s: float) -
         dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timeout, device_id=device)
     else:
         torch.set_num_threads(1)
+        own_pages_per_set()  # host memory placed anew for each window's sets in every role (pkit.harness.placement)
         device = torch.device("cpu")
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout)
     return device
