@@ -96,7 +96,7 @@ def measured_link(collectives: pd.DataFrame, sm_sweep: pd.DataFrame, sizes: pd.D
             raise ValueError(f"gpus: NCCL was measured at {gpus} GPUs, got {n}")
         return by_op[op](total_bytes)
 
-    return Link(f"{gpus}×H200, NV18 (measured)", gpus, ce, sm_pull, tma, nccl_s,
+    return Link(f"{gpus}×H200, NV18 (measured links)", gpus, ce, sm_pull, tma, nccl_s,
                 f"results/{machine}: collectives_pkit_nccl, mechanisms_sm_sweep, mechanisms_size_sweep", True, ce,
                 f"results/{machine}/mechanisms_size_sweep: the copy engine at {largest}")
 
@@ -122,7 +122,7 @@ def modelled_link(measured: Link, gpus: int, gpu: str = "H200", nvlink_GBps: flo
         return _bus_s(op, total_bytes, n, bus2 * scale)
 
     where = f"{gpu} datasheet: {sheet.source}" if nvlink_GBps is None else "given"
-    return measured.scaled(scale, name=f"{gpus}×{gpu}, NVSwitch (modelled)", gpus=gpus, nccl_s=nccl_s,
+    return measured.scaled(scale, name=f"{gpus}×{gpu}, NVSwitch (modelled links)", gpus=gpus, nccl_s=nccl_s,
                            source=f"datasheet NVLink {one_way:.0f} GB/s one way per GPU (pkit.hardware), rates scaled "
                                   f"from {measured.name}", measured=False, gpu=gpu, ceiling_GBps=one_way,
                            ceiling_source=f"NVLink {one_way:.0f} GB/s one way per GPU ({where})")
