@@ -8,7 +8,7 @@ from pkit import results
 from pkit.experiments.overlap import model as M
 from pkit.experiments.overlap import links as L
 from pkit.ops import collective_ops
-from pkit.ops.overlap_patterns import PATTERNS, Pattern, Schedule
+from pkit.ops.overlap_patterns import PATTERNS, Schedule
 
 ROOT = results.REPO_ROOT
 

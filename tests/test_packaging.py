@@ -1,14 +1,12 @@
 """The user's surface: environment.yml asks for what pyproject.toml declares, the lab packages are installed by
 `make install`, `make lab` passes --allow-root exactly as root (tests/test_browser.py starts it), and the README
 says how to get `pkit` on the PATH."""
-import json
 import os
 import re
 import subprocess
 import tomllib
 from pathlib import Path
 
-import pytest
 from processes import make_env
 import yaml
 

@@ -98,7 +98,6 @@ class _Copier:
     """The chunked copy of one Traffic on GPU `device` through shared `buffers`, each chunk between two events."""
 
     def __init__(self, traffic: Traffic, device: int, buffers: dict):
-        import cupy as cp
         import torch
 
         from ...ops.transfers import Route
@@ -198,7 +197,6 @@ def _window(call: Callable | None, calls: int, stream, copier: _Copier | None = 
     Without a GEMM (`call` None) the window is `calls` ms of the copy alone. With `green` (a torch green context)
     the GEMMs run on its stream, timed by its own events; the copy's rate is then not read (NaN): its events
     live in the primary context."""
-    import torch
 
     done = threading.Event()
     pacer = None

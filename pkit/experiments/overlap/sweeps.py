@@ -22,7 +22,7 @@ from ...ops.overlap import make
 from ...ops.overlap_patterns import GEMMS, OPTIONS, PATTERNS
 from ...studies import part_devices
 from ...team import team_devices
-from ...timing import BenchResult, bench
+from ...timing import bench
 from .checks import check, fill, fill_partial
 from ..torchrun import gpu_processes, torchrun
 from .shapes import DEFAULT_N_LOCALS
