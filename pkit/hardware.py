@@ -129,6 +129,17 @@ H200 SXM datasheets (PCIe Gen5: 128 GB/s)."""
 
 
 
+def datasheet_of(device_name: str) -> str | None:
+    """The key of `GPUS` whose datasheet a GPU of that device name (as NVML or a record's provenance gives it)
+    follows, None for a GPU without one here.
+
+    >>> datasheet_of("NVIDIA H100 80GB HBM3"), datasheet_of("NVIDIA H200"), datasheet_of("NVIDIA L4")
+    ('H100', 'H200', None)
+    """
+    words = str(device_name).replace("-", " ").split()
+    return next((key for key in GPUS if key in words), None)
+
+
 def route_ceiling(gpu: str, kind: str) -> tuple[float, str]:
     """The datasheet limit of one copy along a route of `kind` (`pkit.ops.transfers.Route.kind`: 'peer', 'local',
     'h2d', 'd2h') on `gpu`, in GB/s of bytes copied, and a label saying what it is: NVLink one direction between

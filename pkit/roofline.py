@@ -192,6 +192,18 @@ def _check_shape(n_gpus: int, itemsize: int, **dims: int) -> None:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
 
 
+def gemm_cost(m: int, k: int, n: int, itemsize: int = 2, out_itemsize: int = 2) -> dict:
+    """Cost of one GEMM on one GPU, C (m × n) = A (m × k) · B (k × n): 2·m·k·n FLOPs; HBM, the least it must move:
+    A and B read once (`itemsize` bytes an element) and C written once (`out_itemsize`, 2: bf16); no link, no sync.
+
+    >>> gemm_cost(m=4, k=3, n=2)
+    {'flops': 48.0, 'hbm_bytes': 52.0, 'link_bytes': 0.0, 'sync_steps': 0}
+    """
+    _check_shape(1, itemsize, m=m, k=k, n=n, out_itemsize=out_itemsize)
+    return {"flops": 2.0 * m * k * n, "hbm_bytes": float(itemsize * (m * k + k * n) + out_itemsize * m * n),
+            "link_bytes": 0.0, "sync_steps": 0}
+
+
 def ag_gemm_cost(m: int, k: int, n_local: int, n_gpus: int, itemsize: int = 2) -> dict:
     """Per-GPU cost of all-gather + GEMM: A (m × k) is row-sharded, m/n_gpus rows per GPU (n_gpus must divide m);
     each GPU multiplies the gathered A by its B (k × n_local) into m × n_local. `itemsize` bytes per element

@@ -117,6 +117,38 @@ def test_pattern_costs_match_hand_formulas(n_gpus):
     assert roofline.gemm_rs_cost(m, k, n, n_gpus, itemsize=4)["link_bytes"] == pytest.approx(2 * rs["link_bytes"])
 
 
+def test_one_gemm_costs_its_flops_and_one_pass_over_its_operands():
+    m, k, n = 12, 24, 5
+    assert roofline.gemm_cost(m, k, n) == {"flops": 2 * m * k * n, "hbm_bytes": 2 * (m * k + k * n + m * n),
+                                           "link_bytes": 0, "sync_steps": 0}
+    assert roofline.gemm_cost(m, k, n, itemsize=1)["hbm_bytes"] == m * k + k * n + 2 * m * n  # FP8 in, bf16 out
+    c = ceil()
+    short = floor(roofline.gemm_cost(8192, 64, 8192), c)  # K = 64: C's writes outweigh the FLOPs
+    assert short.bound == "hbm" and floor(roofline.gemm_cost(8192, 8192, 8192), c).bound == "compute"
+    with pytest.raises(ValueError, match="out_itemsize: expected a positive integer, got 0"):
+        roofline.gemm_cost(m, k, n, out_itemsize=0)
+
+
+def test_the_gemm_gate_says_what_share_of_each_shapes_roofline_each_gemm_reaches():
+    """Made-up rates on two shapes: the long-K one at the compute ceiling's share, the short-K one against the
+    HBM time of its output; a dtype the ceilings have no rate for (FP8 on a datasheet) gets no roofline."""
+    from pkit.experiments.overlap import gemm_ceilings, gemm_gate
+
+    shapes = [(8192, 8192, 8192), (8192, 8192, 64)]
+    rows = pd.DataFrame([{"implementation": impl, "dtype": "bfloat16", "m": m, "n": n, "k": k, "tflops": rate,
+                          "verified": True, "ratio_to_cublas": rate / 500.0}
+                         for m, n, k in shapes for impl, rate in (("pkit_gemm", 400.0), ("cublas", 500.0))])
+    c = gemm_ceilings({"gpus": ["NVIDIA H100 80GB HBM3"]})
+    gate = gemm_gate(rows, ceilings=c)
+    assert list(gate["bound"]) == ["compute", "hbm"]
+    assert gate["pkit_of_roofline"].iloc[0] == pytest.approx(400e12 / c.flops_per_s)
+    hbm_s = floor(roofline.gemm_cost(8192, 64, 8192), c).hbm_s
+    assert gate["cublas_of_roofline"].iloc[1] == pytest.approx(500e12 * hbm_s / (2 * 8192 * 8192 * 64))
+    fp8 = gemm_gate(rows.assign(dtype="float8_e4m3fn"), ceilings=c)
+    assert fp8["roofline_tflops"].isna().all() and fp8["bound"].isna().all()
+    assert gemm_ceilings({"gpus": ["NVIDIA L4"]}).origin.startswith("H200 datasheet")
+
+
 def test_ag_gemm_on_two_gpus_turns_from_link_to_compute_bound():
     """T_l/T_c = link bytes/rate over FLOPs/rate: (M·K)/(2·M·K·N_local) × rate ratio, so the balanced N_local is
     flops_rate / (2 · link_rate) on 2 GPUs; the serial time is twice the bound there (plus α)."""

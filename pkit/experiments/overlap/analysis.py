@@ -1,5 +1,5 @@
 """Tables of the overlap study's recorded frames for notebook 05: each row against its communication-aware roofline
-(`with_bounds`), the GEMM gate (`gemm_gate`), each shape's bound (`shape_bounds`), pkit's best schedule beside
+(`with_bounds`), the GEMM gate (`gemm_gate`, with each shape's roofline under `gemm_ceilings`), each shape's bound (`shape_bounds`), pkit's best schedule beside
 serial and PyTorch's (`compare`), and how much of a ce_chunks run's copy time hid under GEMMs (`timeline_summary`).
 
 On 2 GPUs the link time of AG+GEMM over its compute time is about 1000 / N_local (bf16, H200), so N_local from
@@ -16,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ...hardware import datasheet_of
+from ...ops.gemm import ITEMSIZES
 from ...ops.overlap_patterns import PATTERNS, TORCH
-from ...roofline import Ceilings, floor, overlap_efficiency
+from ...roofline import Ceilings, floor, gemm_cost, overlap_efficiency
 
 GEMM_GATE = 0.7  # pkit's GEMM over cuBLAS (TFLOP/s at 8192³) below which the fused schedules' numbers mean little
 TORCH_SCHEDULES = tuple(s.name for s in TORCH)  # torch_sweep's schedule names (pkit.experiments.overlap.pytorch)
@@ -62,15 +64,20 @@ def with_bounds(frame: pd.DataFrame, ceilings: Ceilings | None = None) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def gemm_gate(frame: pd.DataFrame, target: float = GEMM_GATE) -> pd.DataFrame:
+def gemm_gate(frame: pd.DataFrame, target: float = GEMM_GATE, ceilings: Ceilings | None = None) -> pd.DataFrame:
     """`gemm_rates`' rows side by side, one row per shape in the recorded order: shape ('M×N×K'), m, n, k,
     pkit_tflops, cublas_tflops (10¹² FLOP/s at the median), ratio_to_cublas, verified (both outputs within bf16
-    rounding of float32) and passes (verified and ratio_to_cublas ≥ `target`).
+    rounding of float32) and passes (verified and ratio_to_cublas ≥ `target`); then each shape's roofline under
+    `ceilings` (default the H200 datasheet): roofline_tflops (its FLOPs over `roofline.floor` of `gemm_cost`,
+    max(T_c, T_m)), bound ('compute' or 'hbm'), pkit_of_roofline and cublas_of_roofline (NaN where the ceilings
+    have no rate for the inputs' dtype, FP8 on a datasheet).
 
     >>> rows = pd.DataFrame({"implementation": ["pkit_gemm", "cublas"], "m": 8192, "n": 8192, "k": 8192,
     ...                      "tflops": [600.0, 750.0], "verified": True, "ratio_to_cublas": [0.8, 1.0]})
-    >>> gemm_gate(rows)[["shape", "pkit_tflops", "ratio_to_cublas", "passes"]].values.tolist()
-    [['8192×8192×8192', 600.0, 0.8, True]]
+    >>> gemm_gate(rows)[["shape", "pkit_tflops", "ratio_to_cublas", "passes", "bound"]].values.tolist()
+    [['8192×8192×8192', 600.0, 0.8, True, 'compute']]
+    >>> gemm_gate(rows)[["pkit_of_roofline", "cublas_of_roofline"]].round(3).values.tolist()  # of 989.4 TFLOP/s
+    [[0.606, 0.758]]
     """
     need = {"implementation", "m", "n", "k", "tflops", "verified", "ratio_to_cublas"}
     if not need <= set(frame.columns):
@@ -86,7 +93,34 @@ def gemm_gate(frame: pd.DataFrame, target: float = GEMM_GATE) -> pd.DataFrame:
     out["ratio_to_cublas"] = by["ratio_to_cublas"].xs("pkit_gemm", level="implementation").loc[keys].to_numpy()
     out["verified"] = by["verified"].astype(bool).groupby(level=dims).all().loc[keys].to_numpy()
     out["passes"] = out["verified"] & (out["ratio_to_cublas"] >= target)
-    return out
+    return _with_gemm_roofline(out, str(frame["dtype"].iloc[0]) if "dtype" in frame else "bfloat16", ceilings)
+
+
+def gemm_ceilings(provenance: dict) -> Ceilings:
+    """The datasheet ceilings of the GPU a recorded GEMM study ran on (its provenance's first GPU), the H200's where
+    pkit has no datasheet of it.
+
+    >>> gemm_ceilings({"gpus": ["NVIDIA H100 80GB HBM3"]}).origin.split(":")[0]
+    'H100 datasheet'
+    """
+    gpus = provenance.get("gpus") or []
+    return Ceilings.datasheet((datasheet_of(gpus[0]) if gpus else None) or "H200")
+
+
+def _with_gemm_roofline(gate: pd.DataFrame, dtype: str, ceilings: Ceilings | None) -> pd.DataFrame:
+    """`gemm_gate`'s table with each shape's roofline columns (NaN, bound None, where `ceilings` has no rate for
+    `dtype`)."""
+    c = ceilings or Ceilings.datasheet()
+    try:
+        c.flops_rate(dtype)
+    except ValueError:
+        return gate.assign(roofline_tflops=np.nan, bound=None, pkit_of_roofline=np.nan, cublas_of_roofline=np.nan)
+    floors = [floor(gemm_cost(m, k, n, ITEMSIZES[dtype]), c, dtype) for m, n, k in gate[["m", "n", "k"]].itertuples(
+        index=False, name=None)]
+    roofline = 2.0 * gate["m"] * gate["n"] * gate["k"] / np.array([f.time_s for f in floors]) / 1e12
+    return gate.assign(roofline_tflops=roofline, bound=[f.bound for f in floors],
+                       pkit_of_roofline=gate["pkit_tflops"] / roofline,
+                       cublas_of_roofline=gate["cublas_tflops"] / roofline)
 
 
 def shape_bounds(bounded: pd.DataFrame) -> pd.DataFrame:
