@@ -193,8 +193,8 @@ def _check_shape(n_gpus: int, itemsize: int, **dims: int) -> None:
 
 
 def gemm_cost(m: int, k: int, n: int, itemsize: int = 2, out_itemsize: int = 2) -> dict:
-    """Cost of one GEMM on one GPU, C (m × n) = A (m × k) · B (k × n): 2·m·k·n FLOPs; HBM, the least it must move:
-    A and B read once (`itemsize` bytes an element) and C written once (`out_itemsize`, 2: bf16); no link, no sync.
+    """Cost of one GEMM on one GPU, C (m × n) = A (m × k) · B (k × n): 2·m·k·n FLOPs; HBM, the least it must
+    move: A and B read once (`itemsize` bytes an element), C written once (`out_itemsize`, 2: bf16); no link, no sync.
 
     >>> gemm_cost(m=4, k=3, n=2)
     {'flops': 48.0, 'hbm_bytes': 52.0, 'link_bytes': 0.0, 'sync_steps': 0}

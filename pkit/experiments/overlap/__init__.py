@@ -10,8 +10,9 @@ whose public names this one gathers:
   `timeline` (one ce_chunks run), and each study by name: `measure`, `recorded`, `calibration`, `parameters`;
 - `checks`: fresh inputs with float32 references (`fill`, `fill_partial`) and `bf16_match`, `check`;
 - `analysis`: the tables notebook 05 shows, `with_bounds` (each row against max(T_c, T_l, T_m) + α and the
-  serial time), `gemm_gate` (and its roofline's `gemm_ceilings`), `shape_bounds`, `compare`, `timeline_summary`; `plots`: the figure `draw`
-  (its other figures, `draw_gate`, `draw_interference`, `draw_partition`, `draw_curves`, are its own);
+  serial time), `gemm_gate` (with each shape's roofline under `gemm_ceilings`), `shape_bounds`, `compare`,
+  `timeline_summary`; `plots`: the figure `draw` (its other figures, `draw_gate`, `draw_interference`,
+  `draw_partition`, `draw_curves`, are its own);
 - `interference` (what a copy beside a GEMM costs it on one GPU), `model`, `gemm_fit`, `links` (the overlap model
   and its inputs), `emulated`, `emulated_draw`, `pacing` (one rank of every schedule under an emulated link),
   `pytorch` (PyTorch's schedules under torchrun) and `shapes`: modules of their own, imported by name;
@@ -36,8 +37,8 @@ from .sweeps import (DEFAULT_N_LOCALS, GEMM_IMPLEMENTATIONS, MEASUREMENTS, TORCH
                               measure, parameters, recorded, sweep,
                               sweep_partial, timeline, torch_sweep, variants)
 
-__all__ = ["DEFAULT_N_LOCALS", "GEMM_GATE", "GEMM_IMPLEMENTATIONS", "SHAPE",
-           "MEASUREMENTS", "TERMS", "TORCH_PATTERNS", "TORCH_SCHEDULES", "bf16_match", "calibration", "check", "compare",
-           "draw", "fill", "fill_partial", "gemm_ceilings", "gemm_gate", "gemm_rates", "main", "measure", "parameters", "plan_sweep", "recorded",
-           "shape_bounds", "sweep", "study_shapes", "sweep_partial", "timeline", "timeline_summary", "torch_sweep", "variants",
-           "with_bounds"]
+__all__ = ["DEFAULT_N_LOCALS", "GEMM_GATE", "GEMM_IMPLEMENTATIONS", "SHAPE", "MEASUREMENTS", "TERMS", "TORCH_PATTERNS",
+           "TORCH_SCHEDULES", "bf16_match", "calibration", "check", "compare", "draw", "fill", "fill_partial",
+           "gemm_ceilings", "gemm_gate", "gemm_rates", "main", "measure", "parameters", "plan_sweep", "recorded",
+           "shape_bounds", "sweep", "study_shapes", "sweep_partial", "timeline", "timeline_summary", "torch_sweep",
+           "variants", "with_bounds"]

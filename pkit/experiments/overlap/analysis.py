@@ -1,6 +1,7 @@
 """Tables of the overlap study's recorded frames for notebook 05: each row against its communication-aware roofline
-(`with_bounds`), the GEMM gate (`gemm_gate`, with each shape's roofline under `gemm_ceilings`), each shape's bound (`shape_bounds`), pkit's best schedule beside
-serial and PyTorch's (`compare`), and how much of a ce_chunks run's copy time hid under GEMMs (`timeline_summary`).
+(`with_bounds`), the GEMM gate (`gemm_gate`, with each shape's roofline under `gemm_ceilings`), each shape's bound
+(`shape_bounds`), pkit's best schedule beside serial and PyTorch's (`compare`), and how much of a ce_chunks run's
+copy time hid under GEMMs (`timeline_summary`).
 
 On 2 GPUs the link time of AG+GEMM over its compute time is about 1000 / N_local (bf16, H200), so N_local from
 256 to 16384 at M = K = 8192 sweeps from link-bound to compute-bound through the balanced shape.
