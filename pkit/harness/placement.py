@@ -13,10 +13,10 @@ launched from a core drawn at random among those the process may use.
 On the CPU the same holds for host memory, through glibc's allocator: its mmap threshold rises to the size of the
 largest block freed (up to 32 MiB), so from its second window on a process builds its sets in heap pages it has
 held since, while the other role's process, started later, has held them less long. The reference's process lives
-through all of a problem's candidates and each candidate's is new: identical code read about 3% slower than itself
-(median speedup 0.964-0.982 over 30-40 evaluations, 2 vCPUs, calls near 0.3 ms) and its interval held 1.0 in as few
-as 73% of them. `own_pages_per_set` fixes the threshold, so every set gets pages of its own, placed anew each
-window in both processes alike (median 0.998-1.001, 93% in the same runs).
+through all of a problem's candidates and each candidate's is new: in diagnostic runs of the calibration script on
+2 vCPUs identical code read a few percent slower than itself, its interval missing 1.0 far more often than 1 in 20.
+`own_pages_per_set` fixes the threshold, so every set gets pages of its own, placed anew each window in both
+processes alike; results/cpu/harness_calibration was recorded with it.
 """
 from __future__ import annotations
 

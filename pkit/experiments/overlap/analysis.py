@@ -116,9 +116,10 @@ def _with_gemm_roofline(gate: pd.DataFrame, dtype: str, ceilings: Ceilings | Non
         c.flops_rate(dtype)
     except ValueError:
         return gate.assign(roofline_tflops=np.nan, bound=None, pkit_of_roofline=np.nan, cublas_of_roofline=np.nan)
-    floors = [floor(gemm_cost(m, k, n, ITEMSIZES[dtype]), c, dtype) for m, n, k in gate[["m", "n", "k"]].itertuples(
-        index=False, name=None)]
-    roofline = 2.0 * gate["m"] * gate["n"] * gate["k"] / np.array([f.time_s for f in floors]) / 1e12
+    costs = [gemm_cost(m, k, n, ITEMSIZES[dtype]) for m, n, k in gate[["m", "n", "k"]].itertuples(index=False,
+                                                                                                   name=None)]
+    floors = [floor(cost, c, dtype) for cost in costs]
+    roofline = np.array([cost["flops"] / f.time_s / 1e12 for cost, f in zip(costs, floors)])
     return gate.assign(roofline_tflops=roofline, bound=[f.bound for f in floors],
                        pkit_of_roofline=gate["pkit_tflops"] / roofline,
                        cublas_of_roofline=gate["cublas_tflops"] / roofline)
