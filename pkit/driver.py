@@ -4,7 +4,8 @@
 word in stream order (cuStreamWriteValue32), `stream_wait_value32` holds a stream until a word reaches a value
 (cuStreamWaitValue32), and `memcpy_beside_compute` enqueues a copy that the driver is asked to keep off the SMs
 (cuMemcpyBatchAsync with CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE): a plain cudaMemcpyAsync between two buffers
-of one GPU may run as a kernel on the SMs. Calling libcuda directly, rather than through
+of one GPU may run as a kernel on the SMs; `max_active_clusters` says how many thread block clusters of a kernel
+run at once (cuOccupancyMaxActiveClusters). Calling libcuda directly, rather than through
 cuda-python's driver module, keeps pkit's API-call trace clean: on first use that module looks up every driver entry
 point by cuGetProcAddress, and the lookups of entry points the installed driver lacks fail, which compute-sanitizer
 (`--report-api-errors all`) reports as errors in the user's run. Enum values are those of CUDA's cuda.h
@@ -44,6 +45,11 @@ class _MemLocation(ctypes.Structure):  # CUmemLocation
     _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
 
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem_bytes", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
 class _MemcpyAttributes(ctypes.Structure):  # CUmemcpyAttributes_v1 (24 bytes)
     _fields_ = [("srcAccessOrder", ctypes.c_int), ("srcLocHint", _MemLocation), ("dstLocHint", _MemLocation),
                 ("flags", ctypes.c_uint)]
@@ -59,6 +65,8 @@ def _libcuda():
                                            ctypes.c_int, ctypes.c_int]
     lib.cuStreamWriteValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
     lib.cuStreamWaitValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+    lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                                 ctypes.POINTER(_LaunchConfig)]
     lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     return lib
 
@@ -96,6 +104,18 @@ def stream_wait_value32(stream: int, address: int, value: int) -> None:
     kernel runs. Whoever enqueues this must make sure the word gets there (nothing times out)."""
     _check(_libcuda().cuStreamWaitValue32_v2(ctypes.c_void_p(stream), address, value, STREAM_WAIT_VALUE_GEQ),
            "cuStreamWaitValue32")
+
+
+def max_active_clusters(function: int, grid: int, block: int, shared_mem: int) -> int:
+    """How many clusters of the kernel `function` (a CUfunction handle, of the current GPU's context; its cluster
+    size set at compile time by __cluster_dims__) run on the GPU at once when it is launched with `grid` blocks of
+    `block` threads and `shared_mem` bytes of dynamic shared memory each (the function must already allow that
+    much). Clusters are placed within one GPC each, so fewer may fit than the SMs / cluster size."""
+    count = ctypes.c_int(0)
+    config = _LaunchConfig((grid, 1, 1), (block, 1, 1), shared_mem, None, None, 0)
+    _check(_libcuda().cuOccupancyMaxActiveClusters(ctypes.byref(count), ctypes.c_void_p(function),
+                                                   ctypes.byref(config)), "cuOccupancyMaxActiveClusters")
+    return count.value
 
 
 @lru_cache(maxsize=1)

@@ -1,5 +1,6 @@
 """pkit's Hopper GEMM: argument checks and plans on CPU; on a GPU, C = A · Bᵀ against float32 for every kernel
-variant (bf16 and FP8, both tile widths, split-K) at shapes whose tiles do not divide, with a poisoned output."""
+variant (bf16 and FP8, both tile widths, split-K, blocks alone and in pairs) at shapes whose tiles do not divide, with a
+poisoned output."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -8,15 +9,16 @@ from pkit.ops import gemm as G  # noqa: E402
 from pkit.tolerance import bf16_gemm  # noqa: E402
 
 
-PLANS = [G.Plan(w, s, st) for w, st in G.VARIANTS for s in (1, 3)]  # each kernel, without and with split-K
+PLANS = [G.Plan(w, s, st, c) for w, st, c in G.VARIANTS for s in (1, 3)]  # each kernel, without and with split-K
+PAIRED = G.Plan(256, 1, 4, 2)  # blocks in pairs sharing B's loads
 
 
-@pytest.mark.parametrize("width, stages", G.VARIANTS)
+@pytest.mark.parametrize("width, stages, cluster", G.VARIANTS)
 @pytest.mark.parametrize("dtype", G.DTYPES)
-def test_every_variant_compiles_for_sm90a(cache_dir, width, stages, dtype):
+def test_every_variant_compiles_for_sm90a(cache_dir, width, stages, cluster, dtype):
     import pkit
 
-    name = G.kernel_name(width, dtype, stages)
+    name = G.kernel_name(width, dtype, stages, cluster)
     assert pkit.compile("gemm.cu", name, arch="sm_90a").module.lowered[name].startswith("_Z")
 
 
@@ -30,6 +32,19 @@ def test_plans_fill_the_sms_and_stay_in_bounds():
         for itemsize in (1, 2):
             p = G.plan(m, n, k, sms=132, itemsize=itemsize)
             assert p.block_n in G.TILE_WIDTHS and 1 <= p.splits <= max(1, -(-k // (G.SLICE_BYTES // itemsize)))
+    assert all(p.cluster == 1 for p in G.plan_options(1024, 256, 8192, sms=1)), "a pair needs two SMs"
+
+
+def test_pairs_count_the_tile_past_the_last_row_and_fill_the_sms_in_twos():
+    """Pairs take row tiles two at a time: with an odd count the last pair's second block takes a tile past C (it
+    writes nothing but occupies an SM), and a pair plan's waves are counted over the SMs that whole pairs fill."""
+    assert G.Plan(256, 1, 4, 2).tiles(333, 512) == 4 * 2 and G.Plan(256, 1, 4).tiles(333, 512) == 3 * 2
+    cheap_pairs = G.PlanRule(paired_slice=0.8)
+    alone, paired = G.Plan(256, 1, 4), G.Plan(256, 1, 4, 2)
+    assert cheap_pairs.cost(paired, 8192, 8192, 128, 132) < cheap_pairs.cost(alone, 8192, 8192, 128, 132)
+    assert G.PlanRule().cost(paired, 131 * 128, 256, 128, 131) > G.PlanRule().cost(alone, 131 * 128, 256, 128, 131)
+    assert G.plan(8192, 8192, 8192, 132, rule=cheap_pairs).cluster == 2
+    assert G.plan(8192, 8192, 8192, 132, rule=G.PlanRule()).cluster == 1, "ties go to blocks alone"
 
 
 def test_shapes_and_work_struct_match_the_kernel(cache_dir):
@@ -37,7 +52,7 @@ def test_shapes_and_work_struct_match_the_kernel(cache_dir):
 
     text = "\n".join([(KERNEL_DIR / "gemm.cu").read_text(), G.SHAPE_ASSERTS, G.WORK.layout_asserts(), ""])
     assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
-    assert all(G.boxes(w, s) >= 1 and G.smem_bytes(w, s) <= 232448 for w, s in G.VARIANTS)
+    assert all(G.boxes(w, s) >= 1 and G.smem_bytes(w, s) <= 232448 for w, s, _ in G.VARIANTS)
 
 
 @pytest.mark.parametrize("a, b, text", [
@@ -167,17 +182,36 @@ def _randn(*shape, seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("blocks", [1, 7, None])
-@pytest.mark.parametrize("how", [None, G.Plan(128, 3)], ids=str)
+@pytest.mark.parametrize("blocks", [1, 2, 7, None])
+@pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2)], ids=str)
 def test_persistent_blocks_cover_every_tile(blocks, how):
-    a, b = _randn(1000, 520, seed=1), _randn(776, 520, seed=2)
+    """However few the blocks (pairs: an odd count runs one fewer), every tile is written, 7 row tiles of C
+    included (a pair's last block takes the tile past the last row)."""
+    a, b = _randn(850, 520, seed=1), _randn(776, 520, seed=2)
+    if how is not None and blocks is not None and blocks < how.cluster:
+        with pytest.raises(ValueError, match="blocks: expected at least 2 for a plan in clusters of 2"):
+            G.gemm(a, b, blocks=blocks, how=how)
+        return
     out = G.gemm(a, b, blocks=blocks, how=how)
     torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), _product(a, b), **bf16_gemm(520))
 
 
 @pytest.mark.gpu
-def test_rows_are_read_only_after_their_flag():
+def test_pairs_run_as_many_as_fit_at_once():
+    """A pair plan launches whole clusters, no more than the GPU runs at once."""
+    import pkit
+
+    sms = pkit.devices()[0].sms
+    resident = G.resident_clusters(256, 4, 2, "bfloat16", 0)
+    assert 1 <= resident <= sms // 2
+    assert G.launch_blocks(PAIRED, 8192, 8192, sms, "bfloat16", 0) == 2 * resident
+    assert G.launch_blocks(PAIRED, 8192, 8192, 7, "bfloat16", 0) == 6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", [None, PAIRED], ids=str)
+def test_rows_are_read_only_after_their_flag(how):
     """A arrives 256 rows at a time on a side stream (a copy, then a flag write); the GEMM, launched first and
     given all but 8 SMs, must wait for each part and still multiply the right rows."""
     import cupy as cp
@@ -189,7 +223,8 @@ def test_rows_are_read_only_after_their_flag():
     a = torch.full_like(source, float("nan"))
     flags = cp.zeros(m // rows_per_flag, dtype=cp.uint32)
     sms = __import__("pkit").devices()[0].sms
-    out = G.gemm(a, b, blocks=sms - 8, ready=flags.data.ptr, epoch=7, rows_per_flag=rows_per_flag, first_row=512)
+    out = G.gemm(a, b, blocks=sms - 8, ready=flags.data.ptr, epoch=7, rows_per_flag=rows_per_flag, first_row=512,
+                 how=how)
     side = cp.cuda.Stream(non_blocking=True)
     with side:
         for f in [2, 3, 0, 1]:  # the GEMM starts at row 512: those parts come first
@@ -241,20 +276,22 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
 
 
 @pytest.mark.gpu
-def test_tiles_added_into_every_target_or_scattered_by_rows():
+@pytest.mark.parametrize("how", [None, PAIRED], ids=str)
+def test_tiles_added_into_every_target_or_scattered_by_rows(how):
     m, n, k = 512, 776, 520
     a, b = _randn(m, k, seed=5), _randn(n, k, seed=6)
     want = _product(a, b)
     tol = dict(rtol=2 ** -6, atol=2e-3 * k ** 0.5)  # two bf16 roundings: the product's, then the sum's
     both = [torch.zeros(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
     targets = G.tile_targets([(t.data_ptr(), m) for t in both], n=n)
-    G.gemm(a, b, add_into=targets)
-    G.gemm(a, b, add_into=targets)  # adds again: every target holds 2 · A · Bᵀ
+    G.gemm(a, b, add_into=targets, how=how)
+    G.gemm(a, b, add_into=targets, how=how)  # adds again: every target holds 2 · A · Bᵀ
     torch.cuda.synchronize()
     for t in both:
         torch.testing.assert_close(t.float(), 2 * want, **tol)
     halves = [torch.full((m // 2, n), 1.0, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-    G.gemm(a, b, add_into=G.tile_targets([(t.data_ptr(), m // 2) for t in halves], n=n, rows_per_target=m // 2))
+    G.gemm(a, b, add_into=G.tile_targets([(t.data_ptr(), m // 2) for t in halves], n=n, rows_per_target=m // 2),
+           how=how)
     torch.cuda.synchronize()
     torch.testing.assert_close(torch.cat(halves).float(), want + 1, **tol)
 
@@ -280,19 +317,21 @@ def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
     assert frame["verified"].all() and frame["chosen"].sum() == 1
     sms = __import__("pkit").devices()[0].sms
     assert len(frame) == len(G.plan_options(1024, 256, 1024, sms, splits=SPLIT_GRID))
-    assert set(zip(frame["block_n"], frame["stages"])) == set(G.VARIANTS)
+    assert set(zip(frame["block_n"], frame["stages"], frame["cluster"])) == set(G.VARIANTS)
     assert frame["ratio_to_best"].max() == 1.0
 
 
 @pytest.mark.gpu
-def test_rows_of_a_read_from_several_sources():
-    """A's three row blocks live in three separate tensors: the GEMM reads each where it lies."""
+@pytest.mark.parametrize("how", [None, PAIRED], ids=str)
+def test_rows_of_a_read_from_several_sources(how):
+    """A's three row blocks live in three separate tensors: the GEMM reads each where it lies (in pairs, the block
+    past the third row block loads its partner's rows, never a fourth source's)."""
     m, n, k, rows = 384, 776, 520, 128
     parts = [_randn(rows, k, seed=10 + q) for q in range(3)]
     b = _randn(n, k, seed=13)
     shape_only = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
     sources = G.a_sources(tuple((p.data_ptr(), rows) for p in parts), k, rows)
-    out = G.gemm(shape_only, b, a_from=sources)
+    out = G.gemm(shape_only, b, a_from=sources, how=how)
     torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), _product(torch.cat(parts), b), **bf16_gemm(k))
     with pytest.raises(ValueError, match="rows_per_source: expected a positive multiple of 128"):

@@ -7,9 +7,13 @@
 // leaves its fp32 partial in a slot of its own in a workspace, and the last to finish adds the others' into its
 // own and writes the tile (split-K, for shapes with fewer tiles than SMs). Launch with 384 threads and
 // Shape<BN, S>::kSmemBytes of shared memory.
+// gemm_tn_pair runs the same in clusters of two blocks: the blocks of a pair take the two 128-row tiles above each
+// other in one column of tiles, and each loads half of B's slice into both blocks' stages at once (TMA multicast),
+// so a pair reads B from L2 once; each stage is released to its producer by the consumers of both blocks.
 // Finished tiles leave through shared memory by TMA (TileTargets), one 64 × 64 box at a time: stored to C, or added
 // into other tensors, a peer's included: the epilogue of GEMM + reduce-scatter and GEMM + all-reduce.
 #include <cuda_bf16.h>
+#include <pkit/cluster.cuh>
 #include <pkit/sync.cuh>
 #include <pkit/tma.cuh>
 #include <pkit/wgmma.cuh>
@@ -35,6 +39,7 @@ struct Shape {
   static constexpr int kSmemBytes = S * kStageBytes + 2 * kBoxes * kBoxBytes + kFixedBytes;
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;  // 128 · 40 + 256 · 232 = 384 · 168
   static_assert(kBoxes >= 1, "an outbox needs one box at least");
+  static_assert((BN / kBox) % kBoxes == 0, "a tile's boxes fill the outbox whole times (put_tile's waits)");
 };
 
 // Where the rows of A come from: source q holds rows [q * rows_per_source, (q + 1) * rows_per_source) as its own
@@ -89,11 +94,11 @@ struct Work {
 };
 
 // The (row, column) tile of C for tile number `t`: groups of kGroupM row tiles sweep the columns together, so the
-// blocks running at once share their A and B slices in L2; row tiles are rotated to start at first_row_tile.
-__device__ int2 tile_of(int t, int m_tiles, int n_tiles, const RowsReady& rows) {
+// blocks running at once share their A and B slices in L2; row tiles are rotated to start at `first_row_tile`.
+__device__ int2 tile_of(int t, int m_tiles, int n_tiles, int first_row_tile) {
   const int group = t / (kGroupM * n_tiles), first = group * kGroupM;
   const int height = min(kGroupM, m_tiles - first), in_group = t % (kGroupM * n_tiles);
-  return make_int2((first + in_group % height + rows.first_row_tile) % m_tiles, in_group / height);
+  return make_int2((first + in_group % height + first_row_tile) % m_tiles, in_group / height);
 }
 
 // Unit u of the work: its tile number and its K slices [k0, k1) (the units of a tile are neighbours, so they run
@@ -113,22 +118,22 @@ __device__ __forceinline__ void warpgroup_sync() {
   }
 }
 
-// Split-K: the units of a tile meet in the workspace. A unit that finds the tile's other units all arrived is its
+// Split-K: the units of tile number `tile` (split `split` is this one) meet in the workspace. A unit that finds the tile's other units all arrived is its
 // last: it adds their slots into `d`, leaves the count zero for the next call and returns true (it writes the
 // tile). Any other stores its partial into its own slot (kept in L2), then counts itself in; if that made it the
 // last it goes on as the last does, else it returns false. No atomic adds, nothing to zero: a slot is read only
 // in the call that wrote it. `last` is a word of this warpgroup's in shared memory.
 template <int BN>
-__device__ bool sum_partials(float (&d)[BN / 2], int half, const Unit& unit, const Work& work, int* last) {
+__device__ bool sum_partials(float (&d)[BN / 2], int half, int tile, int split, const Work& work, int* last) {
   constexpr int kPacks = BN / 8;  // float4s per thread
   const int t = threadIdx.x % 128;
-  u32* const count = work.arrivals + unit.tile * 2 + half;
-  float4* const slots = reinterpret_cast<float4*>(work.partials) + (u64(unit.tile) * 2 + half) * work.splits * kPacks * 128;
+  u32* const count = work.arrivals + tile * 2 + half;
+  float4* const slots = reinterpret_cast<float4*>(work.partials) + (u64(tile) * 2 + half) * work.splits * kPacks * 128;
   warpgroup_sync();  // every thread has read `last` for this block's previous unit
   if (t == 0) *last = pkit::load_acquire_sys(count) == u32(work.splits - 1);
   warpgroup_sync();
   if (!*reinterpret_cast<volatile int*>(last)) {
-    float4* const mine = slots + unit.split * kPacks * 128;
+    float4* const mine = slots + split * kPacks * 128;
 #pragma unroll
     for (int i = 0; i < kPacks; ++i) __stcg(mine + i * 128 + t, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
     __threadfence();
@@ -142,7 +147,7 @@ __device__ bool sum_partials(float (&d)[BN / 2], int half, const Unit& unit, con
   }
   if (t == 0) *count = 0;
   for (int s = 0; s < work.splits; ++s) {
-    if (s == unit.split) continue;
+    if (s == split) continue;
     const float4* const slot = slots + s * kPacks * 128;
 #pragma unroll
     for (int i = 0; i < kPacks; ++i) {
@@ -200,7 +205,8 @@ __device__ void put_tile(const float (&d)[BN / 2], float scale, unsigned char* o
 }
 
 // The shared memory of a block: S stages (A's slice, then B's), an epilogue outbox per consumer, each stage's full
-// (loaded) and empty (released by both consumers) mbarriers, and a split-K word per consumer.
+// (loaded) and empty (released by the consumers of every block of the cluster) mbarriers, and a split-K word per
+// consumer.
 template <int BN, int S>
 struct Pipeline {
   unsigned char* stages;
@@ -214,29 +220,65 @@ struct Pipeline {
   __device__ unsigned char* outbox(int half) const { return outboxes + half * Shape<BN, S>::kBoxes * kBoxBytes; }
 };
 
-// What a block does, shared by its producer and consumers: the tiles and the units it takes.
+// What a block does, shared by its producer and consumers: the work is cut into C × 128-row by BN-column cluster
+// tiles (m_tiles × n_tiles of them; C blocks per cluster, each taking one 128-row tile of the cluster tile: row_tiles
+// in all), each into `splits` units over K. Cluster `cluster` of `clusters` takes units cluster, + clusters, ...,
+// and its block `rank` the row tile C · (cluster tile row) + rank of each. A block whose row tile lies past the last
+// (C does not divide row_tiles) loads its partner's rows, so that the cluster's loads stay in step, and writes
+// nothing.
+template <int BN, int C, class T>
 struct Grid {
-  int m, n, k, m_tiles, n_tiles, k_tiles, units;
+  int m, n, m_tiles, n_tiles, k_tiles, units;
+
+  __device__ Grid(int m_, int n_, int k, int splits)
+      : m(m_), n(n_), m_tiles((row_tiles() + C - 1) / C), n_tiles((n_ + BN - 1) / BN),
+        k_tiles((k + T::kRowElements - 1) / T::kRowElements), units(m_tiles * n_tiles * splits) {}
+
+  __device__ int row_tiles() const { return (m + BM - 1) / BM; }
+  __device__ int cluster() const { return blockIdx.x / C; }
+  __device__ int clusters() const { return gridDim.x / C; }
+  __device__ int rank() const { return C == 1 ? 0 : int(pkit::cluster_rank()); }
+  // The row tile this block takes of cluster tile row `x`, and the one whose rows it loads.
+  __device__ int row_tile(int x) const { return x * C + rank(); }
+  __device__ int loaded_row_tile(int x) const { return row_tile(x) < row_tiles() ? row_tile(x) : x * C; }
 };
 
-// The producer thread: for each of this block's units (u = blockIdx.x, + gridDim.x, ...), once its rows of A are
-// ready, stream its K slices of A and B into the stages as the consumers free them. Slice `it` (counted over all
-// units) uses stage it % S.
-template <int BN, int S, class T>
-__device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid& g, const RowsReady& rows,
+// Release stage `s` to the producers of every block of the cluster (one thread of each consumer warpgroup).
+template <int BN, int S, int C>
+__device__ void release(const Pipeline<BN, S>& p, int s) {
+  if (C == 1) {
+    pkit::mbarrier_arrive(&p.empty[s]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < C; ++r) pkit::mbarrier_arrive_in(&p.empty[s], r);
+  }
+}
+
+// The producer thread: for each of this block's units, once its rows of A are ready, stream its K slices of A and
+// B into the stages as the consumers of the cluster free them. Slice `it` (counted over all units) uses stage
+// it % S. In a cluster each block loads its own rows of A and a C-th of B's rows into every block of the cluster.
+template <int BN, int S, int C, class T>
+__device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<BN, C, T>& g, const RowsReady& rows,
                         const Work& work, const Pipeline<BN, S>& p) {
+  constexpr int kSharedRows = BN / C;  // rows of B's slice this block loads for the cluster
   u32 it = 0;
-  for (int u = blockIdx.x; u < g.units; u += gridDim.x) {
+  for (int u = g.cluster(); u < g.units; u += g.clusters()) {
     const Unit unit(u, g.k_tiles, work.splits);
-    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows);
-    rows.wait(tile.x * BM, min(g.m, (tile.x + 1) * BM));
-    const int source = tile.x * BM / a.rows_per_source, row = tile.x * BM - source * a.rows_per_source;
+    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows.first_row_tile / C);
+    const int row0 = g.loaded_row_tile(tile.x) * BM;
+    rows.wait(row0, min(g.m, row0 + BM));
+    const int source = row0 / a.rows_per_source, row = row0 - source * a.rows_per_source;
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
       const int s = it % S;
       if (it >= S) pkit::mbarrier_wait(&p.empty[s], (it / S - 1) & 1, PKIT_SITE);
       pkit::mbarrier_expect_bytes(&p.full[s], Shape<BN, S>::kStageBytes);
       pkit::tensor_load_2d(p.a(s), a.maps[source], kt * T::kRowElements, row, &p.full[s]);
-      pkit::tensor_load_2d(p.b(s), b, kt * T::kRowElements, tile.y * BN, &p.full[s]);
+      if (C == 1) {
+        pkit::tensor_load_2d(p.b(s), b, kt * T::kRowElements, tile.y * BN, &p.full[s]);
+      } else {
+        pkit::tensor_load_2d_multicast(p.b(s) + g.rank() * kSharedRows * kSliceBytes, b, kt * T::kRowElements,
+                                       tile.y * BN + g.rank() * kSharedRows, &p.full[s], (1u << C) - 1);
+      }
     }
   }
 }
@@ -244,14 +286,14 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid&
 // A consumer warpgroup (half 0 or 1): for each unit, multiply its 64 rows by the BN columns as the slices land,
 // release each stage once its products are done, then (split-K: if it is the tile's last unit) put the 64 × BN
 // result into the targets.
-template <int BN, int S, class T>
-__device__ void consume(int half, const Grid& g, const RowsReady& rows, const TileTargets& targets, const Work& work,
-                        const Pipeline<BN, S>& p) {
+template <int BN, int S, int C, class T>
+__device__ void consume(int half, const Grid<BN, C, T>& g, const RowsReady& rows, const TileTargets& targets,
+                        const Work& work, const Pipeline<BN, S>& p) {
   const float scale = work.scale();
   u32 it = 0;
-  for (int u = blockIdx.x; u < g.units; u += gridDim.x) {
+  for (int u = g.cluster(); u < g.units; u += g.clusters()) {
     const Unit unit(u, g.k_tiles, work.splits);
-    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows);
+    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows.first_row_tile / C);
     float d[BN / 2];  // this consumer's 64 × BN fp32 accumulator
     if (unit.k0 == unit.k1) {
 #pragma unroll
@@ -267,21 +309,25 @@ __device__ void consume(int half, const Grid& g, const RowsReady& rows, const Ti
         pkit::mma<BN, T>(d, a_desc + 2 * step, b_desc + 2 * step, kt > unit.k0 || step > 0);
       pkit::wgmma_commit();
       pkit::wgmma_wait<1>();  // the previous slice's products are done: release its stage
-      if (kt > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % S]);
+      if (kt > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, C>(p, (it - 1) % S);
     }
     pkit::wgmma_wait<0>();
-    if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % S]);
-    if (work.splits > 1 && !sum_partials<BN>(d, half, unit, work, &p.last[half])) continue;
-    put_tile<BN, S>(d, scale, p.outbox(half), targets, tile.x * BM + half * 64, tile.y * BN);
+    if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, C>(p, (it - 1) % S);
+    const int row_tile = g.row_tile(tile.x);
+    if (row_tile >= g.row_tiles()) continue;
+    if (work.splits > 1 && !sum_partials<BN>(d, half, unit.tile * C + g.rank(), unit.split, work, &p.last[half]))
+      continue;
+    put_tile<BN, S>(d, scale, p.outbox(half), targets, row_tile * BM + half * 64, tile.y * BN);
   }
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();  // the tiles are written before the block ends
 }
 
-template <int BN, int S, class T>
-__global__ void __launch_bounds__(384, 1) gemm_tn(const __grid_constant__ ASources a,
-                                                  const __grid_constant__ pkit::TensorMap b, int m, int n, int k,
-                                                  const RowsReady rows, const __grid_constant__ TileTargets targets,
-                                                  const Work work) {
+// The body of gemm_tn (C = 1) and gemm_tn_pair (C = 2): set up the stages, hand registers to the consumers, run
+// the producer and the consumers; in a cluster, no block starts before every block's mbarriers are set, nor ends
+// while another may still arrive on them.
+template <int BN, int S, int C, class T>
+__device__ __forceinline__ void gemm_block(const ASources& a, const pkit::TensorMap& b, int m, int n, int k,
+                                           const RowsReady& rows, const TileTargets& targets, const Work& work) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   Pipeline<BN, S> p;
   p.stages = reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
@@ -292,18 +338,37 @@ __global__ void __launch_bounds__(384, 1) gemm_tn(const __grid_constant__ ASourc
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       pkit::mbarrier_init(&p.full[s], 1);
-      pkit::mbarrier_init(&p.empty[s], 2);  // one arrival per consumer warpgroup
+      pkit::mbarrier_init(&p.empty[s], 2 * C);  // one arrival per consumer warpgroup of the cluster
     }
   }
-  __syncthreads();
-  Grid g{m, n, k, (m + BM - 1) / BM, (n + BN - 1) / BN, (k + T::kRowElements - 1) / T::kRowElements, 0};
-  g.units = g.m_tiles * g.n_tiles * work.splits;
+  if (C == 1) {
+    __syncthreads();
+  } else {
+    pkit::cluster_sync();
+  }
+  const Grid<BN, C, T> g(m, n, k, work.splits);
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     pkit::registers_lower_to<Shape<BN, S>::kProducerRegisters>();
-    if (threadIdx.x == 0) produce<BN, S, T>(a, b, g, rows, work, p);
+    if (threadIdx.x == 0) produce<BN, S, C, T>(a, b, g, rows, work, p);
   } else {
     pkit::registers_raise_to<Shape<BN, S>::kConsumerRegisters>();
-    consume<BN, S, T>(warpgroup - 1, g, rows, targets, work, p);
+    consume<BN, S, C, T>(warpgroup - 1, g, rows, targets, work, p);
   }
+  if (C > 1) pkit::cluster_sync();
+}
+
+template <int BN, int S, class T>
+__global__ void __launch_bounds__(384, 1) gemm_tn(const __grid_constant__ ASources a,
+                                                  const __grid_constant__ pkit::TensorMap b, int m, int n, int k,
+                                                  const RowsReady rows, const __grid_constant__ TileTargets targets,
+                                                  const Work work) {
+  gemm_block<BN, S, 1, T>(a, b, m, n, k, rows, targets, work);
+}
+
+template <int BN, int S, class T>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_tn_pair(const __grid_constant__ ASources a, const __grid_constant__ pkit::TensorMap b, int m, int n, int k,
+                 const RowsReady rows, const __grid_constant__ TileTargets targets, const Work work) {
+  gemm_block<BN, S, 2, T>(a, b, m, n, k, rows, targets, work);
 }

@@ -8,8 +8,9 @@ schedules, and its rate is compared with cuBLAS's in the overlap study.
 
 How the work is cut is a `Plan`: the tile width (128 × 256 or 128 × 128 tiles of C), split-K (each tile's K cut
 into `splits` units that leave their fp32 partials in slots in L2, the last one adding them up and writing the
-tile) and the pipeline's depth, chosen by `plan` from the shape and the SMs: the least estimated time, under a rule
-fitted to a recorded sweep of plans.
+tile), the pipeline's depth and the cluster (blocks alone, or in pairs that take two tiles above each other and
+load B's slices once for both, by TMA multicast), chosen by `plan` from the shape and the SMs: the least estimated
+time, under a rule fitted to a recorded sweep of plans.
 
 Example:
     >>> plan(8192, 8192, 8192, sms=132).splits   # plenty of tiles: no split
@@ -39,7 +40,9 @@ BLOCK_M, BLOCK_K = 128, 64  # rows of a tile of C; bf16 elements of a K slice (1
 TILE_WIDTHS = (256, 128)  # columns of a tile of C (gemm.cu's BN), widest first
 BLOCK_N = TILE_WIDTHS[0]
 STAGE_COUNTS = {256: (4, 3), 128: (6,)}  # gemm.cu's stage counts S for each tile width, deepest first
-VARIANTS = tuple((width, stages) for width, counts in STAGE_COUNTS.items() for stages in counts)  # gemm.cu's kernels
+CLUSTER_SIZES = (1, 2)  # blocks per cluster: gemm.cu's gemm_tn (alone) and gemm_tn_pair (pairs sharing B's loads)
+VARIANTS = tuple((width, stages, cluster) for width, counts in STAGE_COUNTS.items() for stages in counts
+                 for cluster in CLUSTER_SIZES)  # gemm.cu's kernels: (tile width, stages, blocks per cluster)
 MAX_SPLITS = 16  # the most units one tile's K is cut into
 GEMM_THREADS = 384  # a producer warpgroup and two consumer warpgroups
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
@@ -73,18 +76,22 @@ SHAPE_ASSERTS = "\n".join(f"static_assert(Shape<{w}, {s}>::kSmemBytes == {smem_b
 class Plan:
     """How a GEMM's work is cut: tiles of C `block_n` columns wide (and BLOCK_M rows), each tile's K in `splits`
     units (split-K; 1: none), through `stages` shared-memory stages (0: the deepest of STAGE_COUNTS[block_n];
-    fewer leave room for an outbox as wide as the tile, so its epilogue never waits)."""
+    fewer leave room for an outbox as wide as the tile, so its epilogue never waits), run by blocks in clusters
+    of `cluster` (CLUSTER_SIZES): a pair takes two tiles above each other and loads each slice of B once for both."""
 
     block_n: int
     splits: int
     stages: int = 0
+    cluster: int = 1
 
     def __post_init__(self):
         if not self.stages and self.block_n in STAGE_COUNTS:
             object.__setattr__(self, "stages", STAGE_COUNTS[self.block_n][0])
 
     def tiles(self, m: int, n: int) -> int:
-        return math.ceil(m / BLOCK_M) * math.ceil(n / self.block_n)
+        """Tiles of C the blocks take, counting, where the cluster does not divide the row tiles, the ones past
+        the last row that a cluster's last block takes to keep its partner's loads in step (it writes nothing)."""
+        return math.ceil(math.ceil(m / BLOCK_M) / self.cluster) * self.cluster * math.ceil(n / self.block_n)
 
     def units(self, m: int, n: int) -> int:
         return self.tiles(m, n) * self.splits
@@ -97,7 +104,8 @@ class PlanRule:
     (filling the pipeline, writing the tile), a slice of a 128-wide tile costing `narrow_slice` of a 256-wide one
     and a slice of a shallower pipeline `shallow_slice` of a deep one; a unit whose outbox is narrower than its
     tile also costs `waiting_epilogue` slices (it waits for its boxes to drain); with split-K each unit costs
-    `split_overhead` slices per split (its fp32 partial left in L2, the last unit reading the others' back).
+    `split_overhead` slices per split (its fp32 partial left in L2, the last unit reading the others' back); a
+    slice of a block in a pair costs `paired_slice` of one alone (B's loads shared), and pairs fill the SMs in twos.
     The defaults count MMA work and bytes alone; `pkit.experiments.overlap.gemm.fit_plan_rule` fits them to a
     recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
 
@@ -106,17 +114,19 @@ class PlanRule:
     split_overhead: float = (BLOCK_M * 128 * 4) / ((BLOCK_M + 128) * SLICE_BYTES)  # partial bytes / slice bytes
     shallow_slice: float = 1.0
     waiting_epilogue: float = 0.0
+    paired_slice: float = 1.0
 
     def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
         """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks."""
         shallow = how.stages < STAGE_COUNTS[how.block_n][0]
-        per_unit = math.ceil(k_slices / how.splits) * (self.shallow_slice if shallow else 1.0) + self.unit_overhead
+        slice_cost = (self.shallow_slice if shallow else 1.0) * (self.paired_slice if how.cluster > 1 else 1.0)
+        per_unit = math.ceil(k_slices / how.splits) * slice_cost + self.unit_overhead
         if boxes(how.block_n, how.stages) < how.block_n // EPILOGUE_BOX:
             per_unit += self.waiting_epilogue
         if how.splits > 1:
             per_unit += self.split_overhead * how.splits
         width = 1.0 if how.block_n == TILE_WIDTHS[0] else self.narrow_slice
-        return math.ceil(how.units(m, n) / sms) * per_unit * width
+        return math.ceil(how.units(m, n) / (sms // how.cluster * how.cluster)) * per_unit * width
 
 
 RULE_FILE = Path(__file__).resolve().parents[1] / "data" / "gemm_plan_rule.json"
@@ -137,17 +147,18 @@ def k_slices(k: int, itemsize: int = 2) -> int:
 
 def cheapest(options, m: int, n: int, slices: int, sms: int, rule: PlanRule) -> Plan:
     """Of the plans `options`, the one with the least estimated time under `rule` for an M × N output over `slices`
-    K slices on `sms` blocks: ties go to wider tiles, fewer splits and deeper pipelines."""
-    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits, -p.stages))
+    K slices on `sms` blocks: ties go to wider tiles, fewer splits, deeper pipelines and blocks alone."""
+    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits, -p.stages, p.cluster))
 
 
 def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=range(1, MAX_SPLITS + 1)) -> list[Plan]:
     """The plans `plan` chooses among for an M × N × K GEMM of `itemsize`-byte inputs on `sms` blocks: every kernel
-    variant (VARIANTS) with each of `splits` up to the K slices; split-K only while the units stay within two per
-    SM (it is for shapes with few tiles, and its workspace holds a partial per unit)."""
+    variant (VARIANTS; pairs where there are two blocks) with each of `splits` up to the K slices; split-K only
+    while the units stay within two per SM (it is for shapes with few tiles, and its workspace holds a partial per
+    unit)."""
     slices = k_slices(k, itemsize)
-    return [Plan(w, s, st) for w, st in VARIANTS for s in splits
-            if s <= slices and (s == 1 or Plan(w, s).units(m, n) <= 2 * sms)]
+    return [Plan(w, s, st, c) for w, st, c in VARIANTS for s in splits
+            if c <= sms and s <= slices and (s == 1 or Plan(w, s, st, c).units(m, n) <= 2 * sms)]
 
 
 @lru_cache(maxsize=4096)
@@ -182,16 +193,36 @@ WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a",
 
 
 @lru_cache(maxsize=None)
-def _kernel(block_n: int, stages: int, dtype: str):
+def _kernel(block_n: int, stages: int, cluster: int, dtype: str):
     import pkit
 
-    return pkit.compile("gemm.cu", kernel_name(block_n, dtype, stages))
+    return pkit.compile("gemm.cu", kernel_name(block_n, dtype, stages, cluster))
 
 
-def kernel_name(block_n: int, dtype: str = "bfloat16", stages: int = 0) -> str:
-    """gemm.cu's kernel for tiles `block_n` wide, inputs of `dtype` (a key of DTYPES) and `stages` stages (0: the
-    deepest), as a name expression."""
-    return f"gemm_tn<{block_n}, {stages or STAGE_COUNTS[block_n][0]}, pkit::{DTYPES[dtype]}>"
+def kernel_name(block_n: int, dtype: str = "bfloat16", stages: int = 0, cluster: int = 1) -> str:
+    """gemm.cu's kernel for tiles `block_n` wide, inputs of `dtype` (a key of DTYPES), `stages` stages (0: the
+    deepest) and blocks in clusters of `cluster` (1: gemm_tn, 2: gemm_tn_pair), as a name expression."""
+    kernel = {1: "gemm_tn", 2: "gemm_tn_pair"}[cluster]
+    return f"{kernel}<{block_n}, {stages or STAGE_COUNTS[block_n][0]}, pkit::{DTYPES[dtype]}>"
+
+
+@lru_cache(maxsize=None)
+def resident_clusters(block_n: int, stages: int, cluster: int, dtype: str, device: int) -> int:
+    """How many clusters of the kernel of that plan and dtype run at once on GPU `device` (one block per SM, each
+    with smem_bytes of shared memory; a cluster's blocks share a GPC, so fewer than SMs / cluster may fit)."""
+    import cupy as cp
+    from cupy_backends.cuda.api import driver
+
+    import pkit
+
+    from ..driver import max_active_clusters
+
+    sms = pkit.devices()[device].sms
+    function = _kernel(block_n, stages, cluster, dtype).on(device)
+    with cp.cuda.Device(device):
+        driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                smem_bytes(block_n, stages))
+        return max_active_clusters(function.ptr, sms // cluster * cluster, GEMM_THREADS, smem_bytes(block_n, stages))
 
 
 def tensor_map(tensor, box_rows: int, box_cols: int):
@@ -331,6 +362,19 @@ def _check_options(dtype: str, scale_a, scale_b, blocks, sms: int) -> None:
         raise ValueError(f"blocks: expected an integer in [1, {sms}] (one block per SM at most), got {blocks!r}")
 
 
+def launch_blocks(how: Plan, m: int, n: int, blocks: int, dtype: str, device: int) -> int:
+    """The persistent blocks `gemm` launches for an M × N output under `how` on at most `blocks` SMs of GPU
+    `device`: one per unit of work at most, whole clusters, no more clusters than run at once (resident_clusters)."""
+    grid = min(how.units(m, n), blocks)
+    if how.cluster > 1:
+        grid = min(grid // how.cluster, resident_clusters(how.block_n, how.stages, how.cluster, dtype, device))
+        grid *= how.cluster
+    if grid < 1:
+        raise ValueError(f"blocks: expected at least {how.cluster} for a plan in clusters of {how.cluster}, "
+                         f"got {blocks}")
+    return grid
+
+
 def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
          first_row: int = 0, add_into=None, a_from=None, scale_a=None, scale_b=None, how: Plan | None = None):
     """C = A · Bᵀ (fp32 accumulation, bf16 C) on A's GPU, enqueued on CuPy's current stream there (as every pkit
@@ -363,14 +407,15 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
                          f"got {rows_per_flag} and {first_row}")
     how = how or plan(m, n, k, blocks or sms, a.element_size())
     if how.block_n not in TILE_WIDTHS or not 1 <= how.splits <= MAX_SPLITS or how.stages not in STAGE_COUNTS[
-            how.block_n]:
-        raise ValueError(f"how: expected a Plan with block_n in {TILE_WIDTHS}, splits in [1, {MAX_SPLITS}] and "
-                         f"stages in {STAGE_COUNTS} for its block_n, got {how}")
+            how.block_n] or how.cluster not in CLUSTER_SIZES:
+        raise ValueError(f"how: expected a Plan with block_n in {TILE_WIDTHS}, splits in [1, {MAX_SPLITS}], "
+                         f"stages in {STAGE_COUNTS} for its block_n and cluster in {CLUSTER_SIZES}, got {how}")
     if out is None and add_into is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     if m == 0 or n == 0:
         return out
     device = a.device.index
+    grid = launch_blocks(how, m, n, blocks or sms, dtype, device)
     tiles = how.tiles(m, n)
     partials = arrivals = 0
     if how.splits > 1:
@@ -383,10 +428,11 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)
     row_elements = SLICE_BYTES // a.element_size()
-    _kernel(how.block_n, how.stages, dtype)((min(tiles * how.splits, blocks or sms),), (GEMM_THREADS,),
+    _kernel(how.block_n, how.stages, how.cluster, dtype)((grid,), (GEMM_THREADS,),
                                 (a_sources(((a.data_ptr(), m),), k, itemsize=a.element_size()) if a_from is None
                                  else a_from,
-                                 tensor_map(b, how.block_n, row_elements), np.int32(m), np.int32(n), np.int32(k), rows,
+                                 tensor_map(b, how.block_n // how.cluster, row_elements), np.int32(m), np.int32(n),
+                                 np.int32(k), rows,
                                  tile_targets(((out.data_ptr(), m),), n, add=False) if add_into is None else add_into,
                                  work),
                                 shared_mem=smem_bytes(how.block_n, how.stages), device=device)

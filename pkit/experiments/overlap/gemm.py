@@ -168,7 +168,7 @@ def gemm_rates(shapes: Sequence[tuple[int, int, int]] | None = None, dtype: str 
     the L2, queued behind a held stream so that the host's launch path stays out (`pkit.bench(hide_launch=True)`:
     the GPU's time, as inside a schedule), the samples pooled, so a clock that drifts as the GPU warms weighs on all alike.
 
-    Rows: implementation, dtype, m, n, k, block_n, splits and stages (pkit's plan; 0 for cuBLAS), time_median_us,
+    Rows: implementation, dtype, m, n, k, block_n, splits, stages and cluster (pkit's plan; 0 for cuBLAS), time_median_us,
     time_min_us, time_max_us, cv, tflops, verified (within bf16 rounding of the float32 product), max_abs_err
     and ratio_to_cublas (TFLOP/s over cuBLAS's at the same shape).
     """
@@ -205,7 +205,7 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         ours = name.startswith("pkit")
         rows.append({"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
                      "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
-                     "stages": chosen.stages if ours else 0,
+                     "stages": chosen.stages if ours else 0, "cluster": chosen.cluster if ours else 0,
                      **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "max_abs_err": err})
     del inputs
@@ -240,7 +240,8 @@ def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Seq
     split while the units stay few) at each shape and dtype, each checked against float32 and timed (`reps` calls,
     input sets rotating past the L2): the measurements that say whether `pkit.ops.gemm.plan` picks well.
 
-    Rows: dtype, m, n, k, block_n, splits, stages, time_median_us, time_min_us, time_max_us, cv, tflops, verified,
+    Rows: dtype, m, n, k, block_n, splits, stages, cluster, time_median_us, time_min_us, time_max_us, cv, tflops,
+    verified,
     chosen (the plan `plan` picks), ratio_to_best (TFLOP/s over the best plan's at this shape and dtype).
     """
     rows = [row for dtype in dtypes
@@ -269,7 +270,8 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         verified, _ = _check(inputs, call)
         timing = bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets, hide_launch=True)
         rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
-                     "stages": how.stages, **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
+                     "stages": how.stages, "cluster": how.cluster, **timing.times_us(),
+                     "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "chosen": how == chosen})
     del inputs
     torch.cuda.empty_cache()
@@ -278,7 +280,7 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
 
 RULE_GRID = {"narrow_slice": np.arange(0.5, 1.01, 0.02), "unit_overhead": np.arange(0.0, 8.01, 0.5),
              "split_overhead": np.arange(0.0, 6.01, 0.25), "shallow_slice": np.arange(1.0, 1.51, 0.02),
-             "waiting_epilogue": np.arange(0.0, 8.01, 0.5)}
+             "waiting_epilogue": np.arange(0.0, 8.01, 0.5), "paired_slice": np.arange(0.7, 1.21, 0.02)}
 """The values fit_plan_rule tries for each of PlanRule's constants."""
 RULE_STARTS = 12  # fit_plan_rule's starting points beyond the grid's first values
 
@@ -300,15 +302,16 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
     (0.5, 1.0)
     """
     grid = {name: [round(float(v), 4) for v in values] for name, values in (grid or RULE_GRID).items()}
-    shapes = [(key, g.set_index(["block_n", "splits", "stages"])["tflops"]) for key, g in
-              frame.groupby(["dtype", "m", "n", "k"], sort=False)]
+    plans = ["block_n", "splits", "stages", "cluster"]
+    frame = frame if "cluster" in frame else frame.assign(cluster=1)  # sweeps recorded before pairs: blocks alone
+    shapes = [(key, g.set_index(plans)["tflops"]) for key, g in frame.groupby(["dtype", "m", "n", "k"], sort=False)]
 
     def score(constants: dict) -> float:
         rule = PlanRule(**constants)
         total = 0.0
         for (dtype, m, n, k), rates in shapes:
             chosen = cheapest([Plan(*key) for key in rates.index], m, n, k_slices(k, ITEMSIZES[dtype]), sms, rule)
-            total += np.log(rates[(chosen.block_n, chosen.splits, chosen.stages)] / rates.max())
+            total += np.log(rates[(chosen.block_n, chosen.splits, chosen.stages, chosen.cluster)] / rates.max())
         return total
 
     def descend(start: dict) -> tuple[float, dict]:

@@ -27,9 +27,9 @@ LENGTHS = np.geomspace(1.0, 1e5, 1001)  # the epilogue's length in K searched by
 
 def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float, bool]:
     """(waves, K per unit, split) of an M × N × K GEMM on `sms` SMs: pkit's plan (`planned`: whole waves of its
-    units, K per unit ⌈K slices / splits⌉ slices' elements, a narrow unit's scaled by the plan rule's narrow_slice
-    and a shallow pipeline's by its shallow_slice, split when splits > 1) or cuBLAS's balanced tiles (tiles / SMs,
-    all of K, no split)."""
+    units over the SMs its clusters fill, K per unit ⌈K slices / splits⌉ slices' elements, a narrow unit's scaled by
+    the plan rule's narrow_slice, a shallow pipeline's by its shallow_slice and a paired block's by its paired_slice,
+    split when splits > 1) or cuBLAS's balanced tiles (tiles / SMs, all of K, no split)."""
     from ...ops.gemm import BLOCK_K, BLOCK_M, BLOCK_N, STAGE_COUNTS, TILE_WIDTHS, plan, plan_rule
 
     if sms < 1:
@@ -40,8 +40,9 @@ def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float,
     rule = plan_rule()
     width = 1.0 if how.block_n == TILE_WIDTHS[0] else rule.narrow_slice
     depth = 1.0 if how.stages == STAGE_COUNTS[how.block_n][0] else rule.shallow_slice
-    per_unit = math.ceil(math.ceil(k / BLOCK_K) / how.splits) * BLOCK_K * width * depth
-    return float(math.ceil(how.units(m, n) / sms)), per_unit, how.splits > 1
+    paired = rule.paired_slice if how.cluster > 1 else 1.0
+    per_unit = math.ceil(math.ceil(k / BLOCK_K) / how.splits) * BLOCK_K * width * depth * paired
+    return float(math.ceil(how.units(m, n) / (sms // how.cluster * how.cluster))), per_unit, how.splits > 1
 
 
 def _columns(w: np.ndarray, k: np.ndarray, split: np.ndarray, length: float) -> np.ndarray:
