@@ -280,8 +280,9 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
 
 RULE_GRID = {"narrow_slice": np.arange(0.5, 1.01, 0.02), "unit_overhead": np.arange(0.0, 8.01, 0.5),
              "split_overhead": np.arange(0.0, 6.01, 0.25), "shallow_slice": np.arange(1.0, 1.51, 0.02),
-             "waiting_epilogue": np.arange(0.0, 8.01, 0.5), "paired_slice": np.arange(0.7, 1.21, 0.02)}
-"""The values fit_plan_rule tries for each of PlanRule's constants."""
+             "waiting_epilogue": np.arange(0.0, 8.01, 0.5), "paired_slice": np.r_[1.0, np.arange(0.7, 1.21, 0.02)]}
+"""The values fit_plan_rule tries for each of PlanRule's constants; each's first is where every search starts (a
+constant the sweep cannot tell stays there: 1.0 for paired_slice, so a sweep without pairs never favours them)."""
 RULE_STARTS = 12  # fit_plan_rule's starting points beyond the grid's first values
 
 
