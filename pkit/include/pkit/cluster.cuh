@@ -22,11 +22,13 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 // Arrive once on the mbarrier at `bar`'s offset in the shared memory of block `rank` of this cluster (this block's
-// own rank too), releasing this thread's earlier accesses to the cluster.
+// own rank too), with a local arrive's CTA-scope release: enough to hand back a stage whose reads are complete
+// (a consumer's wgmma_wait), and no fence. A cluster-scope release would put a GPU-wide memory barrier
+// (MEMBAR.ALL.GPU in the SASS) before every arrive.
 __device__ __forceinline__ void mbarrier_arrive_in(u64* bar, u32 rank) {
   asm volatile(
       "{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote]; }"
       ::"r"(smem_addr(bar)), "r"(rank) : "memory");
 }
 
