@@ -362,6 +362,15 @@ def _check_options(dtype: str, scale_a, scale_b, blocks, sms: int) -> None:
         raise ValueError(f"blocks: expected an integer in [1, {sms}] (one block per SM at most), got {blocks!r}")
 
 
+def _checked_plan(how: Plan) -> Plan:
+    """`how` if it names one of gemm.cu's kernels and a split count gemm runs, else a ValueError naming it."""
+    if how.block_n not in TILE_WIDTHS or not 1 <= how.splits <= MAX_SPLITS or how.stages not in STAGE_COUNTS[
+            how.block_n] or how.cluster not in CLUSTER_SIZES:
+        raise ValueError(f"how: expected a Plan with block_n in {TILE_WIDTHS}, splits in [1, {MAX_SPLITS}], "
+                         f"stages in {STAGE_COUNTS} for its block_n and cluster in {CLUSTER_SIZES}, got {how}")
+    return how
+
+
 def launch_blocks(how: Plan, m: int, n: int, blocks: int, dtype: str, device: int) -> int:
     """The persistent blocks `gemm` launches for an M × N output under `how` on at most `blocks` SMs of GPU
     `device`: one per unit of work at most, whole clusters, no more clusters than run at once (resident_clusters)."""
@@ -405,11 +414,7 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     if ready and (rows_per_flag <= 0 or rows_per_flag % BLOCK_M or not 0 <= first_row < max(m, 1)):
         raise ValueError(f"rows_per_flag, first_row: expected a positive multiple of {BLOCK_M} and a row of A, "
                          f"got {rows_per_flag} and {first_row}")
-    how = how or plan(m, n, k, blocks or sms, a.element_size())
-    if how.block_n not in TILE_WIDTHS or not 1 <= how.splits <= MAX_SPLITS or how.stages not in STAGE_COUNTS[
-            how.block_n] or how.cluster not in CLUSTER_SIZES:
-        raise ValueError(f"how: expected a Plan with block_n in {TILE_WIDTHS}, splits in [1, {MAX_SPLITS}], "
-                         f"stages in {STAGE_COUNTS} for its block_n and cluster in {CLUSTER_SIZES}, got {how}")
+    how = _checked_plan(how or plan(m, n, k, blocks or sms, a.element_size()))
     if out is None and add_into is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     if m == 0 or n == 0:
