@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from .errors import PkitError
@@ -107,7 +108,7 @@ class ReplayKernel:
         self.started_with = dict(os.environ)
         self.manager.start_kernel(cwd=self.cwd)
         try:
-            self._run(_SNAPSHOT)
+            self._run(_SNAPSHOT, started=True)
         except BaseException:
             self.manager.shutdown_kernel(now=True)
             raise
@@ -120,7 +121,8 @@ class ReplayKernel:
     def prepare(self, environment: dict[str, str]) -> None:
         """Bring the kernel back to its fresh state, with `environment` as its environment variables."""
         changed = {k: v for k, v in environment.items() if self.started_with.get(k) != v}
-        self._run(_RESET.format(changed=changed, removed=sorted(set(self.started_with) - set(environment))))
+        self._run(_RESET.format(changed=changed, removed=sorted(set(self.started_with) - set(environment))),
+                  started=False)
 
     def release(self) -> None:
         """Close the channels of every client made for the kernel so far (papermill makes one per notebook)."""
@@ -128,16 +130,35 @@ class ReplayKernel:
             client.stop_channels()
         self.manager.clients = []
 
-    def _run(self, code: str) -> None:
+    def _run(self, code: str, started: bool) -> None:
+        """Run `code` in the kernel, waiting for its reply on the shell channel. A kernel just `started` is first
+        waited for until it answers (jupyter_client's `wait_for_ready`, which then listens 0.2 s for stray IOPub
+        messages); one that has answered before takes the request on a shell channel alone, nothing to wait for."""
         client = self.manager.client()
-        client.start_channels()
+        client.start_channels(iopub=started, stdin=started, hb=started)
         try:
-            client.wait_for_ready(timeout=STARTUP_TIMEOUT_S)
-            reply = client.execute_interactive(code, store_history=False, timeout=RESET_TIMEOUT_S,
-                                               output_hook=lambda message: None)
+            if started:
+                client.wait_for_ready(timeout=STARTUP_TIMEOUT_S)
+            reply = self._reply(client, client.execute(code, store_history=False))
         finally:
             self.release()
         content = reply["content"]
         if content["status"] != "ok":
             raise KernelResetFailed(f"the shared replay kernel could not be reset: {content.get('ename')}: "
                                     f"{content.get('evalue')}")
+
+    def _reply(self, client, msg_id: str) -> dict:
+        """The shell channel's reply to request `msg_id`; KernelResetFailed when the kernel dies or gives none
+        within RESET_TIMEOUT_S."""
+        from queue import Empty
+
+        deadline = time.monotonic() + RESET_TIMEOUT_S
+        while self.manager.is_alive() and time.monotonic() < deadline:
+            try:
+                reply = client.get_shell_msg(timeout=1)
+            except Empty:
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply
+        why = f"gave no reply within {RESET_TIMEOUT_S} s" if self.manager.is_alive() else "died"
+        raise KernelResetFailed(f"the shared replay kernel {why}")

@@ -263,9 +263,12 @@ def run_notebook(path: Path, mode: str, machine: str | None = None, parameters: 
             stack.enter_context(_environment(**environment))
             kernel_args = {"kernel_manager_class": kernel_manager(stack.enter_context(open(log_path, "w")))}
         try:
+            # papermill writes the executed copy as each cell starts and ends: worth it for a measurement's progress,
+            # not for a replay of seconds, whose copy is written once at its end (or at the cell that failed)
             _execute(pm, str(path), str(output), attempts=1 if shared else KERNEL_START_ATTEMPTS,
                      parameters={"mode": resolved, "machine": machine, **(parameters or {})}, kernel_name="python3",
-                     progress_bar=False, cwd=str(path.parent), log_output=False, **kernel_args)
+                     progress_bar=False, cwd=str(path.parent), log_output=False,
+                     request_save_on_cell_execute=resolved == "measure", **kernel_args)
         except pm.PapermillExecutionError as e:
             raise NotebookFailed(f"notebook {path.name} failed in cell {e.cell_index} (execution count "
                                  f"{e.exec_count}): {e.ename}: {e.evalue}\n  executed copy with the traceback: "

@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 # nbformat imports jsonschema, which compiles the grammar of IRIs (rfc3987_syntax, 1.5-2 s a process) for a format
-# check no test makes: the test processes go without it.
+# check no test makes: the test processes go without it, and so do the processes they start (`_without_iri_grammar`).
 sys.modules.setdefault("rfc3987_syntax", None)
 # Bytecode is cached (__pycache__, which git ignores) even where PYTHONDONTWRITEBYTECODE is set: without it each
 # pytest-xdist worker rewrites and compiles the asserts of every test module again (about 5 s of a 2-core machine's
@@ -30,21 +31,33 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 def pytest_configure(config):
     """The run's temporary files in one folder of its own, removed at its end (`pytest_unconfigure`): pytest's
     tmp_path folders and whatever the tests and the processes they start write to the temporary directory (Ray's
-    session, pkit eval's run folders, Chromium's profile). Under pytest-xdist on a machine without GPUs, pin worker
-    k (and every process it starts) to its own share of this process's CPUs: an evaluation then times its
-    reference and its candidates on the same cores, which no other worker's tests load, so the harness's timing
-    checks see the noise of a quiet machine."""
+    session, pkit eval's run folders, Chromium's profile), and there a folder on the PYTHONPATH they inherit
+    (`_without_iri_grammar`). Under pytest-xdist on a machine without GPUs, pin worker k (and every process it
+    starts) to its own share of this process's CPUs: an evaluation then times its reference and its candidates on
+    the same cores, which no other worker's tests load, so the harness's timing checks see the noise of a quiet
+    machine."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if not worker:  # the workers and every process started inherit TMPDIR
         # This process's multiprocessing folder stays in the system's temporary directory: multiprocessing removes
         # it at exit, after pytest_unconfigure has removed the run's folder.
         multiprocessing.util.get_temp_dir()
         config.run_tmpdir = tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="pkit-tests-")
+        _without_iri_grammar(Path(config.run_tmpdir) / "no_iri_grammar")
     cpus = sorted(os.sched_getaffinity(0))
     if worker and 0 < count <= len(cpus) and not _gpu_count():
         mine = set(cpus[int(worker.removeprefix("gw")) % count::count])
         os.sched_setaffinity(0, mine)
         os.environ["OMP_NUM_THREADS"] = str(len(mine))
+
+
+def _without_iri_grammar(folder: Path) -> None:
+    """Every process the tests start goes without the grammar of IRIs too: JupyterLab's server and Ray's daemons and
+    workers import jsonschema, each compiling it for a second or more of its core (eight processes for one local Ray
+    cluster). A module `rfc3987_syntax` in `folder` raises ImportError, which jsonschema takes as that format check's
+    absence; `folder` joins the PYTHONPATH the workers and every process started inherit."""
+    folder.mkdir()
+    (folder / "rfc3987_syntax.py").write_text('raise ImportError("left out of the test run (tests/conftest.py)")\n')
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(folder)]))
 
 
 def pytest_unconfigure(config):

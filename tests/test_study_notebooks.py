@@ -1,7 +1,8 @@
 """Notebooks 05 (overlap) and 06 (roofline gap), whose GPU results are not recorded yet, run end to end on CPU
 against synthetic recorded results (tests/synthetic_results.py: written by the real recording commands with the GPU
-work replaced) under a temporary results root; their figures go to a temporary folder, their executed copies to
-another. What the first recording on 2×H200 will replay, minus the numbers."""
+work replaced) under a temporary results root, in one kernel as `pkit figures` replays them; their figures go to a
+temporary folder, their executed copies to another. What the first recording on 2×H200 will replay, minus the
+numbers."""
 import ast
 import json
 import re
@@ -48,6 +49,17 @@ def record_roofline_gap(mp, rng, tmp):
 RECORDERS = {"05_overlap": record_overlap, "06_roofline_gap": record_roofline_gap}
 
 
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    """One kernel for the module's notebooks, as `pkit figures` replays them: brought back before each to what a new
+    kernel holds (pkit.notebook_kernel.ReplayKernel); its log in a temporary folder."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(notebooks, "BUILD_DIR", tmp_path_factory.mktemp("kernel"))
+        with notebooks._replay_kernel() as shared:
+            mp.undo()
+            yield shared
+
+
 @pytest.fixture
 def roots(tmp_path, monkeypatch):
     """Results, figures and executed notebooks under tmp_path: nothing of the repository's is read or written."""
@@ -65,7 +77,7 @@ def saved_figures(nb) -> set[str]:
 
 
 @pytest.mark.parametrize("stem", sorted(RECORDERS))
-def test_notebook_runs_on_synthetic_recorded_results(stem, roots, tmp_path, monkeypatch):
+def test_notebook_runs_on_synthetic_recorded_results(stem, roots, kernel, tmp_path, monkeypatch):
     path = notebooks.NOTEBOOK_DIR / f"{stem}.ipynb"
     study = notebooks.study_of(path)
     required = [p.experiment for p in study.parts if not p.optional]
@@ -78,7 +90,7 @@ def test_notebook_runs_on_synthetic_recorded_results(stem, roots, tmp_path, monk
     assert set(study.experiments) - set(overlap_emulated.EXPERIMENTS) <= recorded
     assert notebooks.skip_reason(path, "replay", synthetic_results.MACHINE) == ""
 
-    run = notebooks.run_notebook(path, "replay", synthetic_results.MACHINE)  # raises NotebookFailed naming the cell
+    run = notebooks.run_notebook(path, "replay", synthetic_results.MACHINE, kernel=kernel)  # NotebookFailed: the cell
     executed = nbformat.read(run.output, as_version=4)
     code = [c for c in executed.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), "a cell did not run"
