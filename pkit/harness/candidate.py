@@ -33,8 +33,9 @@ WARM_ROUNDS = 1
 their last window (cold caches, clocks run down), the candidate's straight from their warm-up."""
 MAX_ROUNDS = 12
 """Most interleaved rounds per candidate after the WARM_ROUNDS."""
-ROUNDS_BUDGET_S = 10.0
-"""Seconds of rounds after which no new round starts, once MIN_ROUNDS have run."""
+ROUNDS_BUDGET_S = 6.0
+"""Seconds of rounds after which no new round starts, once MIN_ROUNDS have run: with the worker's start, the
+trials and the checks a candidate then costs the harness under 10 s even where its verdict is a close call."""
 
 
 def settled(rounds: Rounds) -> bool:
