@@ -1,5 +1,5 @@
 """pkit's Hopper GEMM: argument checks and plans on CPU; on a GPU, C = A · Bᵀ against float32 for every kernel
-variant (bf16 and FP8, both tile widths, split-K, blocks alone and in pairs) at shapes whose tiles do not divide, with a
+variant (bf16 and FP8, both tile widths, split-K, blocks alone and in pairs, consumers on alternate tiles) at shapes whose tiles do not divide, with a
 poisoned output."""
 import pytest
 
@@ -9,16 +9,18 @@ from pkit.ops import gemm as G  # noqa: E402
 from pkit.tolerance import bf16_gemm  # noqa: E402
 
 
-PLANS = [G.Plan(w, s, st, c) for w, st, c in G.VARIANTS for s in (1, 3)]  # each kernel, without and with split-K
+PLANS = [G.Plan(w, s, st, c, alt) for w, st, c, alt in G.VARIANTS
+         for s in ((1,) if alt else (1, 3))]  # each kernel, without and (where it runs it) with split-K
 PAIRED = G.Plan(256, 1, 4, 2)  # blocks in pairs sharing B's loads
+ALTERNATE = G.Plan(128, 1, 6, 1, True)  # consumers on alternate tiles
 
 
-@pytest.mark.parametrize("width, stages, cluster", G.VARIANTS)
+@pytest.mark.parametrize("width, stages, cluster, alternate", G.VARIANTS)
 @pytest.mark.parametrize("dtype", G.DTYPES)
-def test_every_variant_compiles_for_sm90a(cache_dir, width, stages, cluster, dtype):
+def test_every_variant_compiles_for_sm90a(cache_dir, width, stages, cluster, alternate, dtype):
     import pkit
 
-    name = G.kernel_name(width, dtype, stages, cluster)
+    name = G.kernel_name(width, dtype, stages, cluster, alternate)
     assert pkit.compile("gemm.cu", name, arch="sm_90a").module.lowered[name].startswith("_Z")
 
 
@@ -47,12 +49,29 @@ def test_pairs_count_the_tile_past_the_last_row_and_fill_the_sms_in_twos():
     assert G.plan(8192, 8192, 8192, 132, rule=G.PlanRule()).cluster == 1, "ties go to blocks alone"
 
 
+def test_alternate_tiles_pay_their_own_overhead_and_never_split():
+    """Consumers on alternate tiles run whole 128-wide tiles with no split-K; a unit of theirs costs
+    alternate_overhead slices where one shared by both consumers costs unit_overhead, so short K picks them."""
+    options = G.plan_options(8192, 8192, 256, sms=132)
+    assert {p.splits for p in options if p.alternate} == {1}
+    assert {(p.block_n, p.cluster) for p in options if p.alternate} == {(128, 1)}
+    shared, alternate = G.Plan(128, 1, 6), ALTERNATE
+    rule = G.PlanRule(narrow_slice=0.7, unit_overhead=6.0, alternate_overhead=1.0)
+    waves = -(-shared.units(8192, 8192) // 132)
+    assert rule.cost(shared, 8192, 8192, 4, 132) - rule.cost(alternate, 8192, 8192, 4, 132) == pytest.approx(
+        waves * (6.0 - 1.0) * rule.narrow_slice)
+    assert G.plan(8192, 8192, 256, 132, rule=rule).alternate
+    assert not G.plan(8192, 8192, 8192, 132, rule=rule).alternate
+    with pytest.raises(ValueError, match=r"splits in \[1, 16\] \(1 with alternate tiles\)"):
+        G._checked_plan(G.Plan(128, 2, 6, 1, True))
+
+
 def test_shapes_and_work_struct_match_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
     text = "\n".join([(KERNEL_DIR / "gemm.cu").read_text(), G.SHAPE_ASSERTS, G.WORK.layout_asserts(), ""])
     assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
-    assert all(G.boxes(w, s) >= 1 and G.smem_bytes(w, s) <= 232448 for w, s, _ in G.VARIANTS)
+    assert all(G.boxes(w, s) >= 1 and G.smem_bytes(w, s) <= 232448 for w, s, *_ in G.VARIANTS)
 
 
 @pytest.mark.parametrize("a, b, text", [
@@ -147,7 +166,7 @@ def test_split_k_gemms_on_two_streams_keep_their_own_workspaces():
 @pytest.mark.parametrize("kwargs, text", [
     (dict(m=64, n=64, k=12), "b: expected N × K with K = 12"),
     (dict(m=64, n=60, k=64), "b: expected a number of rows N that is a multiple of 8"),
-    (dict(m=64, n=64, k=64, how=G.Plan(64, 1)), "how: expected a Plan with block_n in"),
+    (dict(m=64, n=64, k=64, how=G.Plan(64, 1)), "how: expected a Plan whose (block_n, stages, cluster, alternate)"),
     (dict(m=64, n=64, k=64, scale_a=1.0), "scale_a, scale_b: expected both for float8_e4m3fn inputs and neither"),
 ])
 def test_gpu_argument_errors(kwargs, text):
@@ -183,7 +202,7 @@ def _randn(*shape, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("blocks", [1, 2, 7, None])
-@pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2)], ids=str)
+@pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2), ALTERNATE], ids=str)
 def test_persistent_blocks_cover_every_tile(blocks, how):
     """However few the blocks (pairs: an odd count runs one fewer), every tile is written, 7 row tiles of C
     included (a pair's last block takes the tile past the last row)."""
@@ -210,7 +229,7 @@ def test_pairs_run_as_many_as_fit_at_once():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, ALTERNATE], ids=str)
 def test_rows_are_read_only_after_their_flag(how):
     """A arrives 256 rows at a time on a side stream (a copy, then a flag write); the GEMM, launched first and
     given all but 8 SMs, must wait for each part and still multiply the right rows."""
@@ -276,7 +295,7 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, ALTERNATE], ids=str)
 def test_tiles_added_into_every_target_or_scattered_by_rows(how):
     m, n, k = 512, 776, 520
     a, b = _randn(m, k, seed=5), _randn(n, k, seed=6)
@@ -317,12 +336,12 @@ def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
     assert frame["verified"].all() and frame["chosen"].sum() == 1
     sms = __import__("pkit").devices()[0].sms
     assert len(frame) == len(G.plan_options(1024, 256, 1024, sms, splits=SPLIT_GRID))
-    assert set(zip(frame["block_n"], frame["stages"], frame["cluster"])) == set(G.VARIANTS)
+    assert set(zip(frame["block_n"], frame["stages"], frame["cluster"], frame["alternate"])) == set(G.VARIANTS)
     assert frame["ratio_to_best"].max() == 1.0
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, ALTERNATE], ids=str)
 def test_rows_of_a_read_from_several_sources(how):
     """A's three row blocks live in three separate tensors: the GEMM reads each where it lies (in pairs, the block
     past the third row block loads its partner's rows, never a fourth source's)."""

@@ -10,6 +10,9 @@
 // gemm_tn_pair runs the same in clusters of two blocks: the blocks of a pair take the two 128-row tiles above each
 // other in one column of tiles, and each loads half of B's slice into both blocks' stages at once (TMA multicast),
 // so a pair reads B from L2 once; each stage is released to its producer by the consumers of both blocks.
+// gemm_tn_alternate gives each tile to one consumer, the two taking alternate tiles and their turns at the tensor
+// cores: one writes a finished tile while the other multiplies (tiles 128 wide, no split-K), for short K where a
+// tile's epilogue costs as much as its products.
 // Finished tiles leave through shared memory by TMA (TileTargets), one 64 × 64 box at a time: stored to C, or added
 // into other tensors, a peer's included: the epilogue of GEMM + reduce-scatter and GEMM + all-reduce.
 #include <cuda_bf16.h>
@@ -206,7 +209,7 @@ __device__ void put_tile(const float (&d)[BN / 2], float scale, unsigned char* o
 
 // The shared memory of a block: S stages (A's slice, then B's), an epilogue outbox per consumer, each stage's full
 // (loaded) and empty (released by the consumers of every block of the cluster) mbarriers, and a split-K word per
-// consumer.
+// consumer, and (alternate tiles) each consumer's turn at the tensor cores.
 template <int BN, int S>
 struct Pipeline {
   unsigned char* stages;
@@ -214,6 +217,7 @@ struct Pipeline {
   u64* full;
   u64* empty;
   int* last;
+  u64* turn;
 
   __device__ unsigned char* a(int s) const { return stages + s * Shape<BN, S>::kStageBytes; }
   __device__ unsigned char* b(int s) const { return a(s) + BM * kSliceBytes; }
@@ -322,10 +326,57 @@ __device__ void consume(int half, const Grid<BN, C, T>& g, const RowsReady& rows
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();  // the tiles are written before the block ends
 }
 
-// The body of gemm_tn (C = 1) and gemm_tn_pair (C = 2): set up the stages, hand registers to the consumers, run
-// the producer and the consumers; in a cluster, no block starts before every block's mbarriers are set, nor ends
-// while another may still arrive on them.
-template <int BN, int S, int C, class T>
+// A consumer warpgroup (half 0 or 1) of a block whose consumers take alternate units (one K slice range, the whole
+// tile, each): unit i of the block is half i % 2's. It multiplies all 128 rows (two 64 × BN accumulators) once its
+// turn comes, hands the turn to the other consumer as soon as its last products are issued, and writes the tile
+// while the other multiplies. The stages of the other's units are skipped, counted all the same.
+template <int BN, int S, class T>
+__device__ void consume_alternate(int half, const Grid<BN, 1, T>& g, const RowsReady& rows,
+                                  const TileTargets& targets, const Work& work, const Pipeline<BN, S>& p) {
+  const float scale = work.scale();
+  u32 it = 0, turns = 0;
+  for (int u = g.cluster(), i = 0; u < g.units; u += g.clusters(), ++i) {
+    const Unit unit(u, g.k_tiles, 1);
+    if (i % 2 != half) {
+      it += unit.k1 - unit.k0;
+      continue;
+    }
+    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows.first_row_tile);
+    float d[2][BN / 2];  // rows 0-63 and 64-127 of the tile
+    if (unit.k0 == unit.k1) {
+#pragma unroll
+      for (int j = 0; j < BN / 2; ++j) d[0][j] = d[1][j] = 0.0f;
+    }
+    pkit::mbarrier_wait(&p.turn[half], turns++ & 1, PKIT_SITE);
+    for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
+      const int s = it % S;
+      pkit::mbarrier_wait(&p.full[s], (it / S) & 1, PKIT_SITE);
+      const u64 b_desc = pkit::smem_desc(p.b(s));
+      pkit::wgmma_fence();
+#pragma unroll
+      for (int step = 0; step < kSliceBytes / 32; ++step) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          pkit::mma<BN, T>(d[r], pkit::smem_desc(p.a(s) + r * 64 * kSliceBytes) + 2 * step, b_desc + 2 * step,
+                           kt > unit.k0 || step > 0);
+      }
+      pkit::wgmma_commit();
+      pkit::wgmma_wait<1>();
+      if (kt > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % S]);
+    }
+    if (threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.turn[1 - half]);
+    pkit::wgmma_wait<0>();
+    if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % S]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) put_tile<BN, S>(d[r], scale, p.outbox(half), targets, tile.x * BM + r * 64, tile.y * BN);
+  }
+  if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();
+}
+
+// The body of gemm_tn (C = 1), gemm_tn_pair (C = 2) and gemm_tn_alternate (C = 1, A: alternate tiles): set up the
+// stages, hand registers to the consumers, run the producer and the consumers; in a cluster, no block starts
+// before every block's mbarriers are set, nor ends while another may still arrive on them.
+template <int BN, int S, int C, class T, bool A = false>
 __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::TensorMap& b, int m, int n, int k,
                                            const RowsReady& rows, const TileTargets& targets, const Work& work) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -335,10 +386,16 @@ __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::Tensor
   p.full = reinterpret_cast<u64*>(p.outboxes + 2 * Shape<BN, S>::kBoxes * kBoxBytes);
   p.empty = p.full + S;
   p.last = reinterpret_cast<int*>(p.empty + S);
+  p.turn = p.empty + S + 1;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       pkit::mbarrier_init(&p.full[s], 1);
-      pkit::mbarrier_init(&p.empty[s], 2 * C);  // one arrival per consumer warpgroup of the cluster
+      pkit::mbarrier_init(&p.empty[s], A ? 1 : 2 * C);  // one arrival per consumer warpgroup using the stage
+    }
+    if (A) {
+      pkit::mbarrier_init(&p.turn[0], 1);
+      pkit::mbarrier_init(&p.turn[1], 1);
+      pkit::mbarrier_arrive(&p.turn[0]);  // consumer 0 multiplies first
     }
   }
   if (C == 1) {
@@ -353,7 +410,11 @@ __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::Tensor
     if (threadIdx.x == 0) produce<BN, S, C, T>(a, b, g, rows, work, p);
   } else {
     pkit::registers_raise_to<Shape<BN, S>::kConsumerRegisters>();
-    consume<BN, S, C, T>(warpgroup - 1, g, rows, targets, work, p);
+    if constexpr (A) {
+      consume_alternate<BN, S, T>(warpgroup - 1, g, rows, targets, work, p);
+    } else {
+      consume<BN, S, C, T>(warpgroup - 1, g, rows, targets, work, p);
+    }
   }
   if (C > 1) pkit::cluster_sync();
 }
@@ -371,4 +432,13 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
     gemm_tn_pair(const __grid_constant__ ASources a, const __grid_constant__ pkit::TensorMap b, int m, int n, int k,
                  const RowsReady rows, const __grid_constant__ TileTargets targets, const Work work) {
   gemm_block<BN, S, 2, T>(a, b, m, n, k, rows, targets, work);
+}
+
+template <int BN, int S, class T>
+__global__ void __launch_bounds__(384, 1) gemm_tn_alternate(const __grid_constant__ ASources a,
+                                                            const __grid_constant__ pkit::TensorMap b, int m, int n,
+                                                            int k, const RowsReady rows,
+                                                            const __grid_constant__ TileTargets targets,
+                                                            const Work work) {
+  gemm_block<BN, S, 1, T, true>(a, b, m, n, k, rows, targets, work);
 }

@@ -41,8 +41,11 @@ TILE_WIDTHS = (256, 128)  # columns of a tile of C (gemm.cu's BN), widest first
 BLOCK_N = TILE_WIDTHS[0]
 STAGE_COUNTS = {256: (4, 3), 128: (6,)}  # gemm.cu's stage counts S for each tile width, deepest first
 CLUSTER_SIZES = (1, 2)  # blocks per cluster: gemm.cu's gemm_tn (alone) and gemm_tn_pair (pairs sharing B's loads)
-VARIANTS = tuple((width, stages, cluster) for width, counts in STAGE_COUNTS.items() for stages in counts
-                 for cluster in CLUSTER_SIZES)  # gemm.cu's kernels: (tile width, stages, blocks per cluster)
+ALTERNATE_WIDTHS = (128,)  # tile widths of gemm.cu's gemm_tn_alternate: a whole tile's accumulator in one warpgroup
+VARIANTS = tuple((width, stages, cluster, False) for width, counts in STAGE_COUNTS.items() for stages in counts
+                 for cluster in CLUSTER_SIZES) + tuple(
+    (width, stages, 1, True) for width in ALTERNATE_WIDTHS for stages in STAGE_COUNTS[width]
+)  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles)
 MAX_SPLITS = 16  # the most units one tile's K is cut into
 GEMM_THREADS = 384  # a producer warpgroup and two consumer warpgroups
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
@@ -77,12 +80,15 @@ class Plan:
     """How a GEMM's work is cut: tiles of C `block_n` columns wide (and BLOCK_M rows), each tile's K in `splits`
     units (split-K; 1: none), through `stages` shared-memory stages (0: the deepest of STAGE_COUNTS[block_n];
     fewer leave room for an outbox as wide as the tile, so its epilogue never waits), run by blocks in clusters
-    of `cluster` (CLUSTER_SIZES): a pair takes two tiles above each other and loads each slice of B once for both."""
+    of `cluster` (CLUSTER_SIZES): a pair takes two tiles above each other and loads each slice of B once for both.
+    With `alternate` (ALTERNATE_WIDTHS, no split-K, blocks alone) a block's two consumers take alternate tiles and
+    turns at the tensor cores, one writing its tile while the other multiplies."""
 
     block_n: int
     splits: int
     stages: int = 0
     cluster: int = 1
+    alternate: bool = False
 
     def __post_init__(self):
         if not self.stages and self.block_n in STAGE_COUNTS:
@@ -105,7 +111,9 @@ class PlanRule:
     and a slice of a shallower pipeline `shallow_slice` of a deep one; a unit whose outbox is narrower than its
     tile also costs `waiting_epilogue` slices (it waits for its boxes to drain); with split-K each unit costs
     `split_overhead` slices per split (its fp32 partial left in L2, the last unit reading the others' back); a
-    slice of a block in a pair costs `paired_slice` of one alone (B's loads shared), and pairs fill the SMs in twos.
+    slice of a block in a pair costs `paired_slice` of one alone (B's loads shared), and pairs fill the SMs in twos;
+    a block whose consumers take alternate tiles pays `alternate_overhead` slices a unit instead of unit_overhead
+    (one's epilogue runs under the other's products).
     The defaults count MMA work and bytes alone; `pkit.experiments.overlap.gemm.fit_plan_rule` fits them to a
     recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
 
@@ -115,12 +123,14 @@ class PlanRule:
     shallow_slice: float = 1.0
     waiting_epilogue: float = 0.0
     paired_slice: float = 1.0
+    alternate_overhead: float = 2.0
 
     def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
         """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks."""
         shallow = how.stages < STAGE_COUNTS[how.block_n][0]
         slice_cost = (self.shallow_slice if shallow else 1.0) * (self.paired_slice if how.cluster > 1 else 1.0)
-        per_unit = math.ceil(k_slices / how.splits) * slice_cost + self.unit_overhead
+        per_unit = math.ceil(k_slices / how.splits) * slice_cost + (
+            self.alternate_overhead if how.alternate else self.unit_overhead)
         if boxes(how.block_n, how.stages) < how.block_n // EPILOGUE_BOX:
             per_unit += self.waiting_epilogue
         if how.splits > 1:
@@ -134,10 +144,12 @@ RULE_FILE = Path(__file__).resolve().parents[1] / "data" / "gemm_plan_rule.json"
 
 @lru_cache(maxsize=1)
 def plan_rule() -> PlanRule:
-    """The fitted rule (RULE_FILE, written by `python -m pkit.experiments.overlap.gemm fit`), else the defaults."""
+    """The fitted rule (RULE_FILE, written by `python -m pkit.experiments.overlap.gemm fit`), else the defaults; a
+    rule fitted before alternate tiles were swept gives them its unit_overhead (ties go to shared tiles)."""
     if not RULE_FILE.exists():
         return PlanRule()
-    return PlanRule(**json.loads(RULE_FILE.read_text())["rule"])
+    fitted = json.loads(RULE_FILE.read_text())["rule"]
+    return PlanRule(**{"alternate_overhead": fitted.get("unit_overhead", PlanRule.unit_overhead), **fitted})
 
 
 def k_slices(k: int, itemsize: int = 2) -> int:
@@ -147,18 +159,20 @@ def k_slices(k: int, itemsize: int = 2) -> int:
 
 def cheapest(options, m: int, n: int, slices: int, sms: int, rule: PlanRule) -> Plan:
     """Of the plans `options`, the one with the least estimated time under `rule` for an M × N output over `slices`
-    K slices on `sms` blocks: ties go to wider tiles, fewer splits, deeper pipelines and blocks alone."""
-    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits, -p.stages, p.cluster))
+    K slices on `sms` blocks: ties go to wider tiles, fewer splits, deeper pipelines, blocks alone and consumers
+    sharing tiles."""
+    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits, -p.stages, p.cluster,
+                                       p.alternate))
 
 
 def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=range(1, MAX_SPLITS + 1)) -> list[Plan]:
     """The plans `plan` chooses among for an M × N × K GEMM of `itemsize`-byte inputs on `sms` blocks: every kernel
     variant (VARIANTS; pairs where there are two blocks) with each of `splits` up to the K slices; split-K only
     while the units stay within two per SM (it is for shapes with few tiles, and its workspace holds a partial per
-    unit)."""
+    unit), and never with alternate tiles."""
     slices = k_slices(k, itemsize)
-    return [Plan(w, s, st, c) for w, st, c in VARIANTS for s in splits
-            if c <= sms and s <= slices and (s == 1 or Plan(w, s, st, c).units(m, n) <= 2 * sms)]
+    return [Plan(w, s, st, c, alt) for w, st, c, alt in VARIANTS for s in splits
+            if c <= sms and s <= slices and (s == 1 or not alt and Plan(w, s, st, c).units(m, n) <= 2 * sms)]
 
 
 @lru_cache(maxsize=4096)
@@ -193,16 +207,18 @@ WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a",
 
 
 @lru_cache(maxsize=None)
-def _kernel(block_n: int, stages: int, cluster: int, dtype: str):
+def _kernel(block_n: int, stages: int, cluster: int, dtype: str, alternate: bool = False):
     import pkit
 
-    return pkit.compile("gemm.cu", kernel_name(block_n, dtype, stages, cluster))
+    return pkit.compile("gemm.cu", kernel_name(block_n, dtype, stages, cluster, alternate))
 
 
-def kernel_name(block_n: int, dtype: str = "bfloat16", stages: int = 0, cluster: int = 1) -> str:
+def kernel_name(block_n: int, dtype: str = "bfloat16", stages: int = 0, cluster: int = 1,
+                alternate: bool = False) -> str:
     """gemm.cu's kernel for tiles `block_n` wide, inputs of `dtype` (a key of DTYPES), `stages` stages (0: the
-    deepest) and blocks in clusters of `cluster` (1: gemm_tn, 2: gemm_tn_pair), as a name expression."""
-    kernel = {1: "gemm_tn", 2: "gemm_tn_pair"}[cluster]
+    deepest), blocks in clusters of `cluster` (1: gemm_tn, 2: gemm_tn_pair) and, with `alternate`, consumers on
+    alternate tiles (gemm_tn_alternate), as a name expression."""
+    kernel = "gemm_tn_alternate" if alternate else {1: "gemm_tn", 2: "gemm_tn_pair"}[cluster]
     return f"{kernel}<{block_n}, {stages or STAGE_COUNTS[block_n][0]}, pkit::{DTYPES[dtype]}>"
 
 
@@ -363,11 +379,12 @@ def _check_options(dtype: str, scale_a, scale_b, blocks, sms: int) -> None:
 
 
 def _checked_plan(how: Plan) -> Plan:
-    """`how` if it names one of gemm.cu's kernels and a split count gemm runs, else a ValueError naming it."""
-    if how.block_n not in TILE_WIDTHS or not 1 <= how.splits <= MAX_SPLITS or how.stages not in STAGE_COUNTS[
-            how.block_n] or how.cluster not in CLUSTER_SIZES:
-        raise ValueError(f"how: expected a Plan with block_n in {TILE_WIDTHS}, splits in [1, {MAX_SPLITS}], "
-                         f"stages in {STAGE_COUNTS} for its block_n and cluster in {CLUSTER_SIZES}, got {how}")
+    """`how` if it names one of gemm.cu's kernels (VARIANTS) and a split count gemm runs with it, else a ValueError
+    naming it."""
+    kernel = (how.block_n, how.stages, how.cluster, how.alternate)
+    if kernel not in VARIANTS or not 1 <= how.splits <= (1 if how.alternate else MAX_SPLITS):
+        raise ValueError(f"how: expected a Plan whose (block_n, stages, cluster, alternate) is one of {VARIANTS}, "
+                         f"with splits in [1, {MAX_SPLITS}] (1 with alternate tiles), got {how}")
     return how
 
 
@@ -433,7 +450,7 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)
     row_elements = SLICE_BYTES // a.element_size()
-    _kernel(how.block_n, how.stages, how.cluster, dtype)((grid,), (GEMM_THREADS,),
+    _kernel(how.block_n, how.stages, how.cluster, dtype, how.alternate)((grid,), (GEMM_THREADS,),
                                 (a_sources(((a.data_ptr(), m),), k, itemsize=a.element_size()) if a_from is None
                                  else a_from,
                                  tensor_map(b, how.block_n // how.cluster, row_elements), np.int32(m), np.int32(n),

@@ -168,7 +168,8 @@ def gemm_rates(shapes: Sequence[tuple[int, int, int]] | None = None, dtype: str 
     the L2, queued behind a held stream so that the host's launch path stays out (`pkit.bench(hide_launch=True)`:
     the GPU's time, as inside a schedule), the samples pooled, so a clock that drifts as the GPU warms weighs on all alike.
 
-    Rows: implementation, dtype, m, n, k, block_n, splits, stages and cluster (pkit's plan; 0 for cuBLAS), time_median_us,
+    Rows: implementation, dtype, m, n, k, block_n, splits, stages, cluster and alternate (pkit's plan; 0 and False
+    for cuBLAS), time_median_us,
     time_min_us, time_max_us, cv, tflops, verified (within bf16 rounding of the float32 product), max_abs_err
     and ratio_to_cublas (TFLOP/s over cuBLAS's at the same shape).
     """
@@ -206,6 +207,7 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         rows.append({"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
                      "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
                      "stages": chosen.stages if ours else 0, "cluster": chosen.cluster if ours else 0,
+                     "alternate": chosen.alternate if ours else False,
                      **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "max_abs_err": err})
     del inputs
@@ -240,7 +242,8 @@ def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Seq
     split while the units stay few) at each shape and dtype, each checked against float32 and timed (`reps` calls,
     input sets rotating past the L2): the measurements that say whether `pkit.ops.gemm.plan` picks well.
 
-    Rows: dtype, m, n, k, block_n, splits, stages, cluster, time_median_us, time_min_us, time_max_us, cv, tflops,
+    Rows: dtype, m, n, k, block_n, splits, stages, cluster, alternate, time_median_us, time_min_us, time_max_us, cv,
+    tflops,
     verified,
     chosen (the plan `plan` picks), ratio_to_best (TFLOP/s over the best plan's at this shape and dtype).
     """
@@ -270,7 +273,7 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         verified, _ = _check(inputs, call)
         timing = bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets, hide_launch=True)
         rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
-                     "stages": how.stages, "cluster": how.cluster, **timing.times_us(),
+                     "stages": how.stages, "cluster": how.cluster, "alternate": how.alternate, **timing.times_us(),
                      "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "chosen": how == chosen})
     del inputs
@@ -280,9 +283,11 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
 
 RULE_GRID = {"narrow_slice": np.arange(0.5, 1.01, 0.02), "unit_overhead": np.arange(0.0, 8.01, 0.5),
              "split_overhead": np.arange(0.0, 6.01, 0.25), "shallow_slice": np.arange(1.0, 1.51, 0.02),
-             "waiting_epilogue": np.arange(0.0, 8.01, 0.5), "paired_slice": np.r_[1.0, np.arange(0.7, 1.21, 0.02)]}
+             "waiting_epilogue": np.arange(0.0, 8.01, 0.5), "paired_slice": np.r_[1.0, np.arange(0.7, 1.21, 0.02)],
+             "alternate_overhead": np.r_[8.0, np.arange(0.0, 8.01, 0.5)]}
 """The values fit_plan_rule tries for each of PlanRule's constants; each's first is where every search starts (a
-constant the sweep cannot tell stays there: 1.0 for paired_slice, so a sweep without pairs never favours them)."""
+constant the sweep cannot tell stays there: 1.0 for paired_slice and 8.0 for alternate_overhead, so a sweep without
+pairs or alternate tiles never favours them)."""
 RULE_STARTS = 12  # fit_plan_rule's starting points beyond the grid's first values
 
 
@@ -303,8 +308,8 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
     (0.5, 1.0)
     """
     grid = {name: [round(float(v), 4) for v in values] for name, values in (grid or RULE_GRID).items()}
-    plans = ["block_n", "splits", "stages", "cluster"]
-    frame = frame if "cluster" in frame else frame.assign(cluster=1)  # sweeps recorded before pairs: blocks alone
+    plans = ["block_n", "splits", "stages", "cluster", "alternate"]
+    frame = frame.assign(**{c: v for c, v in [("cluster", 1), ("alternate", False)] if c not in frame})  # older sweeps
     shapes = [(key, g.set_index(plans)["tflops"]) for key, g in frame.groupby(["dtype", "m", "n", "k"], sort=False)]
 
     def score(constants: dict) -> float:
@@ -312,7 +317,8 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
         total = 0.0
         for (dtype, m, n, k), rates in shapes:
             chosen = cheapest([Plan(*key) for key in rates.index], m, n, k_slices(k, ITEMSIZES[dtype]), sms, rule)
-            total += np.log(rates[(chosen.block_n, chosen.splits, chosen.stages, chosen.cluster)] / rates.max())
+            total += np.log(rates[(chosen.block_n, chosen.splits, chosen.stages, chosen.cluster,
+                                   chosen.alternate)] / rates.max())
         return total
 
     def descend(start: dict) -> tuple[float, dict]:
