@@ -74,11 +74,18 @@ struct RowsReady {
   int rows_per_flag;
   int first_row_tile;
 
-  // Block until rows [row0, row_end) are ready; then the TMA (async proxy) may read them.
-  __device__ void wait(int row0, int row_end) const {
+  // Block until rows [row0, row_end) are ready; then the TMA (async proxy) may read them. Flags 0-63 once seen
+  // ready (bits of `seen`, the caller's) are not read or fenced again: the earlier fence already orders them.
+  __device__ void wait(int row0, int row_end, u64& seen) const {
     if (ready == nullptr) return;
-    for (int f = row0 / rows_per_flag; f <= (row_end - 1) / rows_per_flag; ++f) pkit::wait_until(ready + f, epoch, PKIT_SITE);
-    asm volatile("fence.proxy.async.global;" ::: "memory");
+    bool waited = false;
+    for (int f = row0 / rows_per_flag; f <= (row_end - 1) / rows_per_flag; ++f) {
+      if (f < 64 && (seen >> f & 1)) continue;
+      pkit::wait_until(ready + f, epoch, PKIT_SITE);
+      seen |= f < 64 ? u64(1) << f : 0;
+      waited = true;
+    }
+    if (waited) asm volatile("fence.proxy.async.global;" ::: "memory");
   }
 };
 
@@ -266,11 +273,12 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<
                         const Work& work, const Pipeline<BN, S>& p) {
   constexpr int kSharedRows = BN / C;  // rows of B's slice this block loads for the cluster
   u32 it = 0;
+  u64 seen = 0;  // flags of A's rows seen ready
   for (int u = g.cluster(); u < g.units; u += g.clusters()) {
     const Unit unit(u, g.k_tiles, work.splits);
     const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows.first_row_tile / C);
     const int row0 = g.loaded_row_tile(tile.x) * BM;
-    rows.wait(row0, min(g.m, row0 + BM));
+    rows.wait(row0, min(g.m, row0 + BM), seen);
     const int source = row0 / a.rows_per_source, row = row0 - source * a.rows_per_source;
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
       const int s = it % S;

@@ -194,15 +194,11 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
     inputs = _Inputs(m, n, k, dtype, device, seed)
     calls = _calls(inputs)
     checks = {name: _check(inputs, call) for name, call in calls.items()}
-    samples = {name: [] for name in calls}
-    for _ in range(ROUNDS):
-        for name, call in calls.items():
-            samples[name].append(bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets,
-                                       hide_launch=True).samples_ms)
+    timings = _timed_in_rounds(calls, inputs, device, reps, warmup)
     chosen = plan(m, n, k, pkit.devices()[device].sms, ITEMSIZES[dtype])
     rows = []
     for name, (verified, err) in checks.items():
-        timing = BenchResult(np.concatenate(samples[name]))
+        timing = timings[name]
         ours = name.startswith("pkit")
         rows.append({"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
                      "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
@@ -213,6 +209,17 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
     del inputs
     torch.cuda.empty_cache()
     return rows
+
+
+def _timed_in_rounds(calls: dict, inputs: _Inputs, device: int, reps: int, warmup: int) -> dict:
+    """Each of `calls` (name → call on an input set) timed in ROUNDS rounds taking them in turn, `reps` calls a
+    round on input sets rotating past the L2, queued behind a held stream; name → the pooled BenchResult."""
+    samples = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, call in calls.items():
+            samples[name].append(bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets,
+                                       hide_launch=True).samples_ms)
+    return {name: BenchResult(np.concatenate(taken)) for name, taken in samples.items()}
 
 
 def _check(inputs: _Inputs, call) -> tuple[bool, float]:
@@ -239,8 +246,10 @@ def _check(inputs: _Inputs, call) -> tuple[bool, float]:
 def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Sequence[str] = tuple(IMPLEMENTATIONS),
                device: int = 0, reps: int = 10, warmup: int = 3) -> pd.DataFrame:
     """Every plan of pkit's GEMM (`pkit.ops.gemm.plan_options` with splits from SPLIT_GRID: each kernel variant,
-    split while the units stay few) at each shape and dtype, each checked against float32 and timed (`reps` calls,
-    input sets rotating past the L2): the measurements that say whether `pkit.ops.gemm.plan` picks well.
+    split while the units stay few) at each shape and dtype, each checked against float32 and timed in ROUNDS
+    rounds that take the plans in turn (`reps` calls a round, input sets rotating past the L2, the samples pooled, so
+    a clock that drifts weighs on all plans alike): the measurements that say whether `pkit.ops.gemm.plan` picks
+    well.
 
     Rows: dtype, m, n, k, block_n, splits, stages, cluster, alternate, time_median_us, time_min_us, time_max_us, cv,
     tflops,
@@ -265,13 +274,13 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
     inputs = _Inputs(m, n, k, dtype, device, seed)
     sms = pkit.devices()[device].sms
     chosen = plan(m, n, k, sms, ITEMSIZES[dtype])
+    calls = {how: lambda a, b, scale_a, scale_b, c, how=how: gemm(a, b, c, scale_a=scale_a, scale_b=scale_b, how=how)
+             for how in plan_options(m, n, k, sms, ITEMSIZES[dtype], splits=SPLIT_GRID)}
+    checks = {how: _check(inputs, call)[0] for how, call in calls.items()}
+    timings = _timed_in_rounds(calls, inputs, device, reps, warmup)
     rows = []
-    for how in plan_options(m, n, k, sms, ITEMSIZES[dtype], splits=SPLIT_GRID):
-        def call(a, b, scale_a, scale_b, c, how=how):
-            gemm(a, b, c, scale_a=scale_a, scale_b=scale_b, how=how)
-
-        verified, _ = _check(inputs, call)
-        timing = bench(call, devices=[device], warmup=warmup, reps=reps, rotate=inputs.sets, hide_launch=True)
+    for how, verified in checks.items():
+        timing = timings[how]
         rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
                      "stages": how.stages, "cluster": how.cluster, "alternate": how.alternate, **timing.times_us(),
                      "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
