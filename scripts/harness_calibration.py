@@ -279,6 +279,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.root is None) == (args.report is None):
         parser.error("expected ROOT (to measure) or --report RECORD.json (to print a record), one of them")
+    for name in ("same", "slowed", "overhead_runs"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')}: expected a count of 0 or more, got {getattr(args, name)}")
+    if args.slowed and not args.same:
+        parser.error("--slowed: expected --same of 1 or more with it (a slowed candidate's spin is set from identical "
+                     "code's reference time), or --slowed 0")
     return args
 
 
@@ -312,7 +318,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def calibrate(tmp: Path, args: argparse.Namespace, options: runner.EvalOptions) -> list[dict]:
-    """The rows of the calibration problem (written under `tmp`): identical code, then the slowed candidates."""
+    """The rows of the calibration problem (written under `tmp`): identical code, then the slowed candidates (none
+    with --same 0: the harness's cost on --overhead-root problems alone)."""
+    if not args.same:
+        return []
     folder = tmp / "01_calibration"
     folder.mkdir()
     (folder / "problem.py").write_text(textwrap.dedent(PROBLEM).lstrip())

@@ -60,6 +60,23 @@ def test_root_or_report_is_required(script, capsys):
     assert "expected ROOT" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, text", [
+    (["--same", "-1"], "--same: expected a count of 0 or more, got -1"),
+    (["--overhead-runs", "-2"], "--overhead-runs: expected a count of 0 or more, got -2"),
+    (["--same", "0"], "--slowed: expected --same of 1 or more with it"),
+])
+def test_counts_are_checked_before_any_work(script, capsys, tmp_path, argv, text):
+    with pytest.raises(SystemExit) as stop:
+        script.main([str(tmp_path), *argv])
+    assert stop.value.code == 2 and text in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "nothing measured or written"
+
+
+def test_same_0_slowed_0_measures_the_overhead_problems_alone(script, tmp_path):
+    args = script.parse_args([str(tmp_path), "--same", "0", "--slowed", "0"])
+    assert script.calibrate(tmp_path, args, None) == [] and not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("wait_ms, fraction", [(0.0, 0.1), (0.03, 0.1), (0.05, 0.25), (0.2, 0.1)])
 def test_the_spin_makes_the_candidate_slower_by_the_fraction_measured_apart(script, wait_ms, fraction):
     """A candidate whose wait for the device costs `wait_ms` beside a 1 ms reference: the spin found brings it to
