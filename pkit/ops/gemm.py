@@ -144,12 +144,10 @@ RULE_FILE = Path(__file__).resolve().parents[1] / "data" / "gemm_plan_rule.json"
 
 @lru_cache(maxsize=1)
 def plan_rule() -> PlanRule:
-    """The fitted rule (RULE_FILE, written by `python -m pkit.experiments.overlap.gemm fit`), else the defaults; a
-    rule fitted before alternate tiles were swept gives them its unit_overhead (ties go to shared tiles)."""
+    """The fitted rule (RULE_FILE, written by `python -m pkit.experiments.overlap.gemm fit`), else the defaults."""
     if not RULE_FILE.exists():
         return PlanRule()
-    fitted = json.loads(RULE_FILE.read_text())["rule"]
-    return PlanRule(**{"alternate_overhead": fitted.get("unit_overhead", PlanRule.unit_overhead), **fitted})
+    return PlanRule(**json.loads(RULE_FILE.read_text())["rule"])
 
 
 def k_slices(k: int, itemsize: int = 2) -> int:
