@@ -370,11 +370,11 @@ __device__ void consume_alternate(int half, const Grid<BN, 1, T>& g, const RowsR
       }
       pkit::wgmma_commit();
       pkit::wgmma_wait<1>();
-      if (kt > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % S]);
+      if (kt > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, 1>(p, (it - 1) % S);
     }
     if (threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.turn[1 - half]);
     pkit::wgmma_wait<0>();
-    if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.empty[(it - 1) % S]);
+    if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, 1>(p, (it - 1) % S);
 #pragma unroll
     for (int r = 0; r < 2; ++r) put_tile<BN, S>(d[r], scale, p.outbox(half), targets, tile.x * BM + r * 64, tile.y * BN);
   }
