@@ -265,17 +265,10 @@ __device__ void release(const Pipeline<BN, S>& p, int s) {
   }
 }
 
-// Slices a consumer takes per wait on a full barrier: two where consumers share 128-wide tiles (a wait per slice
-// there holds the tensor cores back by several percent), else one. The bytes of a unit's slices k0 + R j .. land on
-// the full barrier of the first of them; the others' barriers only count their stages' uses (no one waits on them).
-template <int BN, bool A>
-constexpr int kSlicesPerWait = BN == 128 && !A ? 2 : 1;
-
 // The producer thread: for each of this block's units, once its rows of A are ready, stream its K slices of A and
 // B into the stages as the consumers of the cluster free them. Slice `it` (counted over all units) uses stage
-// it % S, its bytes landing on the full barrier of its group of R (kSlicesPerWait). In a cluster each block loads its
-// own rows of A and a C-th of B's rows into every block of the cluster.
-template <int BN, int S, int C, class T, int R>
+// it % S. In a cluster each block loads its own rows of A and a C-th of B's rows into every block of the cluster.
+template <int BN, int S, int C, class T>
 __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<BN, C, T>& g, const RowsReady& rows,
                         const Work& work, const Pipeline<BN, S>& p) {
   constexpr int kSharedRows = BN / C;  // rows of B's slice this block loads for the cluster
@@ -290,28 +283,22 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
       const int s = it % S;
       if (it >= S) pkit::mbarrier_wait(&p.empty[s], (it / S - 1) & 1, PKIT_SITE);
-      const int in_group = (kt - unit.k0) % R;
-      u64* const landing = &p.full[(it - in_group) % S];
-      if (in_group == 0) {
-        pkit::mbarrier_expect_bytes(landing, min(R, unit.k1 - kt) * Shape<BN, S>::kStageBytes);
-      } else {
-        pkit::mbarrier_arrive(&p.full[s]);
-      }
-      pkit::tensor_load_2d(p.a(s), a.maps[source], kt * T::kRowElements, row, landing);
+      pkit::mbarrier_expect_bytes(&p.full[s], Shape<BN, S>::kStageBytes);
+      pkit::tensor_load_2d(p.a(s), a.maps[source], kt * T::kRowElements, row, &p.full[s]);
       if (C == 1) {
-        pkit::tensor_load_2d(p.b(s), b, kt * T::kRowElements, tile.y * BN, landing);
+        pkit::tensor_load_2d(p.b(s), b, kt * T::kRowElements, tile.y * BN, &p.full[s]);
       } else {
         pkit::tensor_load_2d_multicast(p.b(s) + g.rank() * kSharedRows * kSliceBytes, b, kt * T::kRowElements,
-                                       tile.y * BN + g.rank() * kSharedRows, landing, (1u << C) - 1);
+                                       tile.y * BN + g.rank() * kSharedRows, &p.full[s], (1u << C) - 1);
       }
     }
   }
 }
 
-// A consumer warpgroup (half 0 or 1): for each unit, multiply its 64 rows by the BN columns as the slices land (R at
-// a time: kSlicesPerWait), release each stage once its products are done, then (split-K: if it is the tile's last
-// unit) put the 64 × BN result into the targets.
-template <int BN, int S, int C, class T, int R>
+// A consumer warpgroup (half 0 or 1): for each unit, multiply its 64 rows by the BN columns as the slices land,
+// release each stage once its products are done, then (split-K: if it is the tile's last unit) put the 64 × BN
+// result into the targets.
+template <int BN, int S, int C, class T>
 __device__ void consume(int half, const Grid<BN, C, T>& g, const RowsReady& rows, const TileTargets& targets,
                         const Work& work, const Pipeline<BN, S>& p) {
   const float scale = work.scale();
@@ -326,7 +313,7 @@ __device__ void consume(int half, const Grid<BN, C, T>& g, const RowsReady& rows
     }
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
       const int s = it % S;
-      if ((kt - unit.k0) % R == 0) pkit::mbarrier_wait(&p.full[s], (it / S) & 1, PKIT_SITE);
+      pkit::mbarrier_wait(&p.full[s], (it / S) & 1, PKIT_SITE);
       const u64 a_desc = pkit::smem_desc(p.a(s) + half * 64 * kSliceBytes), b_desc = pkit::smem_desc(p.b(s));
       pkit::wgmma_fence();
 #pragma unroll
@@ -428,13 +415,13 @@ __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::Tensor
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     pkit::registers_lower_to<Shape<BN, S>::kProducerRegisters>();
-    if (threadIdx.x == 0) produce<BN, S, C, T, kSlicesPerWait<BN, A>>(a, b, g, rows, work, p);
+    if (threadIdx.x == 0) produce<BN, S, C, T>(a, b, g, rows, work, p);
   } else {
     pkit::registers_raise_to<Shape<BN, S>::kConsumerRegisters>();
     if constexpr (A) {
       consume_alternate<BN, S, T>(warpgroup - 1, g, rows, targets, work, p);
     } else {
-      consume<BN, S, C, T, kSlicesPerWait<BN, A>>(warpgroup - 1, g, rows, targets, work, p);
+      consume<BN, S, C, T>(warpgroup - 1, g, rows, targets, work, p);
     }
   }
   if (C > 1) pkit::cluster_sync();
