@@ -605,6 +605,32 @@ def test_a_clearly_faster_candidate_stops_after_the_fewest_rounds_and_identical_
     assert speedup.timing_fields(same[candidate.WARM_ROUNDS:])["status"] == "correct_level"
 
 
+def test_a_wrong_timed_output_ends_the_rounds_at_once():
+    """`time_rounds` on a stand-in whose timed calls answer right in the warm round and wrong (by their fingerprint)
+    from the next on: no round runs after the first wrong one, and `check_timed` names that round's calls."""
+    import torch
+
+    from pkit.harness.checks import fingerprint, fingerprint_check
+
+    right = torch.randn(256, generator=torch.Generator().manual_seed(7))
+    summary, wrong = fingerprint_check(right), fingerprint(right + 1.0)
+    run = candidate.CandidateRun.__new__(candidate.CandidateRun)
+    run.rounds, run.plans, run.retime_s, run.compared = [], [], None, None
+
+    def timed_round(k, iters, deadline):
+        ref, sol = _timing([1.0] * iters, sets=iters), _timing([1.0] * iters, sets=iters)
+        ref.checks = [[summary] * iters]
+        sol.checks = [[{"want": wrong if k >= 1 and i == 3 else fingerprint(right)} for i in range(iters)]]
+        return ref, sol
+
+    run.timed_round = timed_round
+    run.options = runner.EvalOptions()
+    run.time_rounds(10, math.inf)
+    assert len(run.rounds) == 2  # the warm round, then the first wrong one: the fewest rounds would be 1 + 6
+    assert run.fingerprint_mismatches(0) == [] and run.check_timed() == run.fingerprint_mismatches(1)
+    assert len(run.check_timed()) == 1 and run.check_timed()[0].startswith("round 2, rank 0, timed call 3: ")
+
+
 def test_a_time_below_the_roofline_is_flagged_not_credited():
     fields = {"status": "correct_faster", "sol_time_ms": 0.5, "speedup": 4.0, "speedup_low": 3.0,
               "speedup_high": 5.0, "flags": set(), "error": None}

@@ -99,14 +99,17 @@ class CandidateRun:
         """Interleaved rounds of `iters` calls a window: WARM_ROUNDS, then more until those are `settled`,
         MAX_ROUNDS have run or ROUNDS_BUDGET_S is spent, never fewer than MIN_ROUNDS; the candidate's windows after
         the first WARM_ROUNDS + MIN_ROUNDS rounds each under a --timeout of their own (an honest candidate near its
-        limit does not time out), as the reference's always are. `retime_s`: the seconds of the rounds after the
-        first that failed a timing check."""
+        limit does not time out), as the reference's always are. A round with a timed output whose fingerprint
+        differs from the reference's ends the rounds at once: the verdict is wrong_result whatever more rounds would
+        show. `retime_s`: the seconds of the rounds after the first that failed a timing check."""
         began, ends, first = time.monotonic(), [], WARM_ROUNDS + MIN_ROUNDS
         while len(self.rounds) < WARM_ROUNDS + MAX_ROUNDS:
             k = len(self.rounds)
             self.rounds.append(self.timed_round(k, iters, deadline if k < first
                                                 else time.monotonic() + self.options.timeout_s))
             ends.append(time.monotonic())
+            if self.fingerprint_mismatches(k):
+                break
             if k + 1 >= first and (settled(self.rounds[WARM_ROUNDS:]) or ends[-1] - began > ROUNDS_BUDGET_S):
                 break
         failed = [k for k, (r, s) in enumerate(self.rounds) if timing_mismatch(r, s) is not None]
@@ -181,18 +184,21 @@ class CandidateRun:
                                            "side stream not joined back")
         return check
 
+    def fingerprint_mismatches(self, k: int) -> list[str]:
+        """Notes on the timed calls of round `k` whose output's fingerprint differs from the reference's
+        `fingerprint_check` of the same call (empty: all right)."""
+        theirs, mine = self.rounds[k]
+        return [f"round {k + 1}, rank {rank}, timed call {i}: {why}"
+                for rank, (wants, gots) in enumerate(zip(theirs.checks, mine.checks))
+                for i, (want, got) in enumerate(zip(wants, gots))
+                if (why := FingerprintCheck(want).mismatch(got.get("want") if isinstance(got, dict) else None))]
+
     def check_timed(self) -> list[str]:
         """Notes on timed calls whose outputs differ from the reference's for the same inputs, each call's change
         included (empty: all right): every call of every round by its fingerprint, against the reference's
         `fingerprint_check` of the same call in the same round; the kept calls of the round `timed_round` drew,
         element by element."""
-        notes = []
-        for k, (theirs, mine) in enumerate(self.rounds):
-            for rank, (wants, gots) in enumerate(zip(theirs.checks, mine.checks)):
-                for i, (want, got) in enumerate(zip(wants, gots)):
-                    why = FingerprintCheck(want).mismatch(got.get("want") if isinstance(got, dict) else None)
-                    if why:
-                        notes.append(f"round {k + 1}, rank {rank}, timed call {i}: {why}")
+        notes = [note for k in range(len(self.rounds)) for note in self.fingerprint_mismatches(k)]
         if self.compared is None:
             return notes
         plan = self.plans[self.compared]
