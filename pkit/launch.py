@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import gc
 from contextlib import contextmanager
 from typing import Sequence
 
@@ -45,7 +46,11 @@ _spin_module = None
 
 @contextmanager
 def hold_streams(streams: dict, enabled: bool = True):
-    """While the block runs, each stream (device → cupy Stream) waits on a spin kernel the host releases."""
+    """While the block runs, each stream (device → cupy Stream) waits on a spin kernel the host releases.
+
+    The block must not wait for the device: the spin would wait for the host until it times out and traps. Python's
+    cyclic garbage collector is paused meanwhile, so that no finalizer runs there that frees device or pinned memory
+    or destroys a communicator (cudaFree and cudaFreeHost wait for the device)."""
     if not enabled:
         yield
         return
@@ -56,12 +61,16 @@ def hold_streams(streams: dict, enabled: bool = True):
     _spin_module = _spin_module or compile("spin.cu", "spin_until_released")
     flag_ptr = cp.cuda.runtime.hostAlloc(4, 2 | 1)
     ctypes.memset(flag_ptr, 0, 4)
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         for device, stream in streams.items():
             _spin_module((1,), (1,), (np.uint64(flag_ptr),), device=device, stream=stream)
         yield
     finally:
         ctypes.c_uint32.from_address(flag_ptr).value = 1
+        if collecting:
+            gc.enable()
         for device, stream in streams.items():
             with cp.cuda.Device(device):
                 stream.synchronize()

@@ -141,6 +141,37 @@ def test_unsatisfiable_wait_raises_peer_timeout_in_its_own_process():
     assert 0.2 <= waited < 1.0
 
 
+def test_no_garbage_collection_waits_for_the_device_while_streams_are_held():
+    """A finalizer that frees device memory (cudaFree waits for the device) must not run while `hold_streams` holds a
+    stream: it would wait for the spin, the spin for the host, until the spin traps. The cyclic collector is paused
+    there (collections forced at every allocation here) and frees the garbage after the hold. Own process: a trap
+    would end its CUDA context."""
+    script = textwrap.dedent("""
+        import gc, cupy as cp, pkit.launch as L
+        L.set_wait_timeout(2.0)
+        freed = []
+        class Holder:
+            def __init__(self):
+                self.ptr, self.me = cp.cuda.runtime.malloc(1 << 20), self  # a cycle: only the collector frees it
+            def __del__(self):
+                cp.cuda.runtime.free(self.ptr)
+                freed.append(self.ptr)
+        held = Holder()
+        stream = cp.cuda.Stream(non_blocking=True)
+        gc.set_threshold(1)
+        with L.hold_streams({0: stream}):
+            del held
+            junk = [[i] for i in range(20000)]
+            inside = len(freed)
+        L.synchronize([0])
+        gc.collect()
+        print("INSIDE", inside, "AFTER", len(freed), gc.isenabled())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0 and "INSIDE 0 AFTER 1 True" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
 def test_next_test_still_runs_after_a_timeout():
     import cupy as cp
 
