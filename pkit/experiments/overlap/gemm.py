@@ -17,6 +17,7 @@ Example:
 """
 from __future__ import annotations
 
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -317,7 +318,7 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
     (0.5, 1.0)
     """
     grid = {name: [round(float(v), 4) for v in values] for name, values in (grid or RULE_GRID).items()}
-    plans = ["block_n", "splits", "stages", "cluster", "alternate"]
+    plans = [f.name for f in fields(Plan)]  # a plan's columns, in the order Plan(*key) takes them
     frame = frame.assign(**{c: v for c, v in [("cluster", 1), ("alternate", False)] if c not in frame})  # older sweeps
     shapes = [(key, g.set_index(plans)["tflops"]) for key, g in frame.groupby(["dtype", "m", "n", "k"], sort=False)]
 
@@ -326,8 +327,7 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
         total = 0.0
         for (dtype, m, n, k), rates in shapes:
             chosen = cheapest([Plan(*key) for key in rates.index], m, n, k_slices(k, ITEMSIZES[dtype]), sms, rule)
-            total += np.log(rates[(chosen.block_n, chosen.splits, chosen.stages, chosen.cluster,
-                                   chosen.alternate)] / rates.max())
+            total += np.log(rates[astuple(chosen)] / rates.max())
         return total
 
     def descend(start: dict) -> tuple[float, dict]:
