@@ -215,3 +215,27 @@ def test_the_beside_check_tells_a_copy_that_needs_an_sm_from_one_that_does_not()
     assert no_sm["beside"] and no_sm["copy_ms"] < no_sm["hold_ms"] / 2
     assert not needs_sm["beside"] and needs_sm["copy_ms"] >= needs_sm["hold_ms"] / 2
     assert pacer["beside"] == (pacer["copy_ms"] < pacer["hold_ms"] / 2)
+
+
+def test_the_figure_shows_every_point_and_marks_the_loose_ones_above_its_axis():
+    """The axis holds the model's curves and the faithful points; a hollow (not faithful) point above it is drawn as a
+    triangle along its top, never left out of the panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from pkit.experiments.overlap import emulated_draw
+
+    table = pd.DataFrame({"link_GBps": 396.0, "gpus": 2, "pattern": "ag_gemm", "schedule": "sm_pull",
+                          "inner": [256, 512, 1024], "model_fraction": [0.8, 0.9, 0.7],
+                          "fraction_of_bound": [1.3, 4.5, 0.6], "faithful": [True, False, False]})
+    ax = emulated_draw.draw(table).axes[0]
+    low, high = ax.get_ylim()
+    assert low == 0 and 1.3 < high < 4.5
+    drawn = {"o": [], "^": []}
+    for line in ax.lines:
+        if line.get_marker() in drawn:
+            drawn[line.get_marker()] += [(float(x), float(y)) for x, y in zip(line.get_xdata(), line.get_ydata())]
+    assert sorted(drawn["o"]) == [(256, 1.3), (1024, 0.6)]
+    assert drawn["^"] == [(512, pytest.approx(high / 1.05))]

@@ -13,6 +13,7 @@ import pandas as pd
 
 from . import model as M
 from . import links as L
+from .plots import fraction_axis_top
 
 KEY = ["link_GBps", "gpus", "pattern", "schedule", "inner"]
 
@@ -51,7 +52,8 @@ def beside_model(emulated: pd.DataFrame, gemms: dict, interference: dict, measur
 def draw(table: pd.DataFrame):
     """Fraction of the overlap bound against the swept size: the model's curve per schedule (lines) and the emulated
     points (filled where faithful, hollow where the schedule's communication ran on SMs in local HBM), one column per
-    pattern, one row per (link, W). A Figure."""
+    pattern, one row per (link, W). The axis holds the curves and the faithful points (`plots.fraction_axis_top`); a
+    hollow point above it is drawn as a hollow triangle along its top. A Figure."""
     from ... import figures
 
     panels = list(table.groupby(["link_GBps", "gpus"]).groups)
@@ -59,6 +61,7 @@ def draw(table: pd.DataFrame):
     fig, axes = figures.subplots(len(panels), len(patterns), figsize=(4.4 * len(patterns), 3.3 * len(panels)),
                                  sharey=True, squeeze=False)
     colors = figures.colors_for(list(dict.fromkeys(table["schedule"])))
+    top = fraction_axis_top(pd.concat([table["model_fraction"], table.loc[table["faithful"], "fraction_of_bound"]]))
     for row, (gbps, gpus) in zip(axes, panels):
         for ax, pattern in zip(row, patterns):
             part = table[(table["link_GBps"] == gbps) & (table["gpus"] == gpus) & (table["pattern"] == pattern)]
@@ -68,12 +71,14 @@ def draw(table: pd.DataFrame):
                 ax.plot(pts["inner"], pts["model_fraction"], color=color, lw=1.1,
                         ls="--" if schedule == "serial" else "-", label=f"{figures.label(schedule)} (model)")
                 faithful = pts[pts["faithful"]]
-                loose = pts[~pts["faithful"]]
+                loose = pts[~pts["faithful"] & (pts["fraction_of_bound"] <= top)]
+                above = pts[~pts["faithful"] & (pts["fraction_of_bound"] > top)]
                 ax.plot(faithful["inner"], faithful["fraction_of_bound"], "o", color=color, ms=5, mec="black",
                         mew=0.5, ls="none")
                 ax.plot(loose["inner"], loose["fraction_of_bound"], "o", mfc="none", mec=color, ms=5, ls="none")
+                ax.plot(above["inner"], [top] * len(above), "^", mfc="none", mec=color, ms=6, ls="none")
             ax.set_xscale("log", base=2)
-            ax.set(ylim=(0, 1.05), title=f"{figures.label(pattern)}, W = {gpus}\n{title_of(gbps)}",
+            ax.set(ylim=(0, 1.05 * top), title=f"{figures.label(pattern)}, W = {gpus}\n{title_of(gbps)}",
                    xlabel="N_local" if M.PATTERNS[pattern].flow == "in" else "K_local")
             ax.title.set_fontsize(8.5)
             ax.legend(fontsize=6.5, loc="lower right")

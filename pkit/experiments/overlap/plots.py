@@ -14,6 +14,12 @@ from .analysis import GEMM_GATE, SHAPE, TERMS
 from .model import partition_traffic
 
 
+def fraction_axis_top(fractions) -> float:
+    """The top of an axis of fractions of the overlap bound: 1.1, or higher where a point lies above it (a time
+    below the bound), so that no point is cut off."""
+    return max(1.1, 1.05 * float(np.nanmax(np.asarray(fractions, dtype=float))))
+
+
 def draw_gate(gate: pd.DataFrame, target: float = GEMM_GATE, inputs: str = "bf16"):
     """pkit's GEMM over cuBLAS per shape (`analysis.gemm_gate`'s rows) as horizontal bars, one shape a row in the
     recorded order (so many shapes stay readable), parity and the gate `target` marked; `inputs` names the input
@@ -173,7 +179,7 @@ def draw(bounded: pd.DataFrame, schedules: Sequence[str] | None = None):
         bottom.axhline(1.0, color="0.2", ls="--", lw=1.0)
         top.set(title=figures.label(pattern), yscale="log", ylabel="time per call (µs, log scale)")
         bottom.set(xlabel=PATTERNS[pattern].swept, ylabel="fraction of the bound (bound / time)",
-                   ylim=(0, max(1.1, 1.05 * float(rows["fraction_of_bound"].max()))))
+                   ylim=(0, fraction_axis_top(rows["fraction_of_bound"])))
         bottom.set_xscale("log", base=2)
         bottom.set_xticks(list(bounds["swept"]), [str(v) for v in bounds["swept"]])
         bottom.minorticks_off()
