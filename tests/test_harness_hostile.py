@@ -266,9 +266,9 @@ ESCAPE = ("a_escape.py", "b_victim.py")  # first in the run (by name): the escap
 
 
 @pytest.fixture(scope="module")
-def hostile_run(tmp_path_factory):
+def hostile_run(tmp_path_factory, fewest_rounds_within):
     """One `pkit eval` of the candidates of tests/fixtures/hostile and hostile_escape together (copied into one
-    folder): (records by file name, harness processes below this one right after the run, pkit temp entries left,
+    folder), each timed in the fewest rounds: (records by file name, harness processes below this one right after the run, pkit temp entries left,
     escaped pids, those still present 5 s after the run)."""
     folder = tmp_path_factory.mktemp("hostile")
     solutions = folder / "solutions"
@@ -276,7 +276,8 @@ def hostile_run(tmp_path_factory):
         shutil.copytree(source, solutions, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     os.environ["PKIT_TEST_ESCAPE_PIDFILE"] = str(folder / "escapee.pid")
     try:
-        recs = evaluate(folder / "hostile.jsonl", solutions)
+        with fewest_rounds_within():
+            recs = evaluate(folder / "hostile.jsonl", solutions)
     finally:
         os.environ.pop("PKIT_TEST_ESCAPE_PIDFILE", None)
     survivors = workers_below(os.getpid())

@@ -31,8 +31,10 @@ first in even rounds, the candidate first in odd ones, so drift and warm-up fall
 WARM_ROUNDS = 1
 """Rounds timed and checked first but left out of the verdict: the reference's workers come to the first idle since
 their last window (cold caches, clocks run down), the candidate's straight from their warm-up."""
-MAX_ROUNDS = 12
-"""Most interleaved rounds per candidate after the WARM_ROUNDS."""
+MAX_ROUNDS = 48
+"""Most interleaved rounds per candidate after the WARM_ROUNDS: more than ROUNDS_BUDGET_S holds of a 0.1 ms op's
+rounds on a GPU (about 0.25 s each), so that the budget, not a count, ends a close call (a 10% slower candidate's
+interval needs about 20 rounds to clear the 5% tie band)."""
 ROUNDS_BUDGET_S = 6.0
 """Seconds of rounds after which no new round starts, once MIN_ROUNDS have run: with the worker's start, the
 trials and the checks a candidate then costs the harness under 10 s even where its verdict is a close call."""
