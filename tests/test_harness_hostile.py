@@ -497,7 +497,7 @@ def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tm
 
 # --- 16. answers remembered across reused input sets -----------------------------------------------------------
 
-def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path):
+def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path, fewest_rounds):
     recs = evaluate(tmp_path / "reuse.jsonl", FIXTURES / "hostile_reuse", "--problems", "01_sum", "--size", "medium",
                     "--fresh-mib", "16", "--force", "--trials", "1", "--perf", "--warmup", "2", "--iters", "24",
                     "--timeout", "240")
