@@ -70,8 +70,23 @@ def suptitle(fig, text: str, provenance: dict | None = None, *, world_size: int 
     if provenance is not None and note:
         where += f"; {note}"
     width = int(fig.get_figwidth() * 11)  # characters of bold 11-point text per line
-    return fig.suptitle("\n".join(textwrap.fill(line, width) for line in (text, where)),
+    return fig.suptitle("\n".join(balanced_fill(line, width) for line in (text, where)),
                         fontsize=STYLE["axes.titlesize"], fontweight="bold")
+
+
+def balanced_fill(text: str, width: int) -> str:
+    """`text` wrapped in as few lines of at most `width` characters as textwrap.fill gives, but of even lengths:
+    no last line holding a lone word.
+
+    Example:
+        >>> balanced_fill("one two three four five six seven", 30)
+        'one two three four\\nfive six seven'
+    """
+    lines = len(textwrap.wrap(text, width))
+    if lines < 2:
+        return textwrap.fill(text, width)
+    narrowest = next(w for w in range(-(-len(text) // lines), width + 1) if len(textwrap.wrap(text, w)) <= lines)
+    return textwrap.fill(text, narrowest)
 
 
 def caption(fig, text: str, width: int | None = None):
