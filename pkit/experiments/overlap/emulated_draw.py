@@ -13,7 +13,7 @@ import pandas as pd
 
 from . import model as M
 from . import links as L
-from .plots import fraction_axis_top
+from .plots import fraction_axis_top, legend_right
 
 KEY = ["link_GBps", "gpus", "pattern", "schedule", "inner"]
 
@@ -52,8 +52,8 @@ def beside_model(emulated: pd.DataFrame, gemms: dict, interference: dict, measur
 def draw(table: pd.DataFrame):
     """Fraction of the overlap bound against the swept size: the model's curve per schedule (lines) and the emulated
     points (filled where faithful, hollow where the schedule's communication ran on SMs in local HBM), one column per
-    pattern, one row per (link, W). The axis holds the curves and the faithful points (`plots.fraction_axis_top`); a
-    hollow point above it is drawn as a hollow triangle along its top. A Figure."""
+    pattern, one row per (link, W), one legend right of them. The axis holds the curves and the faithful points
+    (`plots.fraction_axis_top`); a hollow point above it is drawn as a hollow triangle along its top. A Figure."""
     from ... import figures
 
     panels = list(table.groupby(["link_GBps", "gpus"]).groups)
@@ -81,8 +81,8 @@ def draw(table: pd.DataFrame):
             ax.set(ylim=(0, 1.05 * top), title=f"{figures.label(pattern)}, W = {gpus}\n{title_of(gbps)}",
                    xlabel="N_local" if M.PATTERNS[pattern].flow == "in" else "K_local")
             ax.title.set_fontsize(8.5)
-            ax.legend(fontsize=6.5, loc="lower right")
         row[0].set_ylabel("bound / time")
+    legend_right(fig, axes.flat)
     return fig
 
 

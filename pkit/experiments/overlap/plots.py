@@ -20,6 +20,13 @@ def fraction_axis_top(fractions) -> float:
     return max(1.1, 1.05 * float(np.nanmax(np.asarray(fractions, dtype=float))))
 
 
+def legend_right(fig, axes) -> None:
+    """One legend for `fig`, right of its panels, naming each labelled line of `axes` once (no legend box over the
+    data)."""
+    handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
+    fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=8)
+
+
 def draw_gate(gate: pd.DataFrame, target: float = GEMM_GATE, inputs: str = "bf16"):
     """pkit's GEMM over cuBLAS per shape (`analysis.gemm_gate`'s rows) as horizontal bars, one shape a row in the
     recorded order (so many shapes stay readable), parity and the gate `target` marked; `inputs` names the input
@@ -128,8 +135,7 @@ def draw_curves(frames: dict, measured: pd.DataFrame | None = None):
             ax.set_xlabel(PATTERNS[pattern].swept)
     for row in axes:
         row[0].set_ylabel("bound / time (1 = at the bound)")
-    handles = {h.get_label(): h for ax in axes.flat for h in ax.get_legend_handles_labels()[0]}  # each name once
-    fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=8)
+    legend_right(fig, axes.flat)
     return fig
 
 
@@ -184,6 +190,5 @@ def draw(bounded: pd.DataFrame, schedules: Sequence[str] | None = None):
         bottom.set_xticks(list(bounds["swept"]), [str(v) for v in bounds["swept"]])
         bottom.minorticks_off()
         bottom.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
-    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}  # each name once
-    fig.legend(handles=list(handles.values()), loc="outside right center", fontsize=8)
+    legend_right(fig, axes[0])
     return fig
