@@ -183,7 +183,8 @@ def fewest_rounds():
     """The test's in-process evaluations time each candidate in the warm round and at most MIN_ROUNDS rounds
     (pkit.harness.candidate.MAX_ROUNDS set to MIN_ROUNDS for the test): for tests that check statuses and records,
     not how many rounds a verdict takes or how narrow its interval is (a level candidate, such as a reference as its
-    own candidate, otherwise runs to MAX_ROUNDS). Processes the test starts keep the harness's own limit."""
+    own candidate, otherwise runs to `candidate.most_rounds`). Processes the test starts keep the harness's own
+    limit."""
     with _fewest_rounds():
         yield
 

@@ -594,7 +594,7 @@ def test_a_clearly_faster_candidate_stops_after_the_fewest_rounds_and_identical_
 
         run.timed_round = timed_round
         run.options = runner.EvalOptions()
-        run.time_rounds(10, math.inf)
+        run.time_rounds(10, math.inf, candidate.MAX_ROUNDS)
         return run.rounds
 
     fast = run_with(0.5)
@@ -625,7 +625,7 @@ def test_a_wrong_timed_output_ends_the_rounds_at_once():
 
     run.timed_round = timed_round
     run.options = runner.EvalOptions()
-    run.time_rounds(10, math.inf)
+    run.time_rounds(10, math.inf, candidate.MAX_ROUNDS)
     assert len(run.rounds) == 2  # the warm round, then the first wrong one: the fewest rounds would be 1 + 6
     assert run.fingerprint_mismatches(0) == [] and run.check_timed() == run.fingerprint_mismatches(1)
     assert len(run.check_timed()) == 1 and run.check_timed()[0].startswith("round 2, rank 0, timed call 3: ")

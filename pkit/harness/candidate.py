@@ -32,12 +32,26 @@ WARM_ROUNDS = 1
 """Rounds timed and checked first but left out of the verdict: the reference's workers come to the first idle since
 their last window (cold caches, clocks run down), the candidate's straight from their warm-up."""
 MAX_ROUNDS = 48
-"""Most interleaved rounds per candidate after the WARM_ROUNDS: more than ROUNDS_BUDGET_S holds of a 0.1 ms op's
-rounds on a GPU (about 0.25 s each), so that the budget, not a count, ends a close call (a 10% slower candidate's
-interval needs about 20 rounds to clear the 5% tie band)."""
+"""Most interleaved rounds per candidate after the WARM_ROUNDS under --perf: more than ROUNDS_BUDGET_S holds of a
+0.1 ms op's rounds on a GPU (about 0.25 s each), so that the budget, not a count, ends a close call (a 10% slower
+candidate's interval needs about 20 rounds to clear the 5% tie band)."""
+QUICK_ROUNDS = 12
+"""Most rounds under quick timing (without --perf, `options.QUICK_TIMING`): its windows of a few calls are there to
+call a candidate faster or slower, not to split close calls; on two CPU cores, whose calls spread by a quarter of
+their median, 48 rounds did not split a 10% slowdown from the tie band either (docs/harness.md)."""
 ROUNDS_BUDGET_S = 6.0
 """Seconds of rounds after which no new round starts, once MIN_ROUNDS have run: with the worker's start, the
 trials and the checks a candidate then costs the harness under 10 s even where its verdict is a close call."""
+
+
+def most_rounds(options: EvalOptions) -> int:
+    """The most rounds after the WARM_ROUNDS for `options`: MAX_ROUNDS under --perf, else QUICK_ROUNDS (never more
+    than MAX_ROUNDS).
+
+    >>> most_rounds(EvalOptions(perf=True)), most_rounds(EvalOptions(perf=False))
+    (48, 12)
+    """
+    return MAX_ROUNDS if options.perf else min(QUICK_ROUNDS, MAX_ROUNDS)
 
 
 def settled(rounds: Rounds) -> bool:
@@ -93,19 +107,19 @@ class CandidateRun:
             counts = timing_counts(self.options)
             ws.send({"op": "warmup", "n": counts["warmup"]})
             ws.gather("warm", deadline)
-            self.time_rounds(counts["iters"], deadline)
+            self.time_rounds(counts["iters"], deadline, most_rounds(self.options))
         ws.send({"op": "quit"})
         ws.wait_exit(2.0)
 
-    def time_rounds(self, iters: int, deadline: float) -> None:
-        """Interleaved rounds of `iters` calls a window: WARM_ROUNDS, then more until those are `settled`,
-        MAX_ROUNDS have run or ROUNDS_BUDGET_S is spent, never fewer than MIN_ROUNDS; the candidate's windows after
-        the first WARM_ROUNDS + MIN_ROUNDS rounds each under a --timeout of their own (an honest candidate near its
-        limit does not time out), as the reference's always are. A round with a timed output whose fingerprint
+    def time_rounds(self, iters: int, deadline: float, most: int) -> None:
+        """Interleaved rounds of `iters` calls a window: WARM_ROUNDS, then more until those are `settled`, `most`
+        have run (`most_rounds`) or ROUNDS_BUDGET_S is spent, never fewer than MIN_ROUNDS; the candidate's windows
+        after the first WARM_ROUNDS + MIN_ROUNDS rounds each under a --timeout of their own (an honest candidate near
+        its limit does not time out), as the reference's always are. A round with a timed output whose fingerprint
         differs from the reference's ends the rounds at once: the verdict is wrong_result whatever more rounds would
         show. `retime_s`: the seconds of the rounds after the first that failed a timing check."""
         began, ends, first = time.monotonic(), [], WARM_ROUNDS + MIN_ROUNDS
-        while len(self.rounds) < WARM_ROUNDS + MAX_ROUNDS:
+        while len(self.rounds) < WARM_ROUNDS + max(most, MIN_ROUNDS):
             k = len(self.rounds)
             self.rounds.append(self.timed_round(k, iters, deadline if k < first
                                                 else time.monotonic() + self.options.timeout_s))
