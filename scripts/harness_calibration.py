@@ -221,6 +221,7 @@ def row_of(kind: str, record: dict, spin_ms: float, true: float | None, elapsed_
             "ref_time_cv_rounds": record.get("ref_time_cv_rounds"),
             "sol_time_cv_rounds": record.get("sol_time_cv_rounds"),
             "ref_time_iqr_ms": record["ref_time_iqr_ms"], "sol_time_iqr_ms": record["sol_time_iqr_ms"],
+            "ref_time_max_ms": record.get("ref_time_max_ms"), "sol_time_max_ms": record.get("sol_time_max_ms"),
             "wall_s": record["wall_s"], "timed_calls_s": timed,
             "overhead_s": None if timed is None else record["wall_s"] - timed, "elapsed_s": elapsed_s,
             **{f"phase: {name}": seconds for name, seconds in phases.items()}}
@@ -252,6 +253,9 @@ def summary(frame: pd.DataFrame) -> dict:
         within = pd.to_numeric(rows["ref_time_cv_rounds"])
         if within.notna().any():  # records of an older harness lack it
             out[kind]["ref_time_cv_rounds_median"] = float(within.median())
+        slowest = pd.to_numeric(rows.get("ref_time_max_ms", pd.Series(dtype=float)))
+        if slowest.notna().any():  # likewise
+            out[kind]["ref_time_max_over_median"] = float((slowest / rows["ref_time_ms"]).median())
     return out
 
 
@@ -373,9 +377,11 @@ def report(said: dict, provenance: dict) -> str:
     for kind in kinds:
         k = {name: "none" if isinstance(v, float) and math.isnan(v) else v for name, v in said[kind].items()}
         iqr, within = k.get("ref_time_iqr_over_median"), k.get("ref_time_cv_rounds_median")
+        slowest = k.get("ref_time_max_over_median")
         spread = f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}" + (
             "" if within is None else f" ({_number(within, 2)} within a round)") + (
-            "" if iqr is None else f", IQR {iqr:.3f} of the median")
+            "" if iqr is None else f", IQR {iqr:.3f} of the median") + (
+            "" if slowest is None else f", slowest call {slowest:.2f} times the median")
         if kind.startswith("overhead "):
             lines.append(f"{kind} ({k['size']}): n={k['n']}, statuses {k['statuses']}, cost median "
                          f"{k['overhead_s_median']:.2f} s (max {k['overhead_s_max']:.2f} s) of "

@@ -110,8 +110,8 @@ def _record(problem: str, status: str, speedup: float, low: float, high: float) 
     return {"problem": problem, "size": "tiny", "status": status, "error": None, "speedup": speedup, "speedup_low": low,
             "speedup_high": high, "timing_rounds": 6, "ref_time_ms": 0.1, "sol_time_ms": 0.1 / speedup,
             "ref_time_cv": 0.04, "sol_time_cv": 0.05, "ref_time_cv_rounds": 0.02, "sol_time_cv_rounds": 0.03,
-            "ref_time_iqr_ms": 0.01, "sol_time_iqr_ms": 0.01, "wall_s": 2.0,
-            "phase_s": {"startup": 0.5, "parent: timed calls": 0.25}}
+            "ref_time_iqr_ms": 0.01, "sol_time_iqr_ms": 0.01, "ref_time_max_ms": 0.35, "sol_time_max_ms": 0.4,
+            "wall_s": 2.0, "phase_s": {"startup": 0.5, "parent: timed calls": 0.25}}
 
 
 def test_the_summary_reports_every_kind(script):
@@ -128,3 +128,4 @@ def test_the_summary_reports_every_kind(script):
     assert len(lines) == 5 and HEADLINE.match(lines[0]), text
     assert lines[4].startswith("overhead 01_row_sums (tiny): n=1, statuses {'correct_level': 1}, cost median 1.75 s")
     assert "0.910 measured apart" in lines[3] and "at cv 0.04 (0.02 within a round)" in lines[3]
+    assert lines[3].endswith("IQR 0.100 of the median, slowest call 3.50 times the median"), lines[3]
