@@ -253,7 +253,7 @@ def summary(frame: pd.DataFrame) -> dict:
         within = pd.to_numeric(rows["ref_time_cv_rounds"])
         if within.notna().any():  # records of an older harness lack it
             out[kind]["ref_time_cv_rounds_median"] = float(within.median())
-        slowest = pd.to_numeric(rows.get("ref_time_max_ms", pd.Series(dtype=float)))
+        slowest = pd.to_numeric(rows["ref_time_max_ms"])
         if slowest.notna().any():  # likewise
             out[kind]["ref_time_max_over_median"] = float((slowest / rows["ref_time_ms"]).median())
     return out

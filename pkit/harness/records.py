@@ -43,8 +43,9 @@ FIELDS = ("problem", "category", "solution", "model", "sample", "backend", "worl
           "device", "status", "error", "max_abs_err", "max_rel_err", "per_rank", "flags", "ref_time_ms",
           "sol_time_ms", "ref_time_cv", "sol_time_cv", "ref_time_cv_rounds", "sol_time_cv_rounds", "ref_time_min_ms",
           "sol_time_min_ms", "ref_time_iqr_ms", "sol_time_iqr_ms", "ref_time_max_ms", "sol_time_max_ms", "speedup",
-          "speedup_low", "speedup_high", "timing_rounds", "roofline_time_ms", "roofline_bound", "roofline_fraction", "rotations", "trials",
-          "trials_passed", "seed", "timing", "wall_s", "phase_s", "output_dropped_bytes", "provenance")
+          "speedup_low", "speedup_high", "timing_rounds", "roofline_time_ms", "roofline_bound", "roofline_fraction",
+          "rotations", "trials", "trials_passed", "seed", "timing", "wall_s", "phase_s", "output_dropped_bytes",
+          "provenance")
 """Every key of a record, in the order they are written."""
 
 KEY_FIELDS = ("problem", "solution", "model", "world_size", "size", "dtype", "device", "seed")
