@@ -75,18 +75,21 @@ def suptitle(fig, text: str, provenance: dict | None = None, *, world_size: int 
 
 
 def balanced_fill(text: str, width: int) -> str:
-    """`text` wrapped in as few lines of at most `width` characters as textwrap.fill gives, but of even lengths:
-    no last line holding a lone word.
+    """`text` wrapped in as few lines of at most `width` characters as textwrap gives, but of even lengths: no last
+    line holding a lone word, no hyphenated word cut at its hyphen.
 
     Example:
         >>> balanced_fill("one two three four five six seven", 30)
         'one two three four\\nfive six seven'
     """
-    lines = len(textwrap.wrap(text, width))
+    def wrap(w: int) -> list[str]:  # hyphenated words stay whole ("per-tensor")
+        return textwrap.wrap(text, w, break_on_hyphens=False)
+
+    lines = len(wrap(width))
     if lines < 2:
-        return textwrap.fill(text, width)
-    narrowest = next(w for w in range(-(-len(text) // lines), width + 1) if len(textwrap.wrap(text, w)) <= lines)
-    return textwrap.fill(text, narrowest)
+        return "\n".join(wrap(width))
+    return "\n".join(next(wrapped for w in range(-(-len(text) // lines), width + 1)
+                          if len(wrapped := wrap(w)) <= lines))
 
 
 def caption(fig, text: str, width: int | None = None):
