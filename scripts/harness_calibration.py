@@ -20,7 +20,7 @@ roles, and phase by phase from the records' `phase_s`; and the seconds from one 
 reference's start shared over its candidates), the fraction of identical-code intervals holding 1.0, the
 statuses of the slowed candidates and whether their intervals hold the true ratio, and the reference's spread (cv:
 standard deviation over mean; and its interquartile range over its median). `--report RECORD.json` prints that
-summary again from a record (docs/harness.md quotes it; tests/test_harness_calibration.py checks the quote).
+summary again from a record (`recorded_summary`) (docs/harness.md quotes it; tests/test_harness_calibration.py checks the quote).
 
 Sizes: `small` (1024 x 512, about 0.1-1 ms a call on a CPU) and `large` (12288 x 8192, 384 MiB: about 0.1 ms a
 call on an H200). Usage:
@@ -112,6 +112,9 @@ CACHE_BYTES = 64 << 20
 
 SLOWDOWNS = (0.10, 0.25)
 """How much slower the slowed candidates are: each is timed apart at (1 + fraction) times the reference's median."""
+SLOW_CALL = 3.0
+"""A reference call slower than this many times its evaluation's median counts as slow: the summary gives the share
+of evaluations with one and the others' cv, which tells a few slow calls from a spread of all."""
 
 TUNING_STEPS = 3
 """Most times a slowed candidate's spin is corrected by what its time measured apart missed the target by."""
@@ -235,7 +238,7 @@ def summary(frame: pd.DataFrame) -> dict:
            "phases_s_median": {c.removeprefix("phase: "): round(float(frame[c].median()), 3)
                                for c in frame.columns if c.startswith("phase: ") and frame[c].notna().any()}}
     for kind, rows in frame.groupby("kind", sort=False):
-        out[kind] = {"n": len(rows), "statuses": rows["status"].value_counts().to_dict(),
+        out[kind] = {"n": len(rows), "statuses": dict(sorted(rows["status"].value_counts().to_dict().items())),
                      "interval_holds_true": float(rows["holds_true"].dropna().astype(bool).mean()),
                      "true_speedup_median": float(rows["true_speedup"].median()),
                      "spin_speedup_median": float(rows["spin_speedup"].median()),
@@ -255,8 +258,21 @@ def summary(frame: pd.DataFrame) -> dict:
             out[kind]["ref_time_cv_rounds_median"] = float(within.median())
         slowest = pd.to_numeric(rows["ref_time_max_ms"])
         if slowest.notna().any():  # likewise
-            out[kind]["ref_time_max_over_median"] = float((slowest / rows["ref_time_ms"]).median())
+            ratio = slowest / rows["ref_time_ms"]
+            out[kind]["ref_time_max_over_median"] = float(ratio.median())
+            out[kind]["slow_call_share"] = float((ratio > SLOW_CALL).mean())
+            calm = rows["ref_time_cv"][ratio <= SLOW_CALL]
+            if len(calm):
+                out[kind]["ref_time_cv_median_calm"] = float(calm.median())
     return out
+
+
+def recorded_summary(path: Path, recorded: dict) -> dict:
+    """The summary of the record at `path` (its JSON, `recorded`): from its rows (the CSV beside it) where they carry
+    the slowest call, so a record gets what this script says of such rows now; else the summary it was recorded with."""
+    rows = path.with_suffix(".csv")
+    frame = pd.read_csv(rows) if rows.exists() else None
+    return summary(frame) if frame is not None and "ref_time_max_ms" in frame else recorded["parameters"]["summary"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -296,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report is not None:
         recorded = json.loads(args.report.read_text())
-        print(report(recorded["parameters"]["summary"], recorded))
+        print(report(recorded_summary(args.report, recorded), recorded))
         return 0
     size = args.size or ("large" if args.device == "cuda" else "small")
     options = runner.EvalOptions(world_size=args.world_size, size=size, device=args.device, trials=1,
@@ -377,11 +393,13 @@ def report(said: dict, provenance: dict) -> str:
     for kind in kinds:
         k = {name: "none" if isinstance(v, float) and math.isnan(v) else v for name, v in said[kind].items()}
         iqr, within = k.get("ref_time_iqr_over_median"), k.get("ref_time_cv_rounds_median")
-        slowest = k.get("ref_time_max_over_median")
+        slowest, calm = k.get("ref_time_max_over_median"), k.get("ref_time_cv_median_calm")
         spread = f"reference {k['ref_time_ms_median']:.4g} ms at cv {k['ref_time_cv_median']:.2f}" + (
             "" if within is None else f" ({_number(within, 2)} within a round)") + (
             "" if iqr is None else f", IQR {iqr:.3f} of the median") + (
-            "" if slowest is None else f", slowest call {slowest:.2f} times the median")
+            "" if slowest is None else f", slowest call {slowest:.2f} times the median") + (
+            "" if "slow_call_share" not in k else f"; a call over {SLOW_CALL:g} times the median in "
+            f"{_share(k['slow_call_share'])} of evaluations" + ("" if calm is None else f", the others at cv {calm:.2f}"))
         if kind.startswith("overhead "):
             lines.append(f"{kind} ({k['size']}): n={k['n']}, statuses {k['statuses']}, cost median "
                          f"{k['overhead_s_median']:.2f} s (max {k['overhead_s_max']:.2f} s) of "

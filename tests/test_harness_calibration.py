@@ -41,7 +41,7 @@ def test_there_are_records_to_quote():
 @pytest.mark.parametrize("record", RECORDS, ids=lambda p: p.parent.name)
 def test_the_doc_quotes_each_record_as_the_script_reports_it(script, record):
     recorded = json.loads(record.read_text())
-    printed = script.report(recorded["parameters"]["summary"], recorded)
+    printed = script.report(script.recorded_summary(record, recorded), recorded)
     quoted = quoted_blocks().get(record.parent.name)
     assert quoted is not None, f"docs/harness.md quotes no report of {record}: paste what " \
                                f"`python scripts/harness_calibration.py --report {record.relative_to(ROOT)}` prints"
@@ -51,7 +51,7 @@ def test_the_doc_quotes_each_record_as_the_script_reports_it(script, record):
 def test_the_report_of_a_record_is_printed_by_the_command_line(script, capsys):
     assert script.main(["--report", str(RECORDS[0])]) == 0
     recorded = json.loads(RECORDS[0].read_text())
-    assert capsys.readouterr().out == script.report(recorded["parameters"]["summary"], recorded) + "\n"
+    assert capsys.readouterr().out == script.report(script.recorded_summary(RECORDS[0], recorded), recorded) + "\n"
 
 
 def test_root_or_report_is_required(script, capsys):
@@ -128,4 +128,16 @@ def test_the_summary_reports_every_kind(script):
     assert len(lines) == 5 and HEADLINE.match(lines[0]), text
     assert lines[4].startswith("overhead 01_row_sums (tiny): n=1, statuses {'correct_level': 1}, cost median 1.75 s")
     assert "0.910 measured apart" in lines[3] and "at cv 0.04 (0.02 within a round)" in lines[3]
-    assert lines[3].endswith("IQR 0.100 of the median, slowest call 3.50 times the median"), lines[3]
+    assert lines[3].endswith("IQR 0.100 of the median, slowest call 3.50 times the median; a call over 3 times the "
+                             "median in 100% of evaluations"), lines[3]
+
+
+def test_the_summary_tells_a_few_slow_calls_from_a_spread_of_all(script):
+    def row(slowest_ms, cv):
+        record = _record("01_calibration", "correct_level", 1.0, 0.98, 1.02) | {"ref_time_max_ms": slowest_ms,
+                                                                               "ref_time_cv": cv}
+        return script.row_of("same", record, 0.0, 1.0, 2.0)
+
+    said = script.summary(pd.DataFrame([row(1.2, 0.5), row(0.25, 0.04), row(0.28, 0.06), row(0.12, 0.03)]))
+    assert said["same"]["slow_call_share"] == pytest.approx(0.25)  # one median of 0.1 ms with a call of 1.2 ms
+    assert said["same"]["ref_time_cv_median_calm"] == pytest.approx(0.04)
