@@ -7,8 +7,9 @@ reach this module, or the torch internals that `torch.cuda.synchronize` calls, s
 the evaluating process therefore checks the reported times against the wall time it saw from outside, see
 `pkit.harness.integrity.timing_mismatch`.)
 
-Before each measured call all ranks meet at a barrier and the device is synchronised; a sample is the wall
-time from there to a device-wide synchronisation after the call, so work left on side streams counts.
+Before each measured call the ranks meet at a barrier (a lone rank has none to meet: no collective is run for it)
+and the device is synchronised; a sample is the wall time from there to a device-wide synchronisation after the
+call, so work left on side streams counts.
 Times include the synchronisation latency (a few µs on a GPU), for reference and candidate alike.
 """
 from __future__ import annotations
@@ -46,9 +47,10 @@ def l2_rotations(nbytes: int, device: torch.device) -> int:
     return rotations_past_l2(nbytes, torch.cuda.get_device_properties(device).L2_cache_size)
 
 
-def timed_call(fn, inputs: tuple, device: torch.device) -> tuple[object, float]:
-    """(output, milliseconds) of one call after a barrier and a device sync; a collective call."""
-    _barrier()
+def timed_call(fn, inputs: tuple, device: torch.device, ranks: int) -> tuple[object, float]:
+    """(output, milliseconds) of one call after the `ranks` ranks' barrier and a device sync; a collective call."""
+    if ranks > 1:
+        _barrier()
     synchronize(device)
     start = _clock()
     out = fn(*inputs)

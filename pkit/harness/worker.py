@@ -251,7 +251,7 @@ class Worker:
         gc.disable()  # the harness's own garbage never gets collected inside a sample
         for i in range(message["iters"]):
             current = sets[i % len(sets)]
-            out, ms = timed_call(self.fn, current.prepare(fresh), self.device)
+            out, ms = timed_call(self.fn, current.prepare(fresh), self.device, self.spec["world_size"])
             samples.append(ms)
             self.channel.send({"op": "called", "i": i, "ms": ms, "check": fingerprint_check(out, **tolerance)})
             answer = self.channel.recv()
