@@ -513,7 +513,7 @@ def _timing(call_ms: list[float], sets: int, build_s: float = 1.0, gap_ms: float
 
 
 def test_reference_as_its_own_candidate_is_level_and_sleepers_are_slower_or_faster(tmp_path):
-    # the reference sleeps 20 ms a call, fast.py 2 ms, slow.py 60 ms: far beyond CPU noise, on either side, so five
+    # the reference sleeps 10 ms a call, fast.py 1 ms, slow.py 30 ms: far beyond CPU noise, on either side, so five
     # calls a window (--perf --iters 5, half the quick timing's ten) tell them apart as surely
     out = tmp_path / "timing.jsonl"
     assert run_cli("eval", "--problems-root", FIXTURES / "timing_problems", "--solutions",
