@@ -85,11 +85,11 @@ def balanced_fill(text: str, width: int) -> str:
     def wrap(w: int) -> list[str]:  # hyphenated words stay whole ("per-tensor")
         return textwrap.wrap(text, w, break_on_hyphens=False)
 
-    lines = len(wrap(width))
-    if lines < 2:
-        return "\n".join(wrap(width))
-    return "\n".join(next(wrapped for w in range(-(-len(text) // lines), width + 1)
-                          if len(wrapped := wrap(w)) <= lines))
+    first = wrap(width)
+    if len(first) < 2:
+        return "\n".join(first)
+    return "\n".join(next(wrapped for w in range(-(-len(text) // len(first)), width + 1)
+                          if len(wrapped := wrap(w)) <= len(first)))
 
 
 def caption(fig, text: str, width: int | None = None):
