@@ -20,7 +20,8 @@ roles, and phase by phase from the records' `phase_s`; and the seconds from one 
 reference's start shared over its candidates), the fraction of identical-code intervals holding 1.0, the
 statuses of the slowed candidates and whether their intervals hold the true ratio, and the reference's spread (cv:
 standard deviation over mean; and its interquartile range over its median). `--report RECORD.json` prints that
-summary again from a record (`recorded_summary`) (docs/harness.md quotes it; tests/test_harness_calibration.py checks the quote).
+summary again from a record (`recorded_summary`; docs/harness.md quotes it, tests/test_harness_calibration.py checks
+the quote).
 
 Sizes: `small` (1024 x 512, about 0.1-1 ms a call on a CPU) and `large` (12288 x 8192, 384 MiB: about 0.1 ms a
 call on an H200). Usage:
