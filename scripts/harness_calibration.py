@@ -171,10 +171,10 @@ def _alternate(problem_file: str, candidate_file: str, size: str, device: str, c
             candidate.DELAY_MS = spin_ms
             roles = [(problem.reference, []), (candidate.solution, [])]
             for fn, _ in roles * 3:  # warm-up
-                timer.timed_call(fn, sets[0], where)
+                timer.timed_call(fn, sets[0], where, 1)
             for i in range(calls):
                 for fn, times in (roles if i % 2 == 0 else roles[::-1]):
-                    times.append(timer.timed_call(fn, sets[i % len(sets)], where)[1])
+                    times.append(timer.timed_call(fn, sets[i % len(sets)], where, 1)[1])
             return statistics.median(roles[0][1]), statistics.median(roles[1][1])
 
         return spin_for(fraction, ref_ms, measure)
