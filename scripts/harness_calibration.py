@@ -49,7 +49,6 @@ import pandas as pd
 
 from pkit import results
 from pkit.harness import problems, runner
-from pkit.harness.launch import free_port
 from pkit.harness.records import first_line
 from pkit.harness.solutions import Candidate
 
@@ -142,7 +141,7 @@ def spin_for(fraction: float, ref_ms: float, measure) -> tuple[float, float]:
         spin = round(max(0.0, spin - (candidate - target * ref)), 9)
 
 
-def _alternate(problem_file: str, candidate_file: str, size: str, device: str, calls: int, port: int,
+def _alternate(problem_file: str, candidate_file: str, size: str, device: str, calls: int,
                fraction: float, ref_ms: float) -> tuple[float, float]:
     """In a process of its own: a one-rank process group, then the reference and the candidate's `solution` called
     alternately (who goes first swapped every call) on input sets rotated past the caches, each call timed by
@@ -154,10 +153,9 @@ def _alternate(problem_file: str, candidate_file: str, size: str, device: str, c
     from pkit.harness import timer
     from pkit.harness.problem import load_module
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if device == "cpu":
         torch.set_num_threads(1)  # as the harness's CPU workers run
-    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         problem = load_module(Path(problem_file), "calibration_problem")
         candidate = load_module(Path(candidate_file), "calibration_candidate")
@@ -187,7 +185,7 @@ def measured_spin(problem_file: Path, candidate_file: Path, size: str, device: s
     """(spin ms, true speedup) of the slowed candidate `fraction` slower than the reference, measured apart from
     the harness (`_alternate`, in a spawned process)."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_alternate, (str(problem_file), str(candidate_file), size, device, calls, free_port(),
+        return pool.apply(_alternate, (str(problem_file), str(candidate_file), size, device, calls,
                                        fraction, ref_ms))
 
 

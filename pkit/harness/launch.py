@@ -93,10 +93,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker_env(rank: int, world_size: int, port: int, device: str) -> dict:
+def worker_env(rank: int, world_size: int, device: str) -> dict:
     """The environment of one worker process."""
     env = dict(os.environ)
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank),
                WORLD_SIZE=str(world_size), NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                NVSHMEM_DISABLE_NVLS="1", PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(PKIT_PARENT), os.environ.get("PYTHONPATH")) if p))
@@ -117,20 +117,22 @@ class WorkerSet:
         self.folder, self.grace_s, self.log, self.heartbeat_s = Path(folder), grace_s, log, heartbeat_s
         self.zygote = zygote
         self.folder.mkdir(parents=True, exist_ok=True)
-        spec = dict(spec, folder=str(self.folder))
+        # the ranks meet at a file of their own, not at a TCP port: a port found free can be taken before rank 0
+        # listens on it, which would fail a candidate for the machine's sake
+        rendezvous = self.folder / f"{spec['role']}_rendezvous_{os.urandom(6).hex()}"
+        spec = dict(spec, folder=str(self.folder), rendezvous=str(rendezvous))
         spec_path = self.folder / f"{spec['role']}_spec.json"
         spec_path.write_text(json.dumps(spec))
         self.world_size, self.role = spec["world_size"], spec["role"]
         self.selector = selectors.DefaultSelector()
         self.procs, self.channels, self.ranks, self.outputs = [], [], [], []
         self.exits = 0
-        port = free_port()
         WorkerSet.open_sets.add(self)
         for rank in range(self.world_size):
             end, fd = pair()
             output = CappedOutput(self.folder / f"{self.role}{rank}.log", spec.get("output_bytes", OUTPUT_BYTES))
             self.outputs.append(output)
-            env = worker_env(rank, self.world_size, port, spec["device"])
+            env = worker_env(rank, self.world_size, spec["device"])
             try:
                 if zygote is not None:
                     proc = zygote.spawn([str(spec_path), str(rank)], env, output.write_fd, fd)

@@ -1,8 +1,8 @@
 """One rank of an evaluation: `python -m pkit.harness.worker SPEC.json RANK FD`.
 
 The evaluating process (pkit.harness.launch) writes SPEC.json and starts one worker per rank, handing it
-one end of a socket pair (descriptor FD) and MASTER_ADDR/MASTER_PORT. A worker joins the default process
-group (gloo on the CPU; on GPUs NCCL after `torch.cuda.set_device(rank)`), loads the problem, and then
+one end of a socket pair (descriptor FD). A worker joins the default process group at the file the spec
+names as `rendezvous` (gloo on the CPU; on GPUs NCCL after `torch.cuda.set_device(rank)`), loads the problem, and then
 serves commands from the parent until `quit`:
 
 | command | does | answers |
@@ -114,20 +114,22 @@ def share_process_groups() -> None:
     dist.new_group = new_group
 
 
-def join_group(rank: int, world_size: int, device_kind: str, timeout_s: float) -> torch.device:
-    """Initialise the default process group; returns this rank's device. On the CPU a rank computes on one
-    intra-op thread (torchrun's default for several processes): threads of processes sharing the cores would
-    otherwise time each other's scheduling rather than the call."""
+def join_group(rank: int, world_size: int, device_kind: str, timeout_s: float, rendezvous: str) -> torch.device:
+    """Initialise the default process group, the ranks meeting at the file `rendezvous`; returns this rank's
+    device. On the CPU a rank computes on one intra-op thread (torchrun's default for several processes): threads
+    of processes sharing the cores would otherwise time each other's scheduling rather than the call."""
     timeout = datetime.timedelta(seconds=timeout_s)
     if device_kind == "cuda":
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
-        dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timeout, device_id=device)
+        dist.init_process_group("nccl", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size,
+                                timeout=timeout, device_id=device)
     else:
         torch.set_num_threads(1)
         own_pages_per_set()  # host memory placed anew for each window's sets in every role (pkit.harness.placement)
         device = torch.device("cpu")
-        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout)
+        dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size,
+                                timeout=timeout)
     return device
 
 
@@ -177,7 +179,8 @@ class Worker:
         if spec["role"] == "reference":
             make_undumpable()
         share_process_groups()
-        self.device = join_group(self.rank, spec["world_size"], spec["device"], spec["pg_timeout_s"])
+        self.device = join_group(self.rank, spec["world_size"], spec["device"], spec["pg_timeout_s"],
+                                 spec["rendezvous"])
         self.enter("load_problem")
         self.problem = open_source(spec["source"])
         if spec["role"] == "reference":
