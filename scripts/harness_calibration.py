@@ -51,6 +51,7 @@ from pkit import results
 from pkit.harness import problems, runner
 from pkit.harness.records import first_line
 from pkit.harness.solutions import Candidate
+from pkit.harness.speedup import SLOW_CALL
 
 PROBLEM = '''
 """Harness calibration problem: every rank's row sums of x (rows, cols) float32, summed over the ranks."""
@@ -112,9 +113,6 @@ CACHE_BYTES = 64 << 20
 
 SLOWDOWNS = (0.10, 0.25)
 """How much slower the slowed candidates are: each is timed apart at (1 + fraction) times the reference's median."""
-SLOW_CALL = 3.0
-"""A reference call slower than this many times its evaluation's median counts as slow: the summary gives the share
-of evaluations with one and the others' cv, which tells a few slow calls from a spread of all."""
 
 TUNING_STEPS = 3
 """Most times a slowed candidate's spin is corrected by what its time measured apart missed the target by."""
@@ -224,6 +222,8 @@ def row_of(kind: str, record: dict, spin_ms: float, true: float | None, elapsed_
             "sol_time_cv_rounds": record.get("sol_time_cv_rounds"),
             "ref_time_iqr_ms": record["ref_time_iqr_ms"], "sol_time_iqr_ms": record["sol_time_iqr_ms"],
             "ref_time_max_ms": record.get("ref_time_max_ms"), "sol_time_max_ms": record.get("sol_time_max_ms"),
+            "ref_time_slow_calls": record.get("ref_time_slow_calls"),
+            "ref_time_cv_calm": record.get("ref_time_cv_calm"),
             "wall_s": record["wall_s"], "timed_calls_s": timed,
             "overhead_s": None if timed is None else record["wall_s"] - timed, "elapsed_s": elapsed_s,
             **{f"phase: {name}": seconds for name, seconds in phases.items()}}
@@ -263,6 +263,9 @@ def summary(frame: pd.DataFrame) -> dict:
             calm = rows["ref_time_cv"][ratio <= SLOW_CALL]
             if len(calm):
                 out[kind]["ref_time_cv_median_calm"] = float(calm.median())
+        if "ref_time_cv_calm" in rows and rows["ref_time_cv_calm"].notna().any():  # likewise
+            out[kind]["ref_slow_calls_median"] = float(pd.to_numeric(rows["ref_time_slow_calls"]).median())
+            out[kind]["ref_time_cv_calm_median"] = float(pd.to_numeric(rows["ref_time_cv_calm"]).median())
     return out
 
 
@@ -398,7 +401,10 @@ def report(said: dict, provenance: dict) -> str:
             "" if iqr is None else f", IQR {iqr:.3f} of the median") + (
             "" if slowest is None else f", slowest call {slowest:.2f} times the median") + (
             "" if "slow_call_share" not in k else f"; a call over {SLOW_CALL:g} times the median in "
-            f"{_share(k['slow_call_share'])} of evaluations" + ("" if calm is None else f", the others at cv {calm:.2f}"))
+            f"{_share(k['slow_call_share'])} of evaluations"
+            + ("" if calm is None else f", the others at cv {calm:.2f}")) + (
+            "" if "ref_time_cv_calm_median" not in k else f"; per evaluation {k['ref_slow_calls_median']:g} such "
+            f"calls (median), the rest at cv {k['ref_time_cv_calm_median']:.3f}")
         if kind.startswith("overhead "):
             lines.append(f"{kind} ({k['size']}): n={k['n']}, statuses {k['statuses']}, cost median "
                          f"{k['overhead_s_median']:.2f} s (max {k['overhead_s_max']:.2f} s) of "

@@ -141,3 +141,19 @@ def test_the_summary_tells_a_few_slow_calls_from_a_spread_of_all(script):
     said = script.summary(pd.DataFrame([row(1.2, 0.5), row(0.25, 0.04), row(0.28, 0.06), row(0.12, 0.03)]))
     assert said["same"]["slow_call_share"] == pytest.approx(0.25)  # one median of 0.1 ms with a call of 1.2 ms
     assert said["same"]["ref_time_cv_median_calm"] == pytest.approx(0.04)
+
+
+def test_the_summary_gives_the_calm_calls_spread_of_every_evaluation(script):
+    def row(slow_calls, cv_calm):
+        record = _record("01_calibration", "correct_level", 1.0, 0.98, 1.02) | {"ref_time_slow_calls": slow_calls,
+                                                                               "ref_time_cv_calm": cv_calm}
+        return script.row_of("same", record, 0.0, 1.0, 2.0)
+
+    said = script.summary(pd.DataFrame([row(2, 0.05), row(0, 0.03), row(1, 0.04)]))
+    assert said["same"]["ref_slow_calls_median"] == 1 and said["same"]["ref_time_cv_calm_median"] == pytest.approx(0.04)
+    text = script.report(said, {"utc_time": "2026-12-07T00:00:00Z", "machine": "cpu", "gpus": [],
+                                "pkit_commit": "0123456"})
+    assert text.splitlines()[-1].endswith("; per evaluation 1 such calls (median), the rest at cv 0.040"), text
+    older = script.summary(pd.DataFrame([script.row_of("same", _record("01_calibration", "correct_level", 1.0, 0.98,
+                                                                       1.02), 0.0, 1.0, 2.0)]))
+    assert "ref_time_cv_calm_median" not in older["same"]  # records of an older harness lack the fields

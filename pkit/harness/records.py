@@ -42,7 +42,8 @@ FLAGS = ("aliases_input", "equals_input", "all_zero", "mutated_input", "inplace_
 FIELDS = ("problem", "category", "solution", "model", "sample", "backend", "world_size", "size", "dtype",
           "device", "status", "error", "max_abs_err", "max_rel_err", "per_rank", "flags", "ref_time_ms",
           "sol_time_ms", "ref_time_cv", "sol_time_cv", "ref_time_cv_rounds", "sol_time_cv_rounds", "ref_time_min_ms",
-          "sol_time_min_ms", "ref_time_iqr_ms", "sol_time_iqr_ms", "ref_time_max_ms", "sol_time_max_ms", "speedup",
+          "sol_time_min_ms", "ref_time_iqr_ms", "sol_time_iqr_ms", "ref_time_max_ms", "sol_time_max_ms",
+          "ref_time_slow_calls", "sol_time_slow_calls", "ref_time_cv_calm", "sol_time_cv_calm", "speedup",
           "speedup_low", "speedup_high", "timing_rounds", "roofline_time_ms", "roofline_bound", "roofline_fraction",
           "rotations", "trials", "trials_passed", "seed", "timing", "wall_s", "phase_s", "output_dropped_bytes",
           "provenance")

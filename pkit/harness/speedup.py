@@ -19,6 +19,10 @@ from .records import TIE_BAND, speed_status
 
 CONFIDENCE = 0.95
 """Coverage of the speedup's confidence interval."""
+SLOW_CALL = 3.0
+"""A timed call slower than this many times its role's pooled median is a slow call: records count them
+(`*_slow_calls`) and give the others' spread apart (`*_cv_calm`), which tells a few late calls from a spread of
+all. Medians and the interval are unaffected by them either way."""
 
 
 def timing_fields(rounds: Rounds) -> dict:
@@ -36,8 +40,23 @@ def timing_fields(rounds: Rounds) -> dict:
             "ref_time_cv": r.cv, "sol_time_cv": s.cv, "ref_time_cv_rounds": cv_within_rounds(refs),
             "sol_time_cv_rounds": cv_within_rounds(sols), "ref_time_min_ms": r.min_ms, "sol_time_min_ms": s.min_ms,
             "ref_time_iqr_ms": r.iqr_ms, "sol_time_iqr_ms": s.iqr_ms, "ref_time_max_ms": r.max_ms,
-            "sol_time_max_ms": s.max_ms, "speedup": speedup, "speedup_low": low, "speedup_high": high,
+            "sol_time_max_ms": s.max_ms, **slow_call_fields("ref", refs), **slow_call_fields("sol", sols),
+            "speedup": speedup, "speedup_low": low, "speedup_high": high,
             "timing_rounds": len(rounds), "rotations": len(rounds[0][1].seeds)}
+
+
+def slow_call_fields(role: str, times: list[list[float]]) -> dict:
+    """`<role>_time_slow_calls`, the calls (ms, per round) over SLOW_CALL times their pooled median, and
+    `<role>_time_cv_calm`, the coefficient of variation of the others.
+
+    >>> slow_call_fields("ref", [[1.0, 1.0], [1.0, 5.0]])
+    {'ref_time_slow_calls': 1, 'ref_time_cv_calm': 0.0}
+    """
+    calls = [v for t in times for v in t]
+    median = statistics.median(calls)
+    calm = [v for v in calls if v <= SLOW_CALL * median]
+    cv = statistics.pstdev(calm) / statistics.fmean(calm) if statistics.fmean(calm) > 0 else None
+    return {f"{role}_time_slow_calls": len(calls) - len(calm), f"{role}_time_cv_calm": cv}
 
 
 def cv_within_rounds(times: list[list[float]]) -> float | None:
