@@ -16,8 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-from pkit.harness.launch import free_port
+from processes import free_port
 
 PRELOAD = ["torch", "torch.distributed", "pkit", "pkit.problem_kit"]
 """What the forkserver imports before it forks a rank."""

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,9 +12,14 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from pkit.harness.launch import free_port
-
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def group_members(pgid: int) -> list[tuple[int, str]]:

@@ -2,9 +2,9 @@
 
 A `WorkerSet` runs `python -m pkit.harness.worker SPEC RANK FD` for each rank, each in its own process
 session, with one end of a socket pair (pkit.harness.channel) and its stdout and stderr in a pipe drained here
-into a log file, capped at the spec's `output_bytes` (pkit.harness.contain.CappedOutput). Ranks meet over
-a free TCP port on 127.0.0.1. Every worker gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
-NVSHMEM_DISABLE_NVLS=1 (pkit never uses NVLink multicast) and its own
+into a log file, capped at the spec's `output_bytes` (pkit.harness.contain.CappedOutput). Ranks meet at a
+rendezvous file in the run folder (torch.distributed's FileStore). Every worker gets NCCL_NVLS_ENABLE=0,
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 (pkit never uses NVLink multicast) and its own
 TORCH_EXTENSIONS_DIR (ranks building the same extension at once would corrupt a shared cache).
 
 `gather(op)` waits until every rank has sent a message `op`, answering others on the way through a
@@ -19,7 +19,6 @@ import json
 import os
 import re
 import selectors
-import socket
 import subprocess
 import sys
 import time
@@ -84,13 +83,6 @@ class RunFailed(Exception):
 
 class RunTimeout(Exception):
     """The deadline passed before every rank answered."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker_env(rank: int, world_size: int, device: str) -> dict:
