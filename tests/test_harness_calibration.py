@@ -157,3 +157,19 @@ def test_the_summary_gives_the_calm_calls_spread_of_every_evaluation(script):
     older = script.summary(pd.DataFrame([script.row_of("same", _record("01_calibration", "correct_level", 1.0, 0.98,
                                                                        1.02), 0.0, 1.0, 2.0)]))
     assert "ref_time_cv_calm_median" not in older["same"]  # records of an older harness lack the fields
+
+
+def test_a_slowed_candidates_spin_is_measured_apart_on_the_cpu(tmp_path, monkeypatch):
+    """`measured_spin` as `calibrate` calls it, in a spawned one-rank process: the spin it keeps makes the candidate
+    slower than the reference, and the true speedup it gives is that measured ratio."""
+    import importlib
+    import textwrap
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # the spawned process imports the script by its name
+    script = importlib.import_module("harness_calibration")
+    problem = tmp_path / "problem.py"
+    problem.write_text(textwrap.dedent(script.PROBLEM).lstrip())
+    slowed = tmp_path / "slowed_25.py"
+    slowed.write_text(textwrap.dedent(script.SLOWED).lstrip().format(delay_ms=0.05, problem=str(problem)))
+    spin_ms, true = script.measured_spin(problem, slowed, "tiny", "cpu", 40, 0.25, 0.2)
+    assert spin_ms >= 0.0 and 0.0 < true < 1.0, (spin_ms, true)
