@@ -664,7 +664,7 @@ def _rounds(*reference_ms: float) -> list:
 
 
 def test_a_reference_slowed_beside_the_candidate_is_named_and_its_noise_is_not():
-    alone = _timing([1.0] * 10, sets=10)
+    alone = [_timing([1.0] * 10, sets=10)]
     why = integrity.reference_slowed(_rounds(1.5, 1.3, 1.4), alone)
     assert "median call took 1.4 ms" in why and "1.4x its 1 ms alone" in why and "left running" in why
     assert integrity.reference_slowed(_rounds(1.5, 1.05, 1.4), alone) is not None  # one round as fast as alone
@@ -673,19 +673,26 @@ def test_a_reference_slowed_beside_the_candidate_is_named_and_its_noise_is_not()
     limit = integrity.ALONE_RATIO * 1.0 + integrity.ALONE_SLACK_MS
     assert integrity.reference_slowed(_rounds(limit), alone) is None  # the boundary is allowed
     assert integrity.reference_slowed(_rounds(limit + 1e-3), alone) is not None
-    latency = _timing([0.03] * 10, sets=10)  # a tiny size: 30 µs calls, 10% of which is jitter
-    assert integrity.reference_slowed([(_timing([0.045] * 10, sets=10), latency)], latency) is None
+    latency = [_timing([0.03] * 10, sets=10)]  # a tiny size: 30 µs calls, 10% of which is jitter
+    assert integrity.reference_slowed([(_timing([0.045] * 10, sets=10), latency[0])], latency) is None
+    # several windows alone: the slowest is compared, and the reason says so
+    strayed = [_timing([1.0] * 10, sets=10), _timing([1.35] * 10, sets=10)]
+    assert integrity.reference_slowed(_rounds(1.5, 1.3, 1.4), strayed) is None
+    why = integrity.reference_slowed(_rounds(1.5, 1.3, 1.4), [_timing([1.0] * 10, sets=10)] * 3)
+    assert "1.4x its 1 ms in the slowest of 3 windows alone" in why, why
 
 
 class _Reference:
-    """A started reference whose window timed alone is `alone`; None: timing it again fails the test."""
+    """A started reference whose windows timed alone are `alone` in turn (the last one again after the list ends);
+    None: timing it again fails the test."""
 
     def __init__(self, alone):
-        self.alone, self.sets = alone, 1
+        self.alone, self.sets, self.windows = alone, 1, 0
 
     def window(self, plan):
         assert self.alone is not None and len(plan.fresh) == runner.QUICK_TIMING["iters"] and not plan.kept
-        return self.alone
+        self.windows += 1
+        return self.alone[min(self.windows, len(self.alone)) - 1] if isinstance(self.alone, list) else self.alone
 
 
 class _Run:
@@ -710,6 +717,19 @@ def test_on_the_gpu_a_reference_slower_than_alone_is_a_timing_mismatch():
     believed = candidate.judged_fields(_Run(_rounds(9.0, *(2.0, 2.1, 2.2) * 2), _timing([2.05] * 10, sets=10)),
                                        {"flags": set(), "phase_s": {}}, "cuda")
     assert believed["status"] == "correct_faster" and believed["flags"] == set() and believed["error"] is None
+
+
+def test_a_reference_window_alone_that_strays_fast_is_timed_again():
+    """A noisy op: its first window alone happened to run fast, the second ran as the rounds did: believed, after
+    two windows; a reference slowed beside the candidate is faster alone in every window, and named so after
+    ALONE_WINDOWS of them."""
+    strayed = _Run(_rounds(9.0, *(2.0, 2.1, 2.2) * 2), [_timing([1.0] * 10, sets=10), _timing([2.0] * 10, sets=10)])
+    fields = candidate.judged_fields(strayed, {"flags": set(), "phase_s": {}}, "cuda")
+    assert fields["status"] == "correct_faster" and fields["error"] is None and strayed.reference.windows == 2
+    slowed = _Run(_rounds(9.0, *(2.0, 2.1, 2.2) * 2), _timing([1.0] * 10, sets=10))
+    fields = candidate.judged_fields(slowed, {"flags": set(), "phase_s": {}}, "cuda")
+    assert fields["flags"] == {"timing_mismatch"} and slowed.reference.windows == integrity.ALONE_WINDOWS
+    assert f"slowest of {integrity.ALONE_WINDOWS} windows alone" in fields["error"], fields["error"]
 
 
 def test_on_the_cpu_the_reference_is_not_timed_alone():
