@@ -6,7 +6,7 @@ Evaluates, through the harness as it ships (`pkit.harness.runner.evaluations`), 
 - candidates that run the reference, wait for the device, then spin on the host, `--slowed` times each, made 10%
   and 25% slower than the reference by an amount known apart from the harness: in a process of their own the
   reference and the candidate are called alternately on the same inputs (`--truth-calls` times each, each call
-  timed as the harness's timer does), the spin is set so that the candidate takes 1.1 and 1.25 times the
+  timed as the harness's timer does, in TRUTH_BLOCKS blocks that each draw their placement anew), the spin is set so that the candidate takes 1.1 and 1.25 times the
   reference's time there (`spin_for`: the wait and the spin's loop cost a little more than the spin's length), and
   the true speedup is what that process measures at that spin;
 - with `--overhead-root DIR` (repeatable), each problem of DIR that runs at `--world-size` against its own
@@ -110,6 +110,11 @@ def solution(x):
 
 CACHE_BYTES = 64 << 20
 """Input sets the true speedup's measurement rotates through: at least this many bytes (up to 32 sets)."""
+TRUTH_BLOCKS = 10
+"""Blocks the true speedup's calls are split into. Each builds its input sets anew behind a gap of random size and,
+on a GPU, launches its calls from a core drawn at random (pkit.harness.placement), as the harness does for each
+window: one placement for every call would carry its own few percent into the truth, which the harness's
+intervals, drawing placements anew per window, are not meant to hold."""
 
 SLOWDOWNS = (0.10, 0.25)
 """How much slower the slowed candidates are: each is timed apart at (1 + fraction) times the reference's median."""
@@ -143,34 +148,49 @@ def _alternate(problem_file: str, candidate_file: str, size: str, device: str, c
                fraction: float, ref_ms: float) -> tuple[float, float]:
     """In a process of its own: a one-rank process group, then the reference and the candidate's `solution` called
     alternately (who goes first swapped every call) on input sets rotated past the caches, each call timed by
-    `pkit.harness.timer.timed_call`, for each spin `spin_for` tries (the candidate's DELAY_MS); (spin ms, the
-    reference's median time over the candidate's at that spin)."""
+    `pkit.harness.timer.timed_call`, in TRUTH_BLOCKS blocks of calls that each draw their placement anew, for each
+    spin `spin_for` tries (the candidate's DELAY_MS); (spin ms, the reference's median time over the candidate's at
+    that spin, both pooled over the blocks)."""
     import torch
     import torch.distributed as dist
 
     from pkit.harness import timer
+    from pkit.harness.placement import hold_gap, move_to_random_core, own_pages_per_set
     from pkit.harness.problem import load_module
 
     if device == "cpu":
         torch.set_num_threads(1)  # as the harness's CPU workers run
+        own_pages_per_set()
     dist.init_process_group("nccl" if device == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         problem = load_module(Path(problem_file), "calibration_problem")
         candidate = load_module(Path(candidate_file), "calibration_candidate")
         where = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
-        first = problem.make_inputs(0, 1, size, "float32", 0, device=where)
-        nbytes = timer.input_bytes(first)  # as the harness's fresh sets: past the L2, and past a CPU's caches
-        count = max(timer.l2_rotations(nbytes, where), min(32, -(-CACHE_BYTES // nbytes)))
-        sets = [first] + [problem.make_inputs(0, 1, size, "float32", seed, device=where) for seed in range(1, count)]
+        cores = sorted(os.sched_getaffinity(0))
+        nbytes = timer.input_bytes(problem.make_inputs(0, 1, size, "float32", 0, device=where))
+        count = max(timer.l2_rotations(nbytes, where), min(32, -(-CACHE_BYTES // nbytes)))  # as the harness's sets
+
+        def placed_sets() -> list[tuple]:
+            """The input sets of one block, built behind a gap of random size (GPU), from a core drawn anew."""
+            if where.type == "cuda":
+                move_to_random_core(cores)
+            gap = hold_gap(where)
+            sets = [problem.make_inputs(0, 1, size, "float32", seed, device=where) for seed in range(count)]
+            timer.synchronize(where)
+            del gap
+            return sets
 
         def measure(spin_ms: float) -> tuple[float, float]:
             candidate.DELAY_MS = spin_ms
             roles = [(problem.reference, []), (candidate.solution, [])]
-            for fn, _ in roles * 3:  # warm-up
-                timer.timed_call(fn, sets[0], where, 1)
-            for i in range(calls):
-                for fn, times in (roles if i % 2 == 0 else roles[::-1]):
-                    times.append(timer.timed_call(fn, sets[i % len(sets)], where, 1)[1])
+            for block in range(TRUTH_BLOCKS):
+                sets = placed_sets()
+                for fn, _ in roles * 3 if block == 0 else ():  # warm-up
+                    timer.timed_call(fn, sets[0], where, 1)
+                for i in range(-(-calls // TRUTH_BLOCKS)):
+                    for fn, times in (roles if i % 2 == 0 else roles[::-1]):
+                        times.append(timer.timed_call(fn, sets[i % len(sets)], where, 1)[1])
+                del sets
             return statistics.median(roles[0][1]), statistics.median(roles[1][1])
 
         return spin_for(fraction, ref_ms, measure)
