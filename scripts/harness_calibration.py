@@ -155,7 +155,7 @@ def _alternate(problem_file: str, candidate_file: str, size: str, device: str, c
     import torch.distributed as dist
 
     from pkit.harness import timer
-    from pkit.harness.placement import hold_gap, move_to_random_core, own_pages_per_set
+    from pkit.harness.placement import own_pages_per_set, placed
     from pkit.harness.problem import load_module
 
     if device == "cpu":
@@ -170,21 +170,12 @@ def _alternate(problem_file: str, candidate_file: str, size: str, device: str, c
         nbytes = timer.input_bytes(problem.make_inputs(0, 1, size, "float32", 0, device=where))
         count = max(timer.l2_rotations(nbytes, where), min(32, -(-CACHE_BYTES // nbytes)))  # as the harness's sets
 
-        def placed_sets() -> list[tuple]:
-            """The input sets of one block, built behind a gap of random size (GPU), from a core drawn anew."""
-            if where.type == "cuda":
-                move_to_random_core(cores)
-            gap = hold_gap(where)
-            sets = [problem.make_inputs(0, 1, size, "float32", seed, device=where) for seed in range(count)]
-            timer.synchronize(where)
-            del gap
-            return sets
-
         def measure(spin_ms: float) -> tuple[float, float]:
             candidate.DELAY_MS = spin_ms
             roles = [(problem.reference, []), (candidate.solution, [])]
             for block in range(TRUTH_BLOCKS):
-                sets = placed_sets()
+                sets = placed(lambda: [problem.make_inputs(0, 1, size, "float32", seed, device=where)
+                                       for seed in range(count)], where, cores)
                 for fn, _ in roles * 3 if block == 0 else ():  # warm-up
                     timer.timed_call(fn, sets[0], where, 1)
                 for i in range(-(-calls // TRUTH_BLOCKS)):

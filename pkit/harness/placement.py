@@ -23,13 +23,15 @@ from __future__ import annotations
 import ctypes
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 
 GAP_STEP_BYTES = 2 << 20  # the granularity of CUDA's large allocations
 GAP_MAX_BYTES = 1 << 30
 GAP_FREE_SHARE = 0.05  # never more than this share of the device's free memory
+T = TypeVar("T")
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
 MMAP_THRESHOLD_BYTES = 128 << 10  # glibc's initial threshold, kept: blocks this large or larger are mapped anew
 
@@ -69,6 +71,24 @@ def move_to_random_core(allowed: Sequence[int], rng: random.Random | None = None
     core = (rng or random.SystemRandom()).choice(list(allowed))
     os.sched_setaffinity(0, {core})
     return core
+
+
+def placed(build: Callable[[], T], device: torch.device, cores: Sequence[int]) -> T:
+    """What `build()` makes, placed anew for one window: on a GPU the calling thread moves to a core drawn from
+    `cores` (`move_to_random_core`) and `build` allocates behind a gap of random size (`hold_gap`), held until the
+    device has finished building.
+
+    >>> placed(lambda: [1, 2], torch.device("cpu"), [0])
+    [1, 2]
+    """
+    if device.type == "cuda":
+        move_to_random_core(cores)
+    gap = hold_gap(device)
+    made = build()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    del gap
+    return made
 
 
 def own_pages_per_set() -> bool:

@@ -37,7 +37,7 @@ from .channel import WorkerEnd
 from .checks import aliased_paths, clone_tree, fingerprint_check, leaves
 from .contain import make_undumpable
 from .fresh import FreshSet
-from .placement import hold_gap, move_to_random_core, own_pages_per_set
+from .placement import own_pages_per_set, placed
 from .problems import load_module, open_source
 from .timer import clock, input_bytes, l2_rotations, synchronize, timed_call
 
@@ -241,12 +241,8 @@ class Worker:
         self.last_inputs = None  # warm-up is over: free the trial inputs before building the timed sets
         self.enter(f"timing_{role}, building inputs")
         inplace, tolerance = set(message.get("inplace", ())), message.get("tolerance") or {}
-        if self.device.type == "cuda":  # a new core and new memory for this window (pkit.harness.placement)
-            move_to_random_core(self.cores)
-        gap = hold_gap(self.device)
-        sets = [FreshSet(self.problem, self.inputs(seed), inplace) for seed in message["seeds"]]
-        synchronize(self.device)
-        del gap
+        sets = placed(lambda: [FreshSet(self.problem, self.inputs(seed), inplace) for seed in message["seeds"]],
+                      self.device, self.cores)  # a new core and new memory for this window
         self.channel.send({"op": "built"})
         fresh = self.channel.recv()["fresh"]  # the first call's change: revealed once every rank's sets are built
         self.enter(f"timing_{role}")
