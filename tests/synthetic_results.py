@@ -91,15 +91,15 @@ def _gemm_rates(rng):
         return [{"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
                  "block_n": 256 if name.startswith("pkit") else 0, "splits": 1 if name.startswith("pkit") else 0,
                  "stages": STAGE_COUNTS[256][0] if name.startswith("pkit") else 0,
-                 "cluster": 1 if name.startswith("pkit") else 0, "alternate": False,
+                 "cluster": 1 if name.startswith("pkit") else 0, "alternate": False, "share_a": False,
                  **timed(m, n, k, rng.uniform(500, 750), reps), "verified": True,
                  "max_abs_err": rng.uniform(0.01, 0.1)} for name in IMPLEMENTATIONS[dtype]]
 
     def plans(m, n, k, dtype, device, reps, warmup, seed):
         return [{"dtype": dtype, "m": m, "n": n, "k": k, "block_n": w, "splits": s, "stages": st, "cluster": c,
-                 "alternate": alt, **timed(m, n, k, rng.uniform(300, 750), reps), "verified": True,
-                 "chosen": (w, st, c, alt, s) == (*VARIANTS[0], 1)}
-                for w, st, c, alt in VARIANTS for s in ((1,) if alt else (1, 2))]
+                 "alternate": alt, "share_a": sa, **timed(m, n, k, rng.uniform(300, 750), reps), "verified": True,
+                 "chosen": (w, st, c, alt, sa, s) == (*VARIANTS[0], 1)}
+                for w, st, c, alt, sa in VARIANTS for s in ((1,) if alt else (1, 2))]
 
     return rates, plans
 

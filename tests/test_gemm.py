@@ -1,6 +1,6 @@
 """pkit's Hopper GEMM: argument checks and plans on CPU; on a GPU, C = A · Bᵀ against float32 for every kernel
-variant (bf16 and FP8, both tile widths, split-K, blocks alone and in pairs, consumers on alternate tiles) at shapes whose tiles do not divide, with a
-poisoned output."""
+variant (bf16 and FP8, every tile width, split-K, blocks alone and in pairs sharing B's or A's loads, consumers on
+alternate tiles) at shapes whose tiles do not divide, with a poisoned output."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -9,18 +9,19 @@ from pkit.ops import gemm as G  # noqa: E402
 from pkit.tolerance import bf16_gemm  # noqa: E402
 
 
-PLANS = [G.Plan(w, s, st, c, alt) for w, st, c, alt in G.VARIANTS
+PLANS = [G.Plan(w, s, st, c, alt, sa) for w, st, c, alt, sa in G.VARIANTS
          for s in ((1,) if alt else (1, 3))]  # each kernel, without and (where it runs it) with split-K
 PAIRED = G.Plan(256, 1, 4, 2)  # blocks in pairs sharing B's loads
+SHARING_A = G.Plan(128, 1, 6, 2, share_a=True)  # blocks in pairs sharing A's loads
 ALTERNATE = G.Plan(128, 1, 6, 1, True)  # consumers on alternate tiles
 
 
-@pytest.mark.parametrize("width, stages, cluster, alternate", G.VARIANTS)
+@pytest.mark.parametrize("width, stages, cluster, alternate, share_a", G.VARIANTS)
 @pytest.mark.parametrize("dtype", G.DTYPES)
-def test_every_variant_compiles_for_sm90a(cache_dir, width, stages, cluster, alternate, dtype):
+def test_every_variant_compiles_for_sm90a(cache_dir, width, stages, cluster, alternate, share_a, dtype):
     import pkit
 
-    name = G.kernel_name(width, dtype, stages, cluster, alternate)
+    name = G.kernel_name(width, dtype, stages, cluster, alternate, share_a)
     assert pkit.compile("gemm.cu", name, arch="sm_90a").module.lowered[name].startswith("_Z")
 
 
@@ -46,6 +47,8 @@ def test_pairs_count_the_tile_past_the_last_row_and_fill_the_sms_in_twos():
     assert cheap_pairs.cost(paired, 8192, 8192, 128, 132) < cheap_pairs.cost(alone, 8192, 8192, 128, 132)
     assert G.PlanRule().cost(paired, 131 * 128, 256, 128, 131) > G.PlanRule().cost(alone, 131 * 128, 256, 128, 131)
     assert G.plan(8192, 8192, 8192, 132, rule=cheap_pairs).cluster == 2
+    assert SHARING_A.tiles(8 * 128, 3 * 128) == 8 * 4, "pairs sharing A take column tiles two at a time"
+    assert G.plan(8192, 256, 8192, 132, rule=G.PlanRule(shared_a_slice=0.8)).share_a
     assert G.plan(8192, 8192, 8192, 132, rule=G.PlanRule()).cluster == 1, "ties go to blocks alone"
 
 
@@ -202,7 +205,8 @@ def _randn(*shape, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("blocks", [1, 2, 7, None])
-@pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2), ALTERNATE], ids=str)
+@pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2), SHARING_A, ALTERNATE],
+                         ids=str)
 def test_persistent_blocks_cover_every_tile(blocks, how):
     """However few the blocks (pairs: an odd count runs one fewer), every tile is written, 7 row tiles of C
     included (a pair's last block takes the tile past the last row)."""
@@ -229,7 +233,7 @@ def test_pairs_run_as_many_as_fit_at_once():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, ALTERNATE], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE], ids=str)
 def test_rows_are_read_only_after_their_flag(how):
     """A arrives 256 rows at a time on a side stream (a copy, then a flag write); the GEMM, launched first and
     given all but 8 SMs, must wait for each part and still multiply the right rows."""
@@ -295,7 +299,7 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, ALTERNATE], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE], ids=str)
 def test_tiles_added_into_every_target_or_scattered_by_rows(how):
     m, n, k = 512, 776, 520
     a, b = _randn(m, k, seed=5), _randn(n, k, seed=6)
@@ -336,12 +340,13 @@ def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
     assert frame["verified"].all() and frame["chosen"].sum() == 1
     sms = __import__("pkit").devices()[0].sms
     assert len(frame) == len(G.plan_options(1024, 256, 1024, sms, splits=SPLIT_GRID))
-    assert set(zip(frame["block_n"], frame["stages"], frame["cluster"], frame["alternate"])) == set(G.VARIANTS)
+    assert set(zip(frame["block_n"], frame["stages"], frame["cluster"], frame["alternate"],
+                   frame["share_a"])) == set(G.VARIANTS)
     assert frame["ratio_to_best"].max() == 1.0
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, ALTERNATE], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE], ids=str)
 def test_rows_of_a_read_from_several_sources(how):
     """A's three row blocks live in three separate tensors: the GEMM reads each where it lies (in pairs, the block
     past the third row block loads its partner's rows, never a fourth source's)."""

@@ -10,6 +10,8 @@
 // gemm_tn_pair runs the same in clusters of two blocks: the blocks of a pair take the two 128-row tiles above each
 // other in one column of tiles, and each loads half of B's slice into both blocks' stages at once (TMA multicast),
 // so a pair reads B from L2 once; each stage is released to its producer by the consumers of both blocks.
+// gemm_tn_pair_a pairs the tiles beside each other in one row of tiles instead, each block loading 64 of A's 128
+// rows into both: a pair reads A once (for wide K and few columns, where A is most of the bytes).
 // gemm_tn_alternate gives each tile to one consumer, the two taking alternate tiles and their turns at the tensor
 // cores: one writes a finished tile while the other multiplies (tiles 128 wide, no split-K), for short K where a
 // tile's epilogue costs as much as its products.
@@ -25,6 +27,7 @@ using pkit::u32;
 using pkit::u64;
 
 constexpr int BM = 128, kSliceBytes = 128, kGroupM = 16, kMaxTargets = 8;
+constexpr int kABoxRows = 64;  // A is read in boxes of 64 rows: two per tile, or one per block of an A-sharing pair
 constexpr int kSmemLimit = 232448;  // the most dynamic shared memory a Hopper block may have (227 KiB)
 constexpr int kBox = 64, kBoxBytes = kBox * kBox * 2;  // the epilogue's 64 × 64 bf16 boxes (128-byte rows)
 constexpr int kFixedBytes = 1024 + 256;  // alignment, mbarriers and flags
@@ -46,7 +49,7 @@ struct Shape {
 };
 
 // Where the rows of A come from: source q holds rows [q * rows_per_source, (q + 1) * rows_per_source) as its own
-// row-major tensor, read in 128-row boxes of one K slice (pkit/ops/gemm.py a_sources). One source for a plain
+// row-major tensor, read in kABoxRows-row boxes of one K slice (pkit/ops/gemm.py a_sources). One source for a plain
 // GEMM; one per rank for the fused all-gather, whose producers read peers' rows over NVLink as they multiply them.
 struct ASources {
   pkit::TensorMap maps[kMaxTargets];
@@ -231,27 +234,34 @@ struct Pipeline {
   __device__ unsigned char* outbox(int half) const { return outboxes + half * Shape<BN, S>::kBoxes * kBoxBytes; }
 };
 
-// What a block does, shared by its producer and consumers: the work is cut into C × 128-row by BN-column cluster
-// tiles (m_tiles × n_tiles of them; C blocks per cluster, each taking one 128-row tile of the cluster tile: row_tiles
-// in all), each into `splits` units over K. Cluster `cluster` of `clusters` takes units cluster, + clusters, ...,
-// and its block `rank` the row tile C · (cluster tile row) + rank of each. A block whose row tile lies past the last
-// (C does not divide row_tiles) loads its partner's rows, so that the cluster's loads stay in step, and writes
-// nothing.
-template <int BN, int C, class T>
+// What a block does, shared by its producer and consumers: the work is cut into cluster tiles (m_tiles × n_tiles),
+// each into `splits` units over K. A cluster tile is C tiles of 128 × BN: above each other in one column of tiles
+// (blocks sharing B's slices) or, with kShareA, beside each other in one row (sharing A's). Cluster `cluster` of
+// `clusters` takes units cluster, + clusters, ..., and its block `rank` the rank-th tile of each. A block whose tile
+// lies past the last row or column (C does not divide them) loads its partner's slices, so that the cluster's loads
+// stay in step, and writes nothing.
+template <int BN, int C, class T, bool kShareA = false>
 struct Grid {
   int m, n, m_tiles, n_tiles, k_tiles, units;
 
   __device__ Grid(int m_, int n_, int k, int splits)
-      : m(m_), n(n_), m_tiles((row_tiles() + C - 1) / C), n_tiles((n_ + BN - 1) / BN),
+      : m(m_), n(n_), m_tiles(kShareA ? row_tiles() : (row_tiles() + C - 1) / C),
+        n_tiles(kShareA ? (col_tiles() + C - 1) / C : col_tiles()),
         k_tiles((k + T::kRowElements - 1) / T::kRowElements), units(m_tiles * n_tiles * splits) {}
 
   __device__ int row_tiles() const { return (m + BM - 1) / BM; }
+  __device__ int col_tiles() const { return (n + BN - 1) / BN; }
   __device__ int cluster() const { return blockIdx.x / C; }
   __device__ int clusters() const { return gridDim.x / C; }
   __device__ int rank() const { return C == 1 ? 0 : int(pkit::cluster_rank()); }
-  // The row tile this block takes of cluster tile row `x`, and the one whose rows it loads.
-  __device__ int row_tile(int x) const { return x * C + rank(); }
+  // The cluster tile row a call starting at row tile `first` takes first.
+  __device__ int first_tile_row(int first) const { return kShareA ? first : first / C; }
+  // The row and column tile this block takes of cluster tile (x, y), whether it writes it, and the ones it loads.
+  __device__ int row_tile(int x) const { return kShareA ? x : x * C + rank(); }
+  __device__ int col_tile(int y) const { return kShareA ? y * C + rank() : y; }
+  __device__ bool writes(int2 t) const { return row_tile(t.x) < row_tiles() && col_tile(t.y) < col_tiles(); }
   __device__ int loaded_row_tile(int x) const { return row_tile(x) < row_tiles() ? row_tile(x) : x * C; }
+  __device__ int loaded_col_tile(int y) const { return col_tile(y) < col_tiles() ? col_tile(y) : y * C; }
 };
 
 // Release stage `s` to the producers of every block of the cluster (one thread of each consumer warpgroup).
@@ -268,28 +278,38 @@ __device__ void release(const Pipeline<BN, S>& p, int s) {
 // The producer thread: for each of this block's units, once its rows of A are ready, stream its K slices of A and
 // B into the stages as the consumers of the cluster free them. Slice `it` (counted over all units) uses stage
 // it % S. In a cluster each block loads its own rows of A and a C-th of B's rows into every block of the cluster.
-template <int BN, int S, int C, class T>
-__device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<BN, C, T>& g, const RowsReady& rows,
-                        const Work& work, const Pipeline<BN, S>& p) {
-  constexpr int kSharedRows = BN / C;  // rows of B's slice this block loads for the cluster
+template <int BN, int S, int C, class T, bool kShareA>
+__device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<BN, C, T, kShareA>& g,
+                        const RowsReady& rows, const Work& work, const Pipeline<BN, S>& p) {
+  constexpr int kSharedRows = BN / C;  // rows of B's slice this block loads for a pair sharing B
+  static_assert(!kShareA || C * kABoxRows == BM, "a block of an A-sharing cluster loads one box of A's rows");
   u32 it = 0;
   u64 seen = 0;  // flags of A's rows seen ready
   for (int u = g.cluster(); u < g.units; u += g.clusters()) {
     const Unit unit(u, g.k_tiles, work.splits);
-    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows.first_row_tile / C);
-    const int row0 = g.loaded_row_tile(tile.x) * BM;
+    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, g.first_tile_row(rows.first_row_tile));
+    const int row0 = g.loaded_row_tile(tile.x) * BM, col0 = g.loaded_col_tile(tile.y) * BN;
     rows.wait(row0, min(g.m, row0 + BM), seen);
     const int source = row0 / a.rows_per_source, row = row0 - source * a.rows_per_source;
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
-      const int s = it % S;
+      const int s = it % S, x = kt * T::kRowElements;
       if (it >= S) pkit::mbarrier_wait(&p.empty[s], (it / S - 1) & 1, PKIT_SITE);
       pkit::mbarrier_expect_bytes(&p.full[s], Shape<BN, S>::kStageBytes);
-      pkit::tensor_load_2d(p.a(s), a.maps[source], kt * T::kRowElements, row, &p.full[s]);
-      if (C == 1) {
-        pkit::tensor_load_2d(p.b(s), b, kt * T::kRowElements, tile.y * BN, &p.full[s]);
+      if constexpr (kShareA) {
+        const int half = g.rank() * kABoxRows;
+        pkit::tensor_load_2d_multicast(p.a(s) + half * kSliceBytes, a.maps[source], x, row + half, &p.full[s],
+                                       (1u << C) - 1);
       } else {
-        pkit::tensor_load_2d_multicast(p.b(s) + g.rank() * kSharedRows * kSliceBytes, b, kt * T::kRowElements,
-                                       tile.y * BN + g.rank() * kSharedRows, &p.full[s], (1u << C) - 1);
+#pragma unroll
+        for (int box = 0; box < BM / kABoxRows; ++box)
+          pkit::tensor_load_2d(p.a(s) + box * kABoxRows * kSliceBytes, a.maps[source], x, row + box * kABoxRows,
+                               &p.full[s]);
+      }
+      if (C == 1 || kShareA) {
+        pkit::tensor_load_2d(p.b(s), b, x, col0, &p.full[s]);
+      } else {
+        pkit::tensor_load_2d_multicast(p.b(s) + g.rank() * kSharedRows * kSliceBytes, b, x,
+                                       col0 + g.rank() * kSharedRows, &p.full[s], (1u << C) - 1);
       }
     }
   }
@@ -298,14 +318,14 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<
 // A consumer warpgroup (half 0 or 1): for each unit, multiply its 64 rows by the BN columns as the slices land,
 // release each stage once its products are done, then (split-K: if it is the tile's last unit) put the 64 × BN
 // result into the targets.
-template <int BN, int S, int C, class T>
-__device__ void consume(int half, const Grid<BN, C, T>& g, const RowsReady& rows, const TileTargets& targets,
+template <int BN, int S, int C, class T, bool kShareA>
+__device__ void consume(int half, const Grid<BN, C, T, kShareA>& g, const RowsReady& rows, const TileTargets& targets,
                         const Work& work, const Pipeline<BN, S>& p) {
   const float scale = work.scale();
   u32 it = 0;
   for (int u = g.cluster(); u < g.units; u += g.clusters()) {
     const Unit unit(u, g.k_tiles, work.splits);
-    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows.first_row_tile / C);
+    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, g.first_tile_row(rows.first_row_tile));
     float d[BN / 2];  // this consumer's 64 × BN fp32 accumulator
     if (unit.k0 == unit.k1) {
 #pragma unroll
@@ -325,11 +345,10 @@ __device__ void consume(int half, const Grid<BN, C, T>& g, const RowsReady& rows
     }
     pkit::wgmma_wait<0>();
     if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, C>(p, (it - 1) % S);
-    const int row_tile = g.row_tile(tile.x);
-    if (row_tile >= g.row_tiles()) continue;
+    if (!g.writes(tile)) continue;
     if (work.splits > 1 && !sum_partials<BN>(d, half, unit.tile * C + g.rank(), unit.split, work, &p.last[half]))
       continue;
-    put_tile<BN, S>(d, scale, p.outbox(half), targets, row_tile * BM + half * 64, tile.y * BN);
+    put_tile<BN, S>(d, scale, p.outbox(half), targets, g.row_tile(tile.x) * BM + half * 64, g.col_tile(tile.y) * BN);
   }
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();  // the tiles are written before the block ends
 }
@@ -381,10 +400,11 @@ __device__ void consume_alternate(int half, const Grid<BN, 1, T>& g, const RowsR
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();
 }
 
-// The body of gemm_tn (C = 1), gemm_tn_pair (C = 2) and gemm_tn_alternate (C = 1, A: alternate tiles): set up the
+// The body of gemm_tn (C = 1), gemm_tn_pair (C = 2), gemm_tn_pair_a (C = 2, kShareA) and gemm_tn_alternate (C = 1,
+// A: alternate tiles): set up the
 // stages, hand registers to the consumers, run the producer and the consumers; in a cluster, no block starts
 // before every block's mbarriers are set, nor ends while another may still arrive on them.
-template <int BN, int S, int C, class T, bool A = false>
+template <int BN, int S, int C, class T, bool A = false, bool kShareA = false>
 __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::TensorMap& b, int m, int n, int k,
                                            const RowsReady& rows, const TileTargets& targets, const Work& work) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -411,17 +431,17 @@ __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::Tensor
   } else {
     pkit::cluster_sync();
   }
-  const Grid<BN, C, T> g(m, n, k, work.splits);
+  const Grid<BN, C, T, kShareA> g(m, n, k, work.splits);
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     pkit::registers_lower_to<Shape<BN, S>::kProducerRegisters>();
-    if (threadIdx.x == 0) produce<BN, S, C, T>(a, b, g, rows, work, p);
+    if (threadIdx.x == 0) produce<BN, S, C, T, kShareA>(a, b, g, rows, work, p);
   } else {
     pkit::registers_raise_to<Shape<BN, S>::kConsumerRegisters>();
     if constexpr (A) {
       consume_alternate<BN, S, T>(warpgroup - 1, g, rows, targets, work, p);
     } else {
-      consume<BN, S, C, T>(warpgroup - 1, g, rows, targets, work, p);
+      consume<BN, S, C, T, kShareA>(warpgroup - 1, g, rows, targets, work, p);
     }
   }
   if (C > 1) pkit::cluster_sync();
@@ -440,6 +460,13 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
     gemm_tn_pair(const __grid_constant__ ASources a, const __grid_constant__ pkit::TensorMap b, int m, int n, int k,
                  const RowsReady rows, const __grid_constant__ TileTargets targets, const Work work) {
   gemm_block<BN, S, 2, T>(a, b, m, n, k, rows, targets, work);
+}
+
+template <int BN, int S, class T>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_tn_pair_a(const __grid_constant__ ASources a, const __grid_constant__ pkit::TensorMap b, int m, int n, int k,
+                   const RowsReady rows, const __grid_constant__ TileTargets targets, const Work work) {
+  gemm_block<BN, S, 2, T, false, true>(a, b, m, n, k, rows, targets, work);
 }
 
 template <int BN, int S, class T>

@@ -6,10 +6,10 @@ one GPU, N a multiple of 8 (C's rows are written by TMA in 16-byte units). Tiles
 handled (TMA reads zeros past the edges and drops what falls outside C). It is the compute half of pkit's overlap
 schedules, and its rate is compared with cuBLAS's in the overlap study.
 
-How the work is cut is a `Plan`: the tile width (128 × 256 or 128 × 128 tiles of C), split-K (each tile's K cut
+How the work is cut is a `Plan`: the tile width (128 × 256, 128 × 128 or 128 × 64 tiles of C), split-K (each tile's K cut
 into `splits` units that leave their fp32 partials in slots in L2, the last one adding them up and writing the
 tile), the pipeline's depth and the cluster (blocks alone, or in pairs that take two tiles above each other and
-load B's slices once for both, by TMA multicast), chosen by `plan` from the shape and the SMs: the least estimated
+load B's slices once for both, by TMA multicast, or two tiles beside each other loading A's once), chosen by `plan` from the shape and the SMs: the least estimated
 time, under a rule fitted to a recorded sweep of plans.
 
 Example:
@@ -37,15 +37,17 @@ from ..driver import TENSOR_MAP_BYTES, encode_tiled
 from ..kernel_args import KernelArgs, packed
 
 BLOCK_M, BLOCK_K = 128, 64  # rows of a tile of C; bf16 elements of a K slice (128 bytes; FP8: 128 elements)
-TILE_WIDTHS = (256, 128)  # columns of a tile of C (gemm.cu's BN), widest first
+TILE_WIDTHS = (256, 128, 64)  # columns of a tile of C (gemm.cu's BN), widest first
 BLOCK_N = TILE_WIDTHS[0]
-STAGE_COUNTS = {256: (4, 3), 128: (6,)}  # gemm.cu's stage counts S for each tile width, deepest first
-CLUSTER_SIZES = (1, 2)  # blocks per cluster: gemm.cu's gemm_tn (alone) and gemm_tn_pair (pairs sharing B's loads)
+STAGE_COUNTS = {256: (4, 3), 128: (6,), 64: (8,)}  # gemm.cu's stage counts S for each tile width, deepest first
+CLUSTER_SIZES = (1, 2)  # blocks per cluster: gemm.cu's gemm_tn (alone), gemm_tn_pair and gemm_tn_pair_a (pairs)
+A_BOX_ROWS = 64  # gemm.cu kABoxRows: A is read in boxes of this many rows (an A-sharing pair's block loads one)
 ALTERNATE_WIDTHS = (128,)  # tile widths of gemm.cu's gemm_tn_alternate: a whole tile's accumulator in one warpgroup
-VARIANTS = tuple((width, stages, cluster, False) for width, counts in STAGE_COUNTS.items() for stages in counts
+VARIANTS = tuple((width, stages, cluster, False, False) for width, counts in STAGE_COUNTS.items() for stages in counts
                  for cluster in CLUSTER_SIZES) + tuple(
-    (width, stages, 1, True) for width in ALTERNATE_WIDTHS for stages in STAGE_COUNTS[width]
-)  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles)
+    (width, stages, 2, False, True) for width, counts in STAGE_COUNTS.items() for stages in counts) + tuple(
+    (width, stages, 1, True, False) for width in ALTERNATE_WIDTHS for stages in STAGE_COUNTS[width]
+)  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles, pairs sharing A)
 MAX_SPLITS = 16  # the most units one tile's K is cut into
 GEMM_THREADS = 384  # a producer warpgroup and two consumer warpgroups
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
@@ -80,7 +82,8 @@ class Plan:
     """How a GEMM's work is cut: tiles of C `block_n` columns wide (and BLOCK_M rows), each tile's K in `splits`
     units (split-K; 1: none), through `stages` shared-memory stages (0: the deepest of STAGE_COUNTS[block_n];
     fewer leave room for an outbox as wide as the tile, so its epilogue never waits), run by blocks in clusters
-    of `cluster` (CLUSTER_SIZES): a pair takes two tiles above each other and loads each slice of B once for both.
+    of `cluster` (CLUSTER_SIZES): a pair takes two tiles above each other and loads each slice of B once for both,
+    or with `share_a` two tiles beside each other, loading each slice of A once for both.
     With `alternate` (ALTERNATE_WIDTHS, no split-K, blocks alone) a block's two consumers take alternate tiles and
     turns at the tensor cores, one writing its tile while the other multiplies."""
 
@@ -89,15 +92,20 @@ class Plan:
     stages: int = 0
     cluster: int = 1
     alternate: bool = False
+    share_a: bool = False
 
     def __post_init__(self):
         if not self.stages and self.block_n in STAGE_COUNTS:
             object.__setattr__(self, "stages", STAGE_COUNTS[self.block_n][0])
 
     def tiles(self, m: int, n: int) -> int:
-        """Tiles of C the blocks take, counting, where the cluster does not divide the row tiles, the ones past
-        the last row that a cluster's last block takes to keep its partner's loads in step (it writes nothing)."""
-        return math.ceil(math.ceil(m / BLOCK_M) / self.cluster) * self.cluster * math.ceil(n / self.block_n)
+        """Tiles of C the blocks take, counting, where the cluster does not divide the row tiles (column tiles, for
+        pairs sharing A), the ones past the last that a cluster's last block takes to keep its partner's loads in
+        step (it writes nothing)."""
+        rows, cols = math.ceil(m / BLOCK_M), math.ceil(n / self.block_n)
+        if self.share_a:
+            return rows * math.ceil(cols / self.cluster) * self.cluster
+        return math.ceil(rows / self.cluster) * self.cluster * cols
 
     def units(self, m: int, n: int) -> int:
         return self.tiles(m, n) * self.splits
@@ -107,36 +115,45 @@ class Plan:
 class PlanRule:
     """plan's estimate of a plan's time, in the time a block takes over one K slice of a 128 × 256 tile in the
     deepest pipeline: the waves of units over the SMs times each unit's K slices plus `unit_overhead` slices
-    (filling the pipeline, writing the tile), a slice of a 128-wide tile costing `narrow_slice` of a 256-wide one
-    and a slice of a shallower pipeline `shallow_slice` of a deep one; a unit whose outbox is narrower than its
-    tile also costs `waiting_epilogue` slices (it waits for its boxes to drain); with split-K each unit costs
+    (filling the pipeline, writing the tile), a slice of a 128-wide tile costing `narrow_slice` of a 256-wide one,
+    of a 64-wide tile `slim_slice`, and a slice of a shallower pipeline `shallow_slice` of a deep one; a unit whose
+    outbox is narrower than its tile also costs `waiting_epilogue` slices (it waits for its boxes to drain); with split-K each unit costs
     `split_overhead` slices per split (its fp32 partial left in L2, the last unit reading the others' back); a
-    slice of a block in a pair costs `paired_slice` of one alone (B's loads shared), and pairs fill the SMs in twos;
+    slice of a block in a pair costs `paired_slice` of one alone (B's loads shared; `shared_a_slice` in a pair
+    sharing A's), and pairs fill the SMs in twos;
     a block whose consumers take alternate tiles pays `alternate_overhead` slices a unit instead of unit_overhead
     (one's epilogue runs under the other's products).
-    The defaults count MMA work and bytes alone; `pkit.experiments.overlap.gemm.fit_plan_rule` fits them to a
+    The defaults count MMA work and bytes alone, but for slim_slice, which stays at a whole slice (64-wide tiles
+    never favoured) until a sweep that ran them is fitted; `pkit.experiments.overlap.gemm.fit_plan_rule` fits them to a
     recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
 
     narrow_slice: float = 0.5
     unit_overhead: float = 2.0
+    slim_slice: float = 1.0
     split_overhead: float = (BLOCK_M * 128 * 4) / ((BLOCK_M + 128) * SLICE_BYTES)  # partial bytes / slice bytes
     shallow_slice: float = 1.0
     waiting_epilogue: float = 0.0
     paired_slice: float = 1.0
+    shared_a_slice: float = 1.0
     alternate_overhead: float = 2.0
+
+    def width_slice(self, block_n: int) -> float:
+        """A K slice of a tile `block_n` wide, in slices of the widest (TILE_WIDTHS)."""
+        return {TILE_WIDTHS[0]: 1.0, 128: self.narrow_slice, 64: self.slim_slice}[block_n]
 
     def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
         """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks."""
         shallow = how.stages < STAGE_COUNTS[how.block_n][0]
-        slice_cost = (self.shallow_slice if shallow else 1.0) * (self.paired_slice if how.cluster > 1 else 1.0)
+        paired = 1.0 if how.cluster == 1 else self.shared_a_slice if how.share_a else self.paired_slice
+        slice_cost = (self.shallow_slice if shallow else 1.0) * paired
         per_unit = math.ceil(k_slices / how.splits) * slice_cost + (
             self.alternate_overhead if how.alternate else self.unit_overhead)
         if boxes(how.block_n, how.stages) < how.block_n // EPILOGUE_BOX:
             per_unit += self.waiting_epilogue
         if how.splits > 1:
             per_unit += self.split_overhead * how.splits
-        width = 1.0 if how.block_n == TILE_WIDTHS[0] else self.narrow_slice
-        return math.ceil(how.units(m, n) / (sms // how.cluster * how.cluster)) * per_unit * width
+        waves = math.ceil(how.units(m, n) / (sms // how.cluster * how.cluster))
+        return waves * per_unit * self.width_slice(how.block_n)
 
 
 RULE_FILE = Path(__file__).resolve().parents[1] / "data" / "gemm_plan_rule.json"
@@ -160,6 +177,7 @@ def cheapest(options, m: int, n: int, slices: int, sms: int, rule: PlanRule) -> 
     K slices on `sms` blocks: ties go to wider tiles, fewer splits, deeper pipelines, blocks alone and consumers
     sharing tiles."""
     return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits, -p.stages, p.cluster,
+                                       p.share_a,
                                        p.alternate))
 
 
@@ -169,7 +187,7 @@ def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=ran
     while the units stay within two per SM (it is for shapes with few tiles, and its workspace holds a partial per
     unit), and never with alternate tiles."""
     slices = k_slices(k, itemsize)
-    return [Plan(w, s, st, c, alt) for w, st, c, alt in VARIANTS for s in splits
+    return [Plan(w, s, st, c, alt, sa) for w, st, c, alt, sa in VARIANTS for s in splits
             if c <= sms and s <= slices and (s == 1 or not alt and Plan(w, s, st, c).units(m, n) <= 2 * sms)]
 
 
@@ -205,23 +223,24 @@ WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a",
 
 
 @lru_cache(maxsize=None)
-def _kernel(block_n: int, stages: int, cluster: int, dtype: str, alternate: bool = False):
+def _kernel(block_n: int, stages: int, cluster: int, dtype: str, alternate: bool = False, share_a: bool = False):
     import pkit
 
-    return pkit.compile("gemm.cu", kernel_name(block_n, dtype, stages, cluster, alternate))
+    return pkit.compile("gemm.cu", kernel_name(block_n, dtype, stages, cluster, alternate, share_a))
 
 
 def kernel_name(block_n: int, dtype: str = "bfloat16", stages: int = 0, cluster: int = 1,
-                alternate: bool = False) -> str:
+                alternate: bool = False, share_a: bool = False) -> str:
     """gemm.cu's kernel for tiles `block_n` wide, inputs of `dtype` (a key of DTYPES), `stages` stages (0: the
     deepest), blocks in clusters of `cluster` (1: gemm_tn, 2: gemm_tn_pair) and, with `alternate`, consumers on
     alternate tiles (gemm_tn_alternate), as a name expression."""
-    kernel = "gemm_tn_alternate" if alternate else {1: "gemm_tn", 2: "gemm_tn_pair"}[cluster]
+    kernel = ("gemm_tn_alternate" if alternate else "gemm_tn_pair_a" if share_a
+              else {1: "gemm_tn", 2: "gemm_tn_pair"}[cluster])
     return f"{kernel}<{block_n}, {stages or STAGE_COUNTS[block_n][0]}, pkit::{DTYPES[dtype]}>"
 
 
 @lru_cache(maxsize=None)
-def resident_clusters(block_n: int, stages: int, cluster: int, dtype: str, device: int) -> int:
+def resident_clusters(block_n: int, stages: int, cluster: int, dtype: str, device: int, share_a: bool = False) -> int:
     """How many clusters of the kernel of that plan and dtype run at once on GPU `device` (one block per SM, each
     with smem_bytes of shared memory; a cluster's blocks share a GPC, so fewer than SMs / cluster may fit)."""
     import cupy as cp
@@ -232,7 +251,7 @@ def resident_clusters(block_n: int, stages: int, cluster: int, dtype: str, devic
     from ..driver import max_active_clusters
 
     sms = pkit.devices()[device].sms
-    function = _kernel(block_n, stages, cluster, dtype).on(device)
+    function = _kernel(block_n, stages, cluster, dtype, share_a=share_a).on(device)
     with cp.cuda.Device(device):
         driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                 smem_bytes(block_n, stages))
@@ -303,7 +322,7 @@ def a_sources(sources: tuple[tuple[int, int], ...], k: int, rows_per_source: int
     q · rows_per_source. One source (the default rows_per_source covers every row) is a plain GEMM's A."""
     if rows_per_source <= 0 or rows_per_source % BLOCK_M:
         raise ValueError(f"rows_per_source: expected a positive multiple of {BLOCK_M}, got {rows_per_source}")
-    struct = _maps(A_SOURCES, sources, k, BLOCK_M, SLICE_BYTES // itemsize, "sources", itemsize)
+    struct = _maps(A_SOURCES, sources, k, A_BOX_ROWS, SLICE_BYTES // itemsize, "sources", itemsize)
     struct["rows_per_source"], struct["count"] = rows_per_source, len(sources)
     return packed(struct.tobytes())
 
@@ -379,9 +398,10 @@ def _check_options(dtype: str, scale_a, scale_b, blocks, sms: int) -> None:
 def _checked_plan(how: Plan) -> Plan:
     """`how` if it names one of gemm.cu's kernels (VARIANTS) and a split count gemm runs with it, else a ValueError
     naming it."""
-    kernel = (how.block_n, how.stages, how.cluster, how.alternate)
+    kernel = (how.block_n, how.stages, how.cluster, how.alternate, how.share_a)
     if kernel not in VARIANTS or not 1 <= how.splits <= (1 if how.alternate else MAX_SPLITS):
-        raise ValueError(f"how: expected a Plan whose (block_n, stages, cluster, alternate) is one of {VARIANTS}, "
+        raise ValueError(f"how: expected a Plan whose (block_n, stages, cluster, alternate, share_a) is one of "
+                         f"{VARIANTS}, "
                          f"with splits in [1, {MAX_SPLITS}] (1 with alternate tiles), got {how}")
     return how
 
@@ -391,7 +411,8 @@ def launch_blocks(how: Plan, m: int, n: int, blocks: int, dtype: str, device: in
     `device`: one per unit of work at most, whole clusters, no more clusters than run at once (resident_clusters)."""
     grid = min(how.units(m, n), blocks)
     if how.cluster > 1:
-        grid = min(grid // how.cluster, resident_clusters(how.block_n, how.stages, how.cluster, dtype, device))
+        grid = min(grid // how.cluster,
+                   resident_clusters(how.block_n, how.stages, how.cluster, dtype, device, how.share_a))
         grid *= how.cluster
     if grid < 1:
         raise ValueError(f"blocks: expected at least {how.cluster} for a plan in clusters of {how.cluster}, "
@@ -448,10 +469,11 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)
     row_elements = SLICE_BYTES // a.element_size()
-    _kernel(how.block_n, how.stages, how.cluster, dtype, how.alternate)((grid,), (GEMM_THREADS,),
+    _kernel(how.block_n, how.stages, how.cluster, dtype, how.alternate, how.share_a)((grid,), (GEMM_THREADS,),
                                 (a_sources(((a.data_ptr(), m),), k, itemsize=a.element_size()) if a_from is None
                                  else a_from,
-                                 tensor_map(b, how.block_n // how.cluster, row_elements), np.int32(m), np.int32(n),
+                                 tensor_map(b, how.block_n if how.share_a else how.block_n // how.cluster,
+                                            row_elements), np.int32(m), np.int32(n),
                                  np.int32(k), rows,
                                  tile_targets(((out.data_ptr(), m),), n, add=False) if add_into is None else add_into,
                                  work),

@@ -48,12 +48,16 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-// The accumulator operands of a wgmma (d[0..63] or d[0..127]) and their places in its instruction.
+// The accumulator operands of a wgmma (d[0..31], d[0..63] or d[0..127]) and their places in its instruction.
 #define PKIT_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define PKIT_D32 PKIT_D8(0), PKIT_D8(8), PKIT_D8(16), PKIT_D8(24)
 #define PKIT_D64 PKIT_D8(0), PKIT_D8(8), PKIT_D8(16), PKIT_D8(24), PKIT_D8(32), PKIT_D8(40), PKIT_D8(48), PKIT_D8(56)
 #define PKIT_D128 PKIT_D64, PKIT_D8(64), PKIT_D8(72), PKIT_D8(80), PKIT_D8(88), PKIT_D8(96), PKIT_D8(104), \
                   PKIT_D8(112), PKIT_D8(120)
+#define PKIT_R32 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define PKIT_R64 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -66,7 +70,7 @@ __device__ __forceinline__ void wgmma_wait() {
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
 // One step of d (64 x N, fp32) = a (64 rows) * b (N rows)^T over 32 bytes of K (+ d when `accumulate`), both
-// K-major in shared memory; N is 128 or 256, T is Bf16 or E4m3 (FP8 steps take no transpose flags).
+// K-major in shared memory; N is 64, 128 or 256, T is Bf16 or E4m3 (FP8 steps take no transpose flags).
 template <int N, class T>
 __device__ void mma(float (&d)[N / 2], u64 a_desc, u64 b_desc, bool accumulate);
 
@@ -85,6 +89,13 @@ __device__ __forceinline__ void mma<128, Bf16>(float (&d)[64], u64 a_desc, u64 b
 }
 
 template <>
+__device__ __forceinline__ void mma<64, Bf16>(float (&d)[32], u64 a_desc, u64 b_desc, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" PKIT_R32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : PKIT_D32 : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+}
+
+template <>
 __device__ __forceinline__ void mma<256, E4m3>(float (&d)[128], u64 a_desc, u64 b_desc, bool accumulate) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" PKIT_R128 "}, %128, %129, p, 1, 1;\n}\n"
@@ -98,9 +109,18 @@ __device__ __forceinline__ void mma<128, E4m3>(float (&d)[64], u64 a_desc, u64 b
                : PKIT_D64 : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
 }
 
+template <>
+__device__ __forceinline__ void mma<64, E4m3>(float (&d)[32], u64 a_desc, u64 b_desc, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" PKIT_R32 "}, %32, %33, p, 1, 1;\n}\n"
+               : PKIT_D32 : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+}
+
 #undef PKIT_D8
+#undef PKIT_D32
 #undef PKIT_D64
 #undef PKIT_D128
+#undef PKIT_R32
 #undef PKIT_R64
 #undef PKIT_R128
 
