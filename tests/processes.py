@@ -106,17 +106,30 @@ def lab_settings(folder: Path) -> None:
         path.write_text(json.dumps(values))
 
 
+def server_config(folder: Path) -> None:
+    """Jupyter configuration for tests: none of the server's and the page's own look-ups that run Node.js, which
+    nothing here needs: jupyter_lsp's search for language servers at start (`npm prefix -g`), and the build check
+    and the extension manager's listing (each reads yarn's configuration)."""
+    (folder / "labconfig").mkdir(parents=True, exist_ok=True)
+    (folder / "labconfig" / "page_config.json").write_text(json.dumps({
+        "buildAvailable": False, "buildCheck": False,
+        "disabledExtensions": {"@jupyterlab/extensionmanager-extension": True, "@jupyterlab/lsp-extension": True}}))
+    (folder / "jupyter_server_config.json").write_text(
+        json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_lsp": False}}}))
+
+
 @contextlib.contextmanager
 def make_lab(work: Path) -> Iterator[Lab]:
     """`make lab` under this uid on 127.0.0.1, a free port, no browser, run in `work`: there it serves `notebooks/`,
     a copy of the repository's (so nothing can write to notebooks/), with pkit's lab extension (`work/pkit` is this
-    checkout's pkit/) and `lab_settings`. Yields a `Lab` once the server answers; then ends its process group,
-    failing if a process of it outlives SIGTERM."""
+    checkout's pkit/), `lab_settings` and `server_config`. Yields a `Lab` once the server answers; then ends its
+    process group, failing if a process of it outlives SIGTERM."""
     (work / "notebooks").mkdir(parents=True)
     for notebook in (ROOT / "notebooks").glob("*.ipynb"):
         (work / "notebooks" / notebook.name).write_bytes(notebook.read_bytes())
     (work / "pkit").symlink_to(ROOT / "pkit")
     lab_settings(work / "settings")
+    server_config(work / "config")
     port, token = free_port(), "pkit-test-" + os.urandom(8).hex()
     env = make_env(JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(work / "runtime"),
                    JUPYTER_CONFIG_DIR=str(work / "config"), JUPYTERLAB_SETTINGS_DIR=str(work / "settings"),
