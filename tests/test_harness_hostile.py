@@ -57,7 +57,9 @@ Classes (candidate → what the harness must give):
     within seconds, starting no worker and making no temp folder; a path swapped for a FIFO after the arguments
     were checked is refused when opened, never waited on (records.read_lines, resume.sole_writer).
 
-The in-process runs use a private TMPDIR, so candidates that search temp folders touch only their own run's.
+The in-process runs use a private TMPDIR, so candidates that search temp folders touch only their own run's. Those
+after the hostile run (12, 14, 16) fork their workers from one zygote (conftest's `shared_zygote`), started after
+the hostile run has counted what it leaves, instead of starting one each.
 """
 from __future__ import annotations
 
@@ -188,76 +190,6 @@ def is_escapee(pid: int) -> bool:
 
 def is_worker(pid: int) -> bool:
     return HARNESS in Path(f"/proc/{pid}/cmdline").read_bytes()
-
-
-# --- 12. loud output -----------------------------------------------------------------------------------------------
-
-def rss_kib(field: str) -> int:
-    """VmRSS (now) or VmHWM (peak) of this process in KiB; the peak falls back to getrusage's ru_maxrss."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-LOUD_CAP_MIB = 2
-"""--output-mib of the loud run: small, so that the per-call printer passes it many times over."""
-
-
-@pytest.fixture(scope="module")
-def loud(tmp_path_factory):
-    """(records by file name, the largest log file seen in the run's temp folders, peak RSS growth in MB)."""
-    from pkit.harness import runner  # noqa: F401 - what `pkit eval` imports (torch), in before the baseline is taken
-
-    out = tmp_path_factory.mktemp("loud") / "loud.jsonl"
-    largest, done = [0], threading.Event()
-
-    def watch():  # the logs live in the run's private temp folders, made and removed as it goes
-        while not done.is_set():
-            for folder, _, files in os.walk(out.parent / "tmp"):
-                for name in files:
-                    try:
-                        if name.endswith(".log"):
-                            largest[0] = max(largest[0], os.stat(os.path.join(folder, name)).st_size)
-                    except OSError:
-                        pass
-            time.sleep(0.02)
-
-    try:  # reset the peak, so an earlier, higher peak of this process cannot hide the growth
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-    before = rss_kib("VmRSS")
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        recs = evaluate(out, FIXTURES / "hostile_loud", "--output-mib", str(LOUD_CAP_MIB))
-    finally:
-        done.set()
-        watcher.join()
-    grown_mb = (rss_kib("VmHWM") - before) / 1024
-    return {Path(k).name: r for k, r in recs.items()}, largest[0], grown_mb
-
-
-def test_loud_output_is_not_held_in_memory(loud):
-    assert loud[2] < 100, f"peak RSS of the evaluating process grew by {loud[2]:.0f} MB for 200 MB of output"
-
-
-@pytest.mark.parametrize("name, printed_per_rank", [
-    ("loud.py", 20 * ((10 << 20) + 1)),  # at import
-    ("loud_per_call.py", (2 + 3 * 10) * (2 << 20)),  # at least 2 trials and 3 windows of 10 timed calls
-])
-def test_loud_output_is_capped_on_disk_and_flagged(loud, name, printed_per_rank):
-    r = loud[0][name]
-    assert r["status"] in CORRECT, (r["status"], r["error"])
-    assert "loud_output" in r["flags"], r["flags"]
-    assert r["output_dropped_bytes"] >= 2 * (printed_per_rank - (LOUD_CAP_MIB << 20)), r["output_dropped_bytes"]
-    assert 0 < loud[1] <= LOUD_CAP_MIB << 20, f"a log of {loud[1]} bytes on disk under --output-mib {LOUD_CAP_MIB}"
-
-
-def test_a_quiet_candidate_drops_no_output(hostile):
-    r = hostile[0]["prints_a_lot.py"]
-    assert r["output_dropped_bytes"] == 0 and "loud_output" not in r["flags"], (r["output_dropped_bytes"], r["flags"])
 
 
 # --- 1-10, 13, 15: one run over tests/fixtures/hostile/01_sum and hostile_escape/01_sum ------------------------
@@ -413,10 +345,80 @@ def test_an_escaped_process_is_killed_with_its_run(escape):
     assert survivors == set()
 
 
+# --- 12. loud output -----------------------------------------------------------------------------------------------
+
+def rss_kib(field: str) -> int:
+    """VmRSS (now) or VmHWM (peak) of this process in KiB; the peak falls back to getrusage's ru_maxrss."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+LOUD_CAP_MIB = 2
+"""--output-mib of the loud run: small, so that the per-call printer passes it many times over."""
+
+
+@pytest.fixture(scope="module")
+def loud(tmp_path_factory, shared_zygote):
+    """(records by file name, the largest log file seen in the run's temp folders, peak RSS growth in MB)."""
+    from pkit.harness import runner  # noqa: F401 - what `pkit eval` imports (torch), in before the baseline is taken
+
+    out = tmp_path_factory.mktemp("loud") / "loud.jsonl"
+    largest, done = [0], threading.Event()
+
+    def watch():  # the logs live in the run's private temp folders, made and removed as it goes
+        while not done.is_set():
+            for folder, _, files in os.walk(out.parent / "tmp"):
+                for name in files:
+                    try:
+                        if name.endswith(".log"):
+                            largest[0] = max(largest[0], os.stat(os.path.join(folder, name)).st_size)
+                    except OSError:
+                        pass
+            time.sleep(0.02)
+
+    try:  # reset the peak, so an earlier, higher peak of this process cannot hide the growth
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    before = rss_kib("VmRSS")
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        recs = evaluate(out, FIXTURES / "hostile_loud", "--output-mib", str(LOUD_CAP_MIB))
+    finally:
+        done.set()
+        watcher.join()
+    grown_mb = (rss_kib("VmHWM") - before) / 1024
+    return {Path(k).name: r for k, r in recs.items()}, largest[0], grown_mb
+
+
+def test_loud_output_is_not_held_in_memory(loud):
+    assert loud[2] < 100, f"peak RSS of the evaluating process grew by {loud[2]:.0f} MB for 200 MB of output"
+
+
+@pytest.mark.parametrize("name, printed_per_rank", [
+    ("loud.py", 20 * ((10 << 20) + 1)),  # at import
+    ("loud_per_call.py", (2 + 3 * 10) * (2 << 20)),  # at least 2 trials and 3 windows of 10 timed calls
+])
+def test_loud_output_is_capped_on_disk_and_flagged(loud, name, printed_per_rank):
+    r = loud[0][name]
+    assert r["status"] in CORRECT, (r["status"], r["error"])
+    assert "loud_output" in r["flags"], r["flags"]
+    assert r["output_dropped_bytes"] >= 2 * (printed_per_rank - (LOUD_CAP_MIB << 20)), r["output_dropped_bytes"]
+    assert 0 < loud[1] <= LOUD_CAP_MIB << 20, f"a log of {loud[1]} bytes on disk under --output-mib {LOUD_CAP_MIB}"
+
+
+def test_a_quiet_candidate_drops_no_output(hostile):
+    r = hostile[0]["prints_a_lot.py"]
+    assert r["output_dropped_bytes"] == 0 and "loud_output" not in r["flags"], (r["output_dropped_bytes"], r["flags"])
+
+
 # --- 14. list inputs and in-place contracts --------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def contracts(tmp_path_factory, fewest_rounds_within):
+def contracts(tmp_path_factory, fewest_rounds_within, shared_zygote):
     """Records by solution; the statuses and flags of trials and timed outputs are what count here, so each candidate
     is timed in the fewest rounds (conftest's `fewest_rounds`, for this run alone)."""
     out = tmp_path_factory.mktemp("contracts") / "contracts.jsonl"
@@ -497,17 +499,21 @@ def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tm
 
 # --- 16. answers remembered across reused input sets -----------------------------------------------------------
 
-def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path, fewest_rounds):
+REUSE_ITERS = 12
+"""Timed calls a window: past the 4 input sets the fresh budget holds, so 8 of each window's 12 calls reuse a set."""
+
+
+def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path, fewest_rounds, shared_zygote):
     recs = evaluate(tmp_path / "reuse.jsonl", FIXTURES / "hostile_reuse", "--problems", "01_sum", "--size", "medium",
-                    "--fresh-mib", "16", "--force", "--trials", "1", "--perf", "--warmup", "2", "--iters", "24",
-                    "--timeout", "240")
+                    "--fresh-mib", "16", "--force", "--trials", "1", "--perf", "--warmup", "2", "--iters",
+                    str(REUSE_ITERS), "--timeout", "240")
     stale = recs["01_sum/remember_by_address.py"]
     assert stale["status"] == "wrong_result" and "timed_output" in stale["flags"] or (
         stale["status"] == "correct_slower" and "timing_mismatch" in stale["flags"]), (stale["status"], stale["error"])
     r = recs["01_sum/intercept_change.py"]
     assert r["status"] != "correct_faster", (r["status"], r["flags"], r["speedup"])
     if "timing_mismatch" in r["flags"]:  # caught by the reuse check
-        assert r["rotations"] < 24, "the input sets were not reused: this test needs sets larger than the fresh budget"
+        assert r["rotations"] < REUSE_ITERS, "the sets were not reused: this test needs sets larger than the budget"
         assert "reused input sets" in r["error"]
     # else not correct: the first window's mismatch had both timed again, and its answers, remembered by address, were
     # stale for the second window's sets (wrong_result), or its ranks' partial reductions fell out of step there and
