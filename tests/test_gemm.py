@@ -13,6 +13,7 @@ PLANS = [G.Plan(w, s, st, c, alt, sa) for w, st, c, alt, sa in G.VARIANTS
          for s in ((1,) if alt else (1, 3))]  # each kernel, without and (where it runs it) with split-K
 PAIRED = G.Plan(256, 1, 4, 2)  # blocks in pairs sharing B's loads
 SHARING_A = G.Plan(128, 1, 6, 2, share_a=True)  # blocks in pairs sharing A's loads
+ALTERNATE_SHARING_A = G.Plan(128, 1, 6, 2, True, True)  # alternate tiles in pairs sharing A's loads
 ALTERNATE = G.Plan(128, 1, 6, 1, True)  # consumers on alternate tiles
 
 
@@ -57,7 +58,7 @@ def test_alternate_tiles_pay_their_own_overhead_and_never_split():
     alternate_overhead slices where one shared by both consumers costs unit_overhead, so short K picks them."""
     options = G.plan_options(8192, 8192, 256, sms=132)
     assert {p.splits for p in options if p.alternate} == {1}
-    assert {(p.block_n, p.cluster) for p in options if p.alternate} == {(128, 1)}
+    assert {(p.block_n, p.cluster, p.share_a) for p in options if p.alternate} == {(128, 1, False), (128, 2, True)}
     shared, alternate = G.Plan(128, 1, 6), ALTERNATE
     rule = G.PlanRule(narrow_slice=0.7, unit_overhead=6.0, alternate_overhead=1.0)
     waves = -(-shared.units(8192, 8192) // 132)
@@ -205,8 +206,8 @@ def _randn(*shape, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("blocks", [1, 2, 7, None])
-@pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2), SHARING_A, ALTERNATE],
-                         ids=str)
+@pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2), SHARING_A, ALTERNATE,
+                                 ALTERNATE_SHARING_A], ids=str)
 def test_persistent_blocks_cover_every_tile(blocks, how):
     """However few the blocks (pairs: an odd count runs one fewer), every tile is written, 7 row tiles of C
     included (a pair's last block takes the tile past the last row)."""
@@ -233,7 +234,7 @@ def test_pairs_run_as_many_as_fit_at_once():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A], ids=str)
 def test_rows_are_read_only_after_their_flag(how):
     """A arrives 256 rows at a time on a side stream (a copy, then a flag write); the GEMM, launched first and
     given all but 8 SMs, must wait for each part and still multiply the right rows."""
@@ -299,7 +300,7 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A], ids=str)
 def test_tiles_added_into_every_target_or_scattered_by_rows(how):
     m, n, k = 512, 776, 520
     a, b = _randn(m, k, seed=5), _randn(n, k, seed=6)
@@ -346,7 +347,7 @@ def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A], ids=str)
 def test_rows_of_a_read_from_several_sources(how):
     """A's three row blocks live in three separate tensors: the GEMM reads each where it lies (in pairs, the block
     past the third row block loads its partner's rows, never a fourth source's)."""

@@ -14,7 +14,7 @@
 // rows into both: a pair reads A once (for wide K and few columns, where A is most of the bytes).
 // gemm_tn_alternate gives each tile to one consumer, the two taking alternate tiles and their turns at the tensor
 // cores: one writes a finished tile while the other multiplies (tiles 128 wide, no split-K), for short K where a
-// tile's epilogue costs as much as its products.
+// tile's epilogue costs as much as its products; gemm_tn_alternate_pair_a runs it in pairs sharing A.
 // Finished tiles leave through shared memory by TMA (TileTargets), one 64 × 64 box at a time: stored to C, or added
 // into other tensors, a peer's included: the epilogue of GEMM + reduce-scatter and GEMM + all-reduce.
 #include <cuda_bf16.h>
@@ -356,9 +356,10 @@ __device__ void consume(int half, const Grid<BN, C, T, kShareA>& g, const RowsRe
 // A consumer warpgroup (half 0 or 1) of a block whose consumers take alternate units (one K slice range, the whole
 // tile, each): unit i of the block is half i % 2's. It multiplies all 128 rows (two 64 × BN accumulators) once its
 // turn comes, hands the turn to the other consumer as soon as its last products are issued, and writes the tile
-// while the other multiplies. The stages of the other's units are skipped, counted all the same.
-template <int BN, int S, class T>
-__device__ void consume_alternate(int half, const Grid<BN, 1, T>& g, const RowsReady& rows,
+// while the other multiplies. The stages of the other's units are skipped, counted all the same. In a pair the
+// blocks' consumers of the same half take the pair's tiles of a unit together, and release its stages in both.
+template <int BN, int S, int C, class T, bool kShareA>
+__device__ void consume_alternate(int half, const Grid<BN, C, T, kShareA>& g, const RowsReady& rows,
                                   const TileTargets& targets, const Work& work, const Pipeline<BN, S>& p) {
   const float scale = work.scale();
   u32 it = 0, turns = 0;
@@ -368,7 +369,7 @@ __device__ void consume_alternate(int half, const Grid<BN, 1, T>& g, const RowsR
       it += unit.k1 - unit.k0;
       continue;
     }
-    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, rows.first_row_tile);
+    const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, g.first_tile_row(rows.first_row_tile));
     float d[2][BN / 2];  // rows 0-63 and 64-127 of the tile
     if (unit.k0 == unit.k1) {
 #pragma unroll
@@ -389,19 +390,21 @@ __device__ void consume_alternate(int half, const Grid<BN, 1, T>& g, const RowsR
       }
       pkit::wgmma_commit();
       pkit::wgmma_wait<1>();
-      if (kt > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, 1>(p, (it - 1) % S);
+      if (kt > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, C>(p, (it - 1) % S);
     }
     if (threadIdx.x % 128 == 0) pkit::mbarrier_arrive(&p.turn[1 - half]);
     pkit::wgmma_wait<0>();
-    if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, 1>(p, (it - 1) % S);
+    if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, C>(p, (it - 1) % S);
+    if (!g.writes(tile)) continue;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) put_tile<BN, S>(d[r], scale, p.outbox(half), targets, tile.x * BM + r * 64, tile.y * BN);
+    for (int r = 0; r < 2; ++r)
+      put_tile<BN, S>(d[r], scale, p.outbox(half), targets, g.row_tile(tile.x) * BM + r * 64, g.col_tile(tile.y) * BN);
   }
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();
 }
 
-// The body of gemm_tn (C = 1), gemm_tn_pair (C = 2), gemm_tn_pair_a (C = 2, kShareA) and gemm_tn_alternate (C = 1,
-// A: alternate tiles): set up the
+// The body of gemm_tn (C = 1), gemm_tn_pair (C = 2), gemm_tn_pair_a (C = 2, kShareA), gemm_tn_alternate (C = 1,
+// A: alternate tiles) and gemm_tn_alternate_pair_a (C = 2, A, kShareA): set up the
 // stages, hand registers to the consumers, run the producer and the consumers; in a cluster, no block starts
 // before every block's mbarriers are set, nor ends while another may still arrive on them.
 template <int BN, int S, int C, class T, bool A = false, bool kShareA = false>
@@ -418,7 +421,7 @@ __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::Tensor
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       pkit::mbarrier_init(&p.full[s], 1);
-      pkit::mbarrier_init(&p.empty[s], A ? 1 : 2 * C);  // one arrival per consumer warpgroup using the stage
+      pkit::mbarrier_init(&p.empty[s], A ? C : 2 * C);  // one arrival per consumer warpgroup using the stage
     }
     if (A) {
       pkit::mbarrier_init(&p.turn[0], 1);
@@ -439,7 +442,7 @@ __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::Tensor
   } else {
     pkit::registers_raise_to<Shape<BN, S>::kConsumerRegisters>();
     if constexpr (A) {
-      consume_alternate<BN, S, T>(warpgroup - 1, g, rows, targets, work, p);
+      consume_alternate<BN, S, C, T, kShareA>(warpgroup - 1, g, rows, targets, work, p);
     } else {
       consume<BN, S, C, T, kShareA>(warpgroup - 1, g, rows, targets, work, p);
     }
@@ -476,4 +479,12 @@ __global__ void __launch_bounds__(384, 1) gemm_tn_alternate(const __grid_constan
                                                             const __grid_constant__ TileTargets targets,
                                                             const Work work) {
   gemm_block<BN, S, 1, T, true>(a, b, m, n, k, rows, targets, work);
+}
+
+template <int BN, int S, class T>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_tn_alternate_pair_a(const __grid_constant__ ASources a, const __grid_constant__ pkit::TensorMap b, int m,
+                             int n, int k, const RowsReady rows, const __grid_constant__ TileTargets targets,
+                             const Work work) {
+  gemm_block<BN, S, 2, T, true, true>(a, b, m, n, k, rows, targets, work);
 }

@@ -46,7 +46,8 @@ ALTERNATE_WIDTHS = (128,)  # tile widths of gemm.cu's gemm_tn_alternate: a whole
 VARIANTS = tuple((width, stages, cluster, False, False) for width, counts in STAGE_COUNTS.items() for stages in counts
                  for cluster in CLUSTER_SIZES) + tuple(
     (width, stages, 2, False, True) for width, counts in STAGE_COUNTS.items() for stages in counts) + tuple(
-    (width, stages, 1, True, False) for width in ALTERNATE_WIDTHS for stages in STAGE_COUNTS[width]
+    (width, stages, cluster, True, cluster > 1) for width in ALTERNATE_WIDTHS for stages in STAGE_COUNTS[width]
+    for cluster in CLUSTER_SIZES
 )  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles, pairs sharing A)
 MAX_SPLITS = 16  # the most units one tile's K is cut into
 GEMM_THREADS = 384  # a producer warpgroup and two consumer warpgroups
@@ -84,8 +85,8 @@ class Plan:
     fewer leave room for an outbox as wide as the tile, so its epilogue never waits), run by blocks in clusters
     of `cluster` (CLUSTER_SIZES): a pair takes two tiles above each other and loads each slice of B once for both,
     or with `share_a` two tiles beside each other, loading each slice of A once for both.
-    With `alternate` (ALTERNATE_WIDTHS, no split-K, blocks alone) a block's two consumers take alternate tiles and
-    turns at the tensor cores, one writing its tile while the other multiplies."""
+    With `alternate` (ALTERNATE_WIDTHS, no split-K, blocks alone or pairs sharing A) a block's two consumers take
+    alternate tiles and turns at the tensor cores, one writing its tile while the other multiplies."""
 
     block_n: int
     splits: int
@@ -232,9 +233,10 @@ def _kernel(block_n: int, stages: int, cluster: int, dtype: str, alternate: bool
 def kernel_name(block_n: int, dtype: str = "bfloat16", stages: int = 0, cluster: int = 1,
                 alternate: bool = False, share_a: bool = False) -> str:
     """gemm.cu's kernel for tiles `block_n` wide, inputs of `dtype` (a key of DTYPES), `stages` stages (0: the
-    deepest), blocks in clusters of `cluster` (1: gemm_tn, 2: gemm_tn_pair) and, with `alternate`, consumers on
-    alternate tiles (gemm_tn_alternate), as a name expression."""
-    kernel = ("gemm_tn_alternate" if alternate else "gemm_tn_pair_a" if share_a
+    deepest), blocks in clusters of `cluster` (1: gemm_tn, 2: gemm_tn_pair; with `share_a`, gemm_tn_pair_a) and,
+    with `alternate`, consumers on alternate tiles (gemm_tn_alternate, gemm_tn_alternate_pair_a), as a name
+    expression."""
+    kernel = ("gemm_tn_alternate" + ("_pair_a" if share_a else "") if alternate else "gemm_tn_pair_a" if share_a
               else {1: "gemm_tn", 2: "gemm_tn_pair"}[cluster])
     return f"{kernel}<{block_n}, {stages or STAGE_COUNTS[block_n][0]}, pkit::{DTYPES[dtype]}>"
 
