@@ -92,14 +92,15 @@ def _gemm_rates(rng):
                  "block_n": 256 if name.startswith("pkit") else 0, "splits": 1 if name.startswith("pkit") else 0,
                  "stages": STAGE_COUNTS[256][0] if name.startswith("pkit") else 0,
                  "cluster": 1 if name.startswith("pkit") else 0, "alternate": False, "share_a": False,
+                 "rows": 128 if name.startswith("pkit") else 0,
                  **timed(m, n, k, rng.uniform(500, 750), reps), "verified": True,
                  "max_abs_err": rng.uniform(0.01, 0.1)} for name in IMPLEMENTATIONS[dtype]]
 
     def plans(m, n, k, dtype, device, reps, warmup, seed):
         return [{"dtype": dtype, "m": m, "n": n, "k": k, "block_n": w, "splits": s, "stages": st, "cluster": c,
-                 "alternate": alt, "share_a": sa, **timed(m, n, k, rng.uniform(300, 750), reps), "verified": True,
-                 "chosen": (w, st, c, alt, sa, s) == (*VARIANTS[0], 1)}
-                for w, st, c, alt, sa in VARIANTS for s in ((1,) if alt else (1, 2))]
+                 "alternate": alt, "share_a": sa, "rows": r, **timed(m, n, k, rng.uniform(300, 750), reps),
+                 "verified": True, "chosen": (w, st, c, alt, sa, r, s) == (*VARIANTS[0], 1)}
+                for w, st, c, alt, sa, r in VARIANTS for s in ((1,) if alt else (1, 2))]
 
     return rates, plans
 

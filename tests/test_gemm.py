@@ -9,20 +9,23 @@ from pkit.ops import gemm as G  # noqa: E402
 from pkit.tolerance import bf16_gemm  # noqa: E402
 
 
-PLANS = [G.Plan(w, s, st, c, alt, sa) for w, st, c, alt, sa in G.VARIANTS
+PLANS = [G.Plan(w, s, st, c, alt, sa, r) for w, st, c, alt, sa, r in G.VARIANTS
          for s in ((1,) if alt else (1, 3))]  # each kernel, without and (where it runs it) with split-K
 PAIRED = G.Plan(256, 1, 4, 2)  # blocks in pairs sharing B's loads
 SHARING_A = G.Plan(128, 1, 6, 2, share_a=True)  # blocks in pairs sharing A's loads
 ALTERNATE_SHARING_A = G.Plan(128, 1, 6, 2, True, True)  # alternate tiles in pairs sharing A's loads
+SHORT = G.Plan(128, 1, 8, 1, True, rows=64)  # alternate 64-row tiles
+SHORT_PAIRED = G.Plan(128, 1, 8, 2, True, rows=64)  # alternate 64-row tiles in pairs sharing B's loads
 ALTERNATE = G.Plan(128, 1, 6, 1, True)  # consumers on alternate tiles
 
 
-@pytest.mark.parametrize("width, stages, cluster, alternate, share_a", G.VARIANTS)
+@pytest.mark.parametrize("variant", G.VARIANTS, ids=str)
 @pytest.mark.parametrize("dtype", G.DTYPES)
-def test_every_variant_compiles_for_sm90a(cache_dir, width, stages, cluster, alternate, share_a, dtype):
+def test_every_variant_compiles_for_sm90a(cache_dir, variant, dtype):
     import pkit
 
-    name = G.kernel_name(width, dtype, stages, cluster, alternate, share_a)
+    width, stages, cluster, alternate, share_a, rows = variant
+    name = G.kernel_name(G.Plan(width, 1, stages, cluster, alternate, share_a, rows), dtype)
     assert pkit.compile("gemm.cu", name, arch="sm_90a").module.lowered[name].startswith("_Z")
 
 
@@ -49,6 +52,8 @@ def test_pairs_count_the_tile_past_the_last_row_and_fill_the_sms_in_twos():
     assert G.PlanRule().cost(paired, 131 * 128, 256, 128, 131) > G.PlanRule().cost(alone, 131 * 128, 256, 128, 131)
     assert G.plan(8192, 8192, 8192, 132, rule=cheap_pairs).cluster == 2
     assert SHARING_A.tiles(8 * 128, 3 * 128) == 8 * 4, "pairs sharing A take column tiles two at a time"
+    assert SHORT_PAIRED.tiles(3 * 64, 128) == 4 and SHORT.tiles(3 * 64, 128) == 3, "64-row tiles"
+    assert G.plan(1024, 1024, 8192, 132, rule=G.PlanRule(short_slice=0.5, alternate_overhead=0.0)).rows == 64
     assert G.plan(8192, 256, 8192, 132, rule=G.PlanRule(shared_a_slice=0.8)).share_a
     assert G.plan(8192, 8192, 8192, 132, rule=G.PlanRule()).cluster == 1, "ties go to blocks alone"
 
@@ -58,7 +63,8 @@ def test_alternate_tiles_pay_their_own_overhead_and_never_split():
     alternate_overhead slices where one shared by both consumers costs unit_overhead, so short K picks them."""
     options = G.plan_options(8192, 8192, 256, sms=132)
     assert {p.splits for p in options if p.alternate} == {1}
-    assert {(p.block_n, p.cluster, p.share_a) for p in options if p.alternate} == {(128, 1, False), (128, 2, True)}
+    assert {(p.block_n, p.cluster, p.share_a, p.rows) for p in options if p.alternate} == {
+        (128, 1, False, 128), (128, 2, True, 128), (128, 1, False, 64), (128, 2, False, 64)}
     shared, alternate = G.Plan(128, 1, 6), ALTERNATE
     rule = G.PlanRule(narrow_slice=0.7, unit_overhead=6.0, alternate_overhead=1.0)
     waves = -(-shared.units(8192, 8192) // 132)
@@ -74,8 +80,8 @@ def test_shapes_and_work_struct_match_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
     text = "\n".join([(KERNEL_DIR / "gemm.cu").read_text(), G.SHAPE_ASSERTS, G.WORK.layout_asserts(), ""])
-    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
-    assert all(G.boxes(w, s) >= 1 and G.smem_bytes(w, s) <= 232448 for w, s, *_ in G.VARIANTS)
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(G.Plan(256, 1))]).cubin
+    assert all(G.boxes(w, s, r) >= 1 and G.smem_bytes(w, s, r) <= 232448 for w, s, *_, r in G.VARIANTS)
 
 
 @pytest.mark.parametrize("a, b, text", [
@@ -196,7 +202,7 @@ def test_rows_ready_struct_matches_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
     text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.ROWS_READY.layout_asserts() + "\n"
-    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(G.Plan(256, 1))]).cubin
 
 
 def _randn(*shape, seed):
@@ -207,7 +213,7 @@ def _randn(*shape, seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("blocks", [1, 2, 7, None])
 @pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2), SHARING_A, ALTERNATE,
-                                 ALTERNATE_SHARING_A], ids=str)
+                                 ALTERNATE_SHARING_A, SHORT, SHORT_PAIRED], ids=str)
 def test_persistent_blocks_cover_every_tile(blocks, how):
     """However few the blocks (pairs: an odd count runs one fewer), every tile is written, 7 row tiles of C
     included (a pair's last block takes the tile past the last row)."""
@@ -227,14 +233,14 @@ def test_pairs_run_as_many_as_fit_at_once():
     import pkit
 
     sms = pkit.devices()[0].sms
-    resident = G.resident_clusters(256, 4, 2, "bfloat16", 0)
+    resident = G.resident_clusters(PAIRED, "bfloat16", 0)
     assert 1 <= resident <= sms // 2
     assert G.launch_blocks(PAIRED, 8192, 8192, sms, "bfloat16", 0) == 2 * resident
     assert G.launch_blocks(PAIRED, 8192, 8192, 7, "bfloat16", 0) == 6
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A, SHORT_PAIRED], ids=str)
 def test_rows_are_read_only_after_their_flag(how):
     """A arrives 256 rows at a time on a side stream (a copy, then a flag write); the GEMM, launched first and
     given all but 8 SMs, must wait for each part and still multiply the right rows."""
@@ -292,7 +298,7 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
     text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.TILE_TARGETS_ASSERTS + "\n" + G.A_SOURCES_ASSERTS + "\n"
-    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(256)]).cubin
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(G.Plan(256, 1))]).cubin
     with pytest.raises(ValueError, match="targets: expected 1 to 8"):
         G.tile_targets([], n=64)
     with pytest.raises(ValueError, match="rows_per_target: expected 0 or a positive multiple of 128"):
@@ -300,7 +306,7 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A, SHORT_PAIRED], ids=str)
 def test_tiles_added_into_every_target_or_scattered_by_rows(how):
     m, n, k = 512, 776, 520
     a, b = _randn(m, k, seed=5), _randn(n, k, seed=6)
@@ -342,12 +348,12 @@ def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
     sms = __import__("pkit").devices()[0].sms
     assert len(frame) == len(G.plan_options(1024, 256, 1024, sms, splits=SPLIT_GRID))
     assert set(zip(frame["block_n"], frame["stages"], frame["cluster"], frame["alternate"],
-                   frame["share_a"])) == set(G.VARIANTS)
+                   frame["share_a"], frame["rows"])) == set(G.VARIANTS)
     assert frame["ratio_to_best"].max() == 1.0
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A], ids=str)
+@pytest.mark.parametrize("how", [None, PAIRED, SHARING_A, ALTERNATE, ALTERNATE_SHARING_A, SHORT_PAIRED], ids=str)
 def test_rows_of_a_read_from_several_sources(how):
     """A's three row blocks live in three separate tensors: the GEMM reads each where it lies (in pairs, the block
     past the third row block loads its partner's rows, never a fourth source's)."""

@@ -6,7 +6,7 @@
 // each stage between them. With `splits` > 1 a tile's K is cut into that many units, each run by some block: each
 // leaves its fp32 partial in a slot of its own in a workspace, and the last to finish adds the others' into its
 // own and writes the tile (split-K, for shapes with fewer tiles than SMs). Launch with 384 threads and
-// Shape<BN, S>::kSmemBytes of shared memory.
+// Shape<BN, S, R>::kSmemBytes of shared memory.
 // gemm_tn_pair runs the same in clusters of two blocks: the blocks of a pair take the two 128-row tiles above each
 // other in one column of tiles, and each loads half of B's slice into both blocks' stages at once (TMA multicast),
 // so a pair reads B from L2 once; each stage is released to its producer by the consumers of both blocks.
@@ -26,20 +26,21 @@
 using pkit::u32;
 using pkit::u64;
 
-constexpr int BM = 128, kSliceBytes = 128, kGroupM = 16, kMaxTargets = 8;
+constexpr int BM = 128, kSliceBytes = 128, kGroupM = 16, kMaxTargets = 8;  // BM: a tile's rows (but R = 64's)
 constexpr int kABoxRows = 64;  // A is read in boxes of 64 rows: two per tile, or one per block of an A-sharing pair
 constexpr int kSmemLimit = 232448;  // the most dynamic shared memory a Hopper block may have (227 KiB)
 constexpr int kBox = 64, kBoxBytes = kBox * kBox * 2;  // the epilogue's 64 × 64 bf16 boxes (128-byte rows)
 constexpr int kFixedBytes = 1024 + 256;  // alignment, mbarriers and flags
 
-// The sizes that follow from the tile width BN and the stage count S: a stage holds a 128-byte-wide K slice of A's
-// 128 rows and B's BN rows; each consumer's outbox holds as many epilogue boxes as fit beside the stages, up to
-// the BN / 64 of its 64 × BN rows (fewer: they are filled in turn). Registers per thread after the hand-over (65536
+// The sizes that follow from the tile width BN, the stage count S and the tile's rows R (BM, or 64: alternate tiles
+// of one accumulator each): a stage holds a 128-byte-wide K slice of A's R rows and B's BN rows; each consumer's
+// outbox holds as many epilogue boxes as fit beside the stages, up to the BN / 64 of its 64 × BN rows (fewer: they
+// are filled in turn). Registers per thread after the hand-over (65536
 // per SM, 168 each at launch): the producer needs few, each consumer holds a 64 × BN fp32 accumulator.
-template <int BN, int S>
+template <int BN, int S, int R = BM>
 struct Shape {
   static constexpr int kStages = S;
-  static constexpr u32 kStageBytes = (BM + BN) * kSliceBytes;
+  static constexpr u32 kStageBytes = (R + BN) * kSliceBytes;
   static constexpr int kSpareBoxes = (kSmemLimit - kFixedBytes - S * int(kStageBytes)) / (2 * kBoxBytes);
   static constexpr int kBoxes = kSpareBoxes < BN / kBox ? kSpareBoxes : BN / kBox;  // per consumer
   static constexpr int kSmemBytes = S * kStageBytes + 2 * kBoxes * kBoxBytes + kFixedBytes;
@@ -70,7 +71,8 @@ struct TileTargets {
 
 // Where rows of A become ready (overlap schedules): ready[r / rows_per_flag] reaches `epoch` once rows r.. are in
 // place, written by a peer, the copy engine or a communication kernel (ready == nullptr: A is ready at launch).
-// Row tiles are taken starting at `first_row_tile`, so a rank starts with the rows it already holds.
+// Row tiles are taken starting at `first_row_tile` (counted in 128-row tiles), so a rank starts with the rows it
+// already holds.
 struct RowsReady {
   const u32* ready;
   u32 epoch;
@@ -177,10 +179,10 @@ __device__ bool sum_partials(float (&d)[BN / 2], int half, int tile, int split, 
 // c ^ (r % 8)), then one thread stores or adds it into every target the rows belong to, a bulk group per box. A box
 // is filled again once the store that last read it is done reading, so with BN / 64 boxes nothing waits within a
 // tile, and the stores go out while the next tile is multiplied.
-template <int BN, int S>
+template <int BN, int S, int R>
 __device__ void put_tile(const float (&d)[BN / 2], float scale, unsigned char* outbox, const TileTargets& targets,
                          int row0, int col0) {
-  constexpr int kBoxes = Shape<BN, S>::kBoxes;
+  constexpr int kBoxes = Shape<BN, S, R>::kBoxes;
   const int t = threadIdx.x % 128;
   const int row = 16 * (t / 32) + (t % 32) / 4;
 #pragma unroll
@@ -220,7 +222,7 @@ __device__ void put_tile(const float (&d)[BN / 2], float scale, unsigned char* o
 // The shared memory of a block: S stages (A's slice, then B's), an epilogue outbox per consumer, each stage's full
 // (loaded) and empty (released by the consumers of every block of the cluster) mbarriers, and a split-K word per
 // consumer, and (alternate tiles) each consumer's turn at the tensor cores.
-template <int BN, int S>
+template <int BN, int S, int R>
 struct Pipeline {
   unsigned char* stages;
   unsigned char* outboxes;
@@ -229,18 +231,18 @@ struct Pipeline {
   int* last;
   u64* turn;
 
-  __device__ unsigned char* a(int s) const { return stages + s * Shape<BN, S>::kStageBytes; }
-  __device__ unsigned char* b(int s) const { return a(s) + BM * kSliceBytes; }
-  __device__ unsigned char* outbox(int half) const { return outboxes + half * Shape<BN, S>::kBoxes * kBoxBytes; }
+  __device__ unsigned char* a(int s) const { return stages + s * Shape<BN, S, R>::kStageBytes; }
+  __device__ unsigned char* b(int s) const { return a(s) + R * kSliceBytes; }
+  __device__ unsigned char* outbox(int half) const { return outboxes + half * Shape<BN, S, R>::kBoxes * kBoxBytes; }
 };
 
 // What a block does, shared by its producer and consumers: the work is cut into cluster tiles (m_tiles × n_tiles),
-// each into `splits` units over K. A cluster tile is C tiles of 128 × BN: above each other in one column of tiles
+// each into `splits` units over K. A cluster tile is C tiles of R × BN: above each other in one column of tiles
 // (blocks sharing B's slices) or, with kShareA, beside each other in one row (sharing A's). Cluster `cluster` of
 // `clusters` takes units cluster, + clusters, ..., and its block `rank` the rank-th tile of each. A block whose tile
 // lies past the last row or column (C does not divide them) loads its partner's slices, so that the cluster's loads
 // stay in step, and writes nothing.
-template <int BN, int C, class T, bool kShareA = false>
+template <int BN, int C, class T, bool kShareA = false, int R = BM>
 struct Grid {
   int m, n, m_tiles, n_tiles, k_tiles, units;
 
@@ -249,13 +251,13 @@ struct Grid {
         n_tiles(kShareA ? (col_tiles() + C - 1) / C : col_tiles()),
         k_tiles((k + T::kRowElements - 1) / T::kRowElements), units(m_tiles * n_tiles * splits) {}
 
-  __device__ int row_tiles() const { return (m + BM - 1) / BM; }
+  __device__ int row_tiles() const { return (m + R - 1) / R; }
   __device__ int col_tiles() const { return (n + BN - 1) / BN; }
   __device__ int cluster() const { return blockIdx.x / C; }
   __device__ int clusters() const { return gridDim.x / C; }
   __device__ int rank() const { return C == 1 ? 0 : int(pkit::cluster_rank()); }
-  // The cluster tile row a call starting at row tile `first` takes first.
-  __device__ int first_tile_row(int first) const { return kShareA ? first : first / C; }
+  // The cluster tile row a call starting at 128-row tile `first` takes first.
+  __device__ int first_tile_row(int first) const { return kShareA ? first * (BM / R) : first * (BM / R) / C; }
   // The row and column tile this block takes of cluster tile (x, y), whether it writes it, and the ones it loads.
   __device__ int row_tile(int x) const { return kShareA ? x : x * C + rank(); }
   __device__ int col_tile(int y) const { return kShareA ? y * C + rank() : y; }
@@ -265,8 +267,8 @@ struct Grid {
 };
 
 // Release stage `s` to the producers of every block of the cluster (one thread of each consumer warpgroup).
-template <int BN, int S, int C>
-__device__ void release(const Pipeline<BN, S>& p, int s) {
+template <int BN, int S, int C, int R>
+__device__ void release(const Pipeline<BN, S, R>& p, int s) {
   if (C == 1) {
     pkit::mbarrier_arrive(&p.empty[s]);
   } else {
@@ -278,30 +280,31 @@ __device__ void release(const Pipeline<BN, S>& p, int s) {
 // The producer thread: for each of this block's units, once its rows of A are ready, stream its K slices of A and
 // B into the stages as the consumers of the cluster free them. Slice `it` (counted over all units) uses stage
 // it % S. In a cluster each block loads its own rows of A and a C-th of B's rows into every block of the cluster.
-template <int BN, int S, int C, class T, bool kShareA>
-__device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<BN, C, T, kShareA>& g,
-                        const RowsReady& rows, const Work& work, const Pipeline<BN, S>& p) {
+template <int BN, int S, int C, class T, bool kShareA, int R>
+__device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<BN, C, T, kShareA, R>& g,
+                        const RowsReady& rows, const Work& work, const Pipeline<BN, S, R>& p) {
   constexpr int kSharedRows = BN / C;  // rows of B's slice this block loads for a pair sharing B
-  static_assert(!kShareA || C * kABoxRows == BM, "a block of an A-sharing cluster loads one box of A's rows");
+  static_assert(!kShareA || C * kABoxRows == R, "a block of an A-sharing cluster loads one box of A's rows");
+  static_assert(R % kABoxRows == 0, "a tile's rows are whole boxes of A");
   u32 it = 0;
   u64 seen = 0;  // flags of A's rows seen ready
   for (int u = g.cluster(); u < g.units; u += g.clusters()) {
     const Unit unit(u, g.k_tiles, work.splits);
     const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, g.first_tile_row(rows.first_row_tile));
-    const int row0 = g.loaded_row_tile(tile.x) * BM, col0 = g.loaded_col_tile(tile.y) * BN;
-    rows.wait(row0, min(g.m, row0 + BM), seen);
+    const int row0 = g.loaded_row_tile(tile.x) * R, col0 = g.loaded_col_tile(tile.y) * BN;
+    rows.wait(row0, min(g.m, row0 + R), seen);
     const int source = row0 / a.rows_per_source, row = row0 - source * a.rows_per_source;
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
       const int s = it % S, x = kt * T::kRowElements;
       if (it >= S) pkit::mbarrier_wait(&p.empty[s], (it / S - 1) & 1, PKIT_SITE);
-      pkit::mbarrier_expect_bytes(&p.full[s], Shape<BN, S>::kStageBytes);
+      pkit::mbarrier_expect_bytes(&p.full[s], Shape<BN, S, R>::kStageBytes);
       if constexpr (kShareA) {
         const int half = g.rank() * kABoxRows;
         pkit::tensor_load_2d_multicast(p.a(s) + half * kSliceBytes, a.maps[source], x, row + half, &p.full[s],
                                        (1u << C) - 1);
       } else {
 #pragma unroll
-        for (int box = 0; box < BM / kABoxRows; ++box)
+        for (int box = 0; box < R / kABoxRows; ++box)
           pkit::tensor_load_2d(p.a(s) + box * kABoxRows * kSliceBytes, a.maps[source], x, row + box * kABoxRows,
                                &p.full[s]);
       }
@@ -318,9 +321,10 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<
 // A consumer warpgroup (half 0 or 1): for each unit, multiply its 64 rows by the BN columns as the slices land,
 // release each stage once its products are done, then (split-K: if it is the tile's last unit) put the 64 × BN
 // result into the targets.
-template <int BN, int S, int C, class T, bool kShareA>
-__device__ void consume(int half, const Grid<BN, C, T, kShareA>& g, const RowsReady& rows, const TileTargets& targets,
-                        const Work& work, const Pipeline<BN, S>& p) {
+template <int BN, int S, int C, class T, bool kShareA, int R>
+__device__ void consume(int half, const Grid<BN, C, T, kShareA, R>& g, const RowsReady& rows,
+                        const TileTargets& targets, const Work& work, const Pipeline<BN, S, R>& p) {
+  static_assert(R == BM, "consumers sharing a tile take 64 rows of its 128 each");
   const float scale = work.scale();
   u32 it = 0;
   for (int u = g.cluster(); u < g.units; u += g.clusters()) {
@@ -348,19 +352,21 @@ __device__ void consume(int half, const Grid<BN, C, T, kShareA>& g, const RowsRe
     if (!g.writes(tile)) continue;
     if (work.splits > 1 && !sum_partials<BN>(d, half, unit.tile * C + g.rank(), unit.split, work, &p.last[half]))
       continue;
-    put_tile<BN, S>(d, scale, p.outbox(half), targets, g.row_tile(tile.x) * BM + half * 64, g.col_tile(tile.y) * BN);
+    put_tile<BN, S, R>(d, scale, p.outbox(half), targets, g.row_tile(tile.x) * R + half * 64,
+                       g.col_tile(tile.y) * BN);
   }
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();  // the tiles are written before the block ends
 }
 
 // A consumer warpgroup (half 0 or 1) of a block whose consumers take alternate units (one K slice range, the whole
-// tile, each): unit i of the block is half i % 2's. It multiplies all 128 rows (two 64 × BN accumulators) once its
+// tile, each): unit i of the block is half i % 2's. It multiplies all R rows (R / 64 accumulators of 64 × BN) once its
 // turn comes, hands the turn to the other consumer as soon as its last products are issued, and writes the tile
 // while the other multiplies. The stages of the other's units are skipped, counted all the same. In a pair the
 // blocks' consumers of the same half take the pair's tiles of a unit together, and release its stages in both.
-template <int BN, int S, int C, class T, bool kShareA>
-__device__ void consume_alternate(int half, const Grid<BN, C, T, kShareA>& g, const RowsReady& rows,
-                                  const TileTargets& targets, const Work& work, const Pipeline<BN, S>& p) {
+template <int BN, int S, int C, class T, bool kShareA, int R>
+__device__ void consume_alternate(int half, const Grid<BN, C, T, kShareA, R>& g, const RowsReady& rows,
+                                  const TileTargets& targets, const Work& work, const Pipeline<BN, S, R>& p) {
+  constexpr int kParts = R / 64;  // accumulators of 64 rows
   const float scale = work.scale();
   u32 it = 0, turns = 0;
   for (int u = g.cluster(), i = 0; u < g.units; u += g.clusters(), ++i) {
@@ -370,10 +376,12 @@ __device__ void consume_alternate(int half, const Grid<BN, C, T, kShareA>& g, co
       continue;
     }
     const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, g.first_tile_row(rows.first_row_tile));
-    float d[2][BN / 2];  // rows 0-63 and 64-127 of the tile
+    float d[kParts][BN / 2];  // rows 0-63 (and 64-127) of the tile
     if (unit.k0 == unit.k1) {
 #pragma unroll
-      for (int j = 0; j < BN / 2; ++j) d[0][j] = d[1][j] = 0.0f;
+      for (int r = 0; r < kParts; ++r)
+#pragma unroll
+        for (int j = 0; j < BN / 2; ++j) d[r][j] = 0.0f;
     }
     pkit::mbarrier_wait(&p.turn[half], turns++ & 1, PKIT_SITE);
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
@@ -384,7 +392,7 @@ __device__ void consume_alternate(int half, const Grid<BN, C, T, kShareA>& g, co
 #pragma unroll
       for (int step = 0; step < kSliceBytes / 32; ++step) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
+        for (int r = 0; r < kParts; ++r)
           pkit::mma<BN, T>(d[r], pkit::smem_desc(p.a(s) + r * 64 * kSliceBytes) + 2 * step, b_desc + 2 * step,
                            kt > unit.k0 || step > 0);
       }
@@ -397,8 +405,9 @@ __device__ void consume_alternate(int half, const Grid<BN, C, T, kShareA>& g, co
     if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, C>(p, (it - 1) % S);
     if (!g.writes(tile)) continue;
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      put_tile<BN, S>(d[r], scale, p.outbox(half), targets, g.row_tile(tile.x) * BM + r * 64, g.col_tile(tile.y) * BN);
+    for (int r = 0; r < kParts; ++r)
+      put_tile<BN, S, R>(d[r], scale, p.outbox(half), targets, g.row_tile(tile.x) * R + r * 64,
+                         g.col_tile(tile.y) * BN);
   }
   if (threadIdx.x % 128 == 0) pkit::bulk_wait<0>();
 }
@@ -407,14 +416,15 @@ __device__ void consume_alternate(int half, const Grid<BN, C, T, kShareA>& g, co
 // A: alternate tiles) and gemm_tn_alternate_pair_a (C = 2, A, kShareA): set up the
 // stages, hand registers to the consumers, run the producer and the consumers; in a cluster, no block starts
 // before every block's mbarriers are set, nor ends while another may still arrive on them.
-template <int BN, int S, int C, class T, bool A = false, bool kShareA = false>
+template <int BN, int S, int C, class T, bool A = false, bool kShareA = false, int R = BM>
 __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::TensorMap& b, int m, int n, int k,
                                            const RowsReady& rows, const TileTargets& targets, const Work& work) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  Pipeline<BN, S> p;
+  using Sh = Shape<BN, S, R>;
+  Pipeline<BN, S, R> p;
   p.stages = reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
-  p.outboxes = p.stages + S * Shape<BN, S>::kStageBytes;
-  p.full = reinterpret_cast<u64*>(p.outboxes + 2 * Shape<BN, S>::kBoxes * kBoxBytes);
+  p.outboxes = p.stages + S * Sh::kStageBytes;
+  p.full = reinterpret_cast<u64*>(p.outboxes + 2 * Sh::kBoxes * kBoxBytes);
   p.empty = p.full + S;
   p.last = reinterpret_cast<int*>(p.empty + S);
   p.turn = p.empty + S + 1;
@@ -434,17 +444,17 @@ __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::Tensor
   } else {
     pkit::cluster_sync();
   }
-  const Grid<BN, C, T, kShareA> g(m, n, k, work.splits);
+  const Grid<BN, C, T, kShareA, R> g(m, n, k, work.splits);
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    pkit::registers_lower_to<Shape<BN, S>::kProducerRegisters>();
-    if (threadIdx.x == 0) produce<BN, S, C, T, kShareA>(a, b, g, rows, work, p);
+    pkit::registers_lower_to<Sh::kProducerRegisters>();
+    if (threadIdx.x == 0) produce<BN, S, C, T, kShareA, R>(a, b, g, rows, work, p);
   } else {
-    pkit::registers_raise_to<Shape<BN, S>::kConsumerRegisters>();
+    pkit::registers_raise_to<Sh::kConsumerRegisters>();
     if constexpr (A) {
-      consume_alternate<BN, S, C, T, kShareA>(warpgroup - 1, g, rows, targets, work, p);
+      consume_alternate<BN, S, C, T, kShareA, R>(warpgroup - 1, g, rows, targets, work, p);
     } else {
-      consume<BN, S, C, T, kShareA>(warpgroup - 1, g, rows, targets, work, p);
+      consume<BN, S, C, T, kShareA, R>(warpgroup - 1, g, rows, targets, work, p);
     }
   }
   if (C > 1) pkit::cluster_sync();
@@ -487,4 +497,22 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
                              int n, int k, const RowsReady rows, const __grid_constant__ TileTargets targets,
                              const Work work) {
   gemm_block<BN, S, 2, T, true, true>(a, b, m, n, k, rows, targets, work);
+}
+
+// Alternate tiles of 64 rows, one accumulator each: blocks alone, or in pairs sharing B (_pair).
+template <int BN, int S, class T>
+__global__ void __launch_bounds__(384, 1) gemm_tn_alternate_short(const __grid_constant__ ASources a,
+                                                                  const __grid_constant__ pkit::TensorMap b, int m,
+                                                                  int n, int k, const RowsReady rows,
+                                                                  const __grid_constant__ TileTargets targets,
+                                                                  const Work work) {
+  gemm_block<BN, S, 1, T, true, false, 64>(a, b, m, n, k, rows, targets, work);
+}
+
+template <int BN, int S, class T>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
+    gemm_tn_alternate_short_pair(const __grid_constant__ ASources a, const __grid_constant__ pkit::TensorMap b, int m,
+                                 int n, int k, const RowsReady rows, const __grid_constant__ TileTargets targets,
+                                 const Work work) {
+  gemm_block<BN, S, 2, T, true, false, 64>(a, b, m, n, k, rows, targets, work);
 }

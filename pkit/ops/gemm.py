@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,12 +43,16 @@ STAGE_COUNTS = {256: (4, 3), 128: (6,), 64: (8,)}  # gemm.cu's stage counts S fo
 CLUSTER_SIZES = (1, 2)  # blocks per cluster: gemm.cu's gemm_tn (alone), gemm_tn_pair and gemm_tn_pair_a (pairs)
 A_BOX_ROWS = 64  # gemm.cu kABoxRows: A is read in boxes of this many rows (an A-sharing pair's block loads one)
 ALTERNATE_WIDTHS = (128,)  # tile widths of gemm.cu's gemm_tn_alternate: a whole tile's accumulator in one warpgroup
-VARIANTS = tuple((width, stages, cluster, False, False) for width, counts in STAGE_COUNTS.items() for stages in counts
-                 for cluster in CLUSTER_SIZES) + tuple(
-    (width, stages, 2, False, True) for width, counts in STAGE_COUNTS.items() for stages in counts) + tuple(
-    (width, stages, cluster, True, cluster > 1) for width in ALTERNATE_WIDTHS for stages in STAGE_COUNTS[width]
-    for cluster in CLUSTER_SIZES
-)  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles, pairs sharing A)
+SHORT_ROWS = 64  # rows of gemm.cu's short tiles (gemm_tn_alternate_short*: alternate tiles of one accumulator each)
+SHORT_STAGE_COUNTS = {128: (8,)}  # their stage counts for each tile width
+VARIANTS = tuple((width, stages, cluster, False, False, BLOCK_M) for width, counts in STAGE_COUNTS.items()
+                 for stages in counts for cluster in CLUSTER_SIZES) + tuple(
+    (width, stages, 2, False, True, BLOCK_M) for width, counts in STAGE_COUNTS.items() for stages in counts) + tuple(
+    (width, stages, cluster, True, cluster > 1, BLOCK_M) for width in ALTERNATE_WIDTHS
+    for stages in STAGE_COUNTS[width] for cluster in CLUSTER_SIZES) + tuple(
+    (width, stages, cluster, True, False, SHORT_ROWS) for width, counts in SHORT_STAGE_COUNTS.items()
+    for stages in counts for cluster in CLUSTER_SIZES
+)  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles, pairs sharing A, rows)
 MAX_SPLITS = 16  # the most units one tile's K is cut into
 GEMM_THREADS = 384  # a producer warpgroup and two consumer warpgroups
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
@@ -62,25 +66,27 @@ DTYPES = {"bfloat16": "Bf16", "float8_e4m3fn": "E4m3"}  # torch dtype name → g
 ITEMSIZES = {"bfloat16": 2, "float8_e4m3fn": 1}  # bytes per input element of each of DTYPES
 
 
-def boxes(block_n: int, stages: int) -> int:
-    """Epilogue boxes per consumer of a block with tiles `block_n` wide and `stages` stages: as many as fit beside
-    the stages, up to block_n / 64 (gemm.cu Shape::kBoxes)."""
-    spare = (_SMEM_LIMIT - _SMEM_FIXED - stages * (BLOCK_M + block_n) * SLICE_BYTES) // (2 * _BOX_BYTES)
+def boxes(block_n: int, stages: int, rows: int = BLOCK_M) -> int:
+    """Epilogue boxes per consumer of a block with tiles `rows` × `block_n` and `stages` stages: as many as fit
+    beside the stages, up to block_n / 64 (gemm.cu Shape::kBoxes)."""
+    spare = (_SMEM_LIMIT - _SMEM_FIXED - stages * (rows + block_n) * SLICE_BYTES) // (2 * _BOX_BYTES)
     return min(spare, block_n // EPILOGUE_BOX)
 
 
-def smem_bytes(block_n: int, stages: int) -> int:
-    """Dynamic shared memory of a block with tiles `block_n` wide and `stages` stages (gemm.cu Shape::kSmemBytes)."""
-    return stages * (BLOCK_M + block_n) * SLICE_BYTES + 2 * boxes(block_n, stages) * _BOX_BYTES + _SMEM_FIXED
+def smem_bytes(block_n: int, stages: int, rows: int = BLOCK_M) -> int:
+    """Dynamic shared memory of a block with tiles `rows` × `block_n` and `stages` stages (gemm.cu
+    Shape::kSmemBytes)."""
+    return stages * (rows + block_n) * SLICE_BYTES + 2 * boxes(block_n, stages, rows) * _BOX_BYTES + _SMEM_FIXED
 
 
-SHAPE_ASSERTS = "\n".join(f"static_assert(Shape<{w}, {s}>::kSmemBytes == {smem_bytes(w, s)}, \"smem_bytes({w}, {s})\");"
-                          for w, counts in STAGE_COUNTS.items() for s in counts)
+SHAPE_ASSERTS = "\n".join(f"static_assert(Shape<{w}, {s}, {r}>::kSmemBytes == {smem_bytes(w, s, r)}, "
+                          f"\"smem_bytes({w}, {s}, {r})\");" for w, s, *_, r in VARIANTS)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How a GEMM's work is cut: tiles of C `block_n` columns wide (and BLOCK_M rows), each tile's K in `splits`
+    """How a GEMM's work is cut: tiles of C `block_n` columns wide and `rows` rows (BLOCK_M; SHORT_ROWS for
+    alternate tiles of one accumulator each), each tile's K in `splits`
     units (split-K; 1: none), through `stages` shared-memory stages (0: the deepest of STAGE_COUNTS[block_n];
     fewer leave room for an outbox as wide as the tile, so its epilogue never waits), run by blocks in clusters
     of `cluster` (CLUSTER_SIZES): a pair takes two tiles above each other and loads each slice of B once for both,
@@ -94,16 +100,18 @@ class Plan:
     cluster: int = 1
     alternate: bool = False
     share_a: bool = False
+    rows: int = BLOCK_M
 
     def __post_init__(self):
-        if not self.stages and self.block_n in STAGE_COUNTS:
-            object.__setattr__(self, "stages", STAGE_COUNTS[self.block_n][0])
+        counts = STAGE_COUNTS if self.rows == BLOCK_M else SHORT_STAGE_COUNTS
+        if not self.stages and self.block_n in counts:
+            object.__setattr__(self, "stages", counts[self.block_n][0])
 
     def tiles(self, m: int, n: int) -> int:
         """Tiles of C the blocks take, counting, where the cluster does not divide the row tiles (column tiles, for
         pairs sharing A), the ones past the last that a cluster's last block takes to keep its partner's loads in
         step (it writes nothing)."""
-        rows, cols = math.ceil(m / BLOCK_M), math.ceil(n / self.block_n)
+        rows, cols = math.ceil(m / self.rows), math.ceil(n / self.block_n)
         if self.share_a:
             return rows * math.ceil(cols / self.cluster) * self.cluster
         return math.ceil(rows / self.cluster) * self.cluster * cols
@@ -117,20 +125,22 @@ class PlanRule:
     """plan's estimate of a plan's time, in the time a block takes over one K slice of a 128 × 256 tile in the
     deepest pipeline: the waves of units over the SMs times each unit's K slices plus `unit_overhead` slices
     (filling the pipeline, writing the tile), a slice of a 128-wide tile costing `narrow_slice` of a 256-wide one,
-    of a 64-wide tile `slim_slice`, and a slice of a shallower pipeline `shallow_slice` of a deep one; a unit whose
-    outbox is narrower than its tile also costs `waiting_epilogue` slices (it waits for its boxes to drain); with split-K each unit costs
+    of a 64-wide tile `slim_slice`, of a 64-row tile `short_slice` of a 128-row one, and a slice of a shallower
+    pipeline `shallow_slice` of a deep one; a unit whose outbox is narrower than its tile also costs
+    `waiting_epilogue` slices (it waits for its boxes to drain); with split-K each unit costs
     `split_overhead` slices per split (its fp32 partial left in L2, the last unit reading the others' back); a
     slice of a block in a pair costs `paired_slice` of one alone (B's loads shared; `shared_a_slice` in a pair
     sharing A's), and pairs fill the SMs in twos;
     a block whose consumers take alternate tiles pays `alternate_overhead` slices a unit instead of unit_overhead
     (one's epilogue runs under the other's products).
-    The defaults count MMA work and bytes alone, but for slim_slice, which stays at a whole slice (64-wide tiles
-    never favoured) until a sweep that ran them is fitted; `pkit.experiments.overlap.gemm.fit_plan_rule` fits them to a
-    recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
+    The defaults count MMA work and bytes alone, but for slim_slice and short_slice, which stay at a whole slice
+    (64-wide and 64-row tiles never favoured) until a sweep that ran them is fitted;
+    `pkit.experiments.overlap.gemm.fit_plan_rule` fits them to a recorded plan sweep, and `plan` uses the fit shipped in pkit/data/gemm_plan_rule.json."""
 
     narrow_slice: float = 0.5
     unit_overhead: float = 2.0
     slim_slice: float = 1.0
+    short_slice: float = 1.0
     split_overhead: float = (BLOCK_M * 128 * 4) / ((BLOCK_M + 128) * SLICE_BYTES)  # partial bytes / slice bytes
     shallow_slice: float = 1.0
     waiting_epilogue: float = 0.0
@@ -142,14 +152,18 @@ class PlanRule:
         """A K slice of a tile `block_n` wide, in slices of the widest (TILE_WIDTHS)."""
         return {TILE_WIDTHS[0]: 1.0, 128: self.narrow_slice, 64: self.slim_slice}[block_n]
 
+    def slice_cost(self, how: "Plan") -> float:
+        """One K slice of a unit of `how` against one of a 128 × 256 tile alone in the deepest pipeline, but for its
+        width (`width_slice`): its depth, its cluster and its rows."""
+        shallow = how.rows == BLOCK_M and how.stages < STAGE_COUNTS[how.block_n][0]
+        paired = 1.0 if how.cluster == 1 else self.shared_a_slice if how.share_a else self.paired_slice
+        return (self.shallow_slice if shallow else 1.0) * paired * (1.0 if how.rows == BLOCK_M else self.short_slice)
+
     def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
         """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks."""
-        shallow = how.stages < STAGE_COUNTS[how.block_n][0]
-        paired = 1.0 if how.cluster == 1 else self.shared_a_slice if how.share_a else self.paired_slice
-        slice_cost = (self.shallow_slice if shallow else 1.0) * paired
-        per_unit = math.ceil(k_slices / how.splits) * slice_cost + (
+        per_unit = math.ceil(k_slices / how.splits) * self.slice_cost(how) + (
             self.alternate_overhead if how.alternate else self.unit_overhead)
-        if boxes(how.block_n, how.stages) < how.block_n // EPILOGUE_BOX:
+        if boxes(how.block_n, how.stages, how.rows) < how.block_n // EPILOGUE_BOX:
             per_unit += self.waiting_epilogue
         if how.splits > 1:
             per_unit += self.split_overhead * how.splits
@@ -175,11 +189,10 @@ def k_slices(k: int, itemsize: int = 2) -> int:
 
 def cheapest(options, m: int, n: int, slices: int, sms: int, rule: PlanRule) -> Plan:
     """Of the plans `options`, the one with the least estimated time under `rule` for an M × N output over `slices`
-    K slices on `sms` blocks: ties go to wider tiles, fewer splits, deeper pipelines, blocks alone and consumers
-    sharing tiles."""
-    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.block_n, p.splits, -p.stages, p.cluster,
-                                       p.share_a,
-                                       p.alternate))
+    K slices on `sms` blocks: ties go to taller tiles, wider tiles, fewer splits, deeper pipelines, blocks alone,
+    pairs sharing B and consumers sharing tiles."""
+    return min(options, key=lambda p: (rule.cost(p, m, n, slices, sms), -p.rows, -p.block_n, p.splits, -p.stages,
+                                       p.cluster, p.share_a, p.alternate))
 
 
 def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=range(1, MAX_SPLITS + 1)) -> list[Plan]:
@@ -188,7 +201,7 @@ def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=ran
     while the units stay within two per SM (it is for shapes with few tiles, and its workspace holds a partial per
     unit), and never with alternate tiles."""
     slices = k_slices(k, itemsize)
-    return [Plan(w, s, st, c, alt, sa) for w, st, c, alt, sa in VARIANTS for s in splits
+    return [Plan(w, s, st, c, alt, sa, r) for w, st, c, alt, sa, r in VARIANTS for s in splits
             if c <= sms and s <= slices and (s == 1 or not alt and Plan(w, s, st, c).units(m, n) <= 2 * sms)]
 
 
@@ -224,26 +237,36 @@ WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a",
 
 
 @lru_cache(maxsize=None)
-def _kernel(block_n: int, stages: int, cluster: int, dtype: str, alternate: bool = False, share_a: bool = False):
+def _kernel(how: Plan, dtype: str):
     import pkit
 
-    return pkit.compile("gemm.cu", kernel_name(block_n, dtype, stages, cluster, alternate, share_a))
+    return pkit.compile("gemm.cu", kernel_name(how, dtype))
 
 
-def kernel_name(block_n: int, dtype: str = "bfloat16", stages: int = 0, cluster: int = 1,
-                alternate: bool = False, share_a: bool = False) -> str:
-    """gemm.cu's kernel for tiles `block_n` wide, inputs of `dtype` (a key of DTYPES), `stages` stages (0: the
-    deepest), blocks in clusters of `cluster` (1: gemm_tn, 2: gemm_tn_pair; with `share_a`, gemm_tn_pair_a) and,
-    with `alternate`, consumers on alternate tiles (gemm_tn_alternate, gemm_tn_alternate_pair_a), as a name
-    expression."""
-    kernel = ("gemm_tn_alternate" + ("_pair_a" if share_a else "") if alternate else "gemm_tn_pair_a" if share_a
-              else {1: "gemm_tn", 2: "gemm_tn_pair"}[cluster])
-    return f"{kernel}<{block_n}, {stages or STAGE_COUNTS[block_n][0]}, pkit::{DTYPES[dtype]}>"
+def kernel_name(how: Plan, dtype: str = "bfloat16") -> str:
+    """gemm.cu's kernel that runs plan `how` (its splits aside) on inputs of `dtype` (a key of DTYPES), as a name
+    expression: gemm_tn (blocks alone), gemm_tn_pair (pairs sharing B), gemm_tn_pair_a (sharing A), and with
+    alternate tiles gemm_tn_alternate, gemm_tn_alternate_pair_a, or for 64-row tiles gemm_tn_alternate_short and
+    gemm_tn_alternate_short_pair (pairs sharing B).
+
+    >>> kernel_name(Plan(256, 1))
+    'gemm_tn<256, 4, pkit::Bf16>'
+    >>> kernel_name(Plan(128, 1, 8, 2, alternate=True, rows=64), "float8_e4m3fn")
+    'gemm_tn_alternate_short_pair<128, 8, pkit::E4m3>'
+    """
+    pair = how.cluster > 1
+    if how.rows != BLOCK_M:
+        kernel = "gemm_tn_alternate_short" + ("_pair" if pair else "")
+    elif how.alternate:
+        kernel = "gemm_tn_alternate" + ("_pair_a" if how.share_a else "")
+    else:
+        kernel = "gemm_tn_pair_a" if how.share_a else "gemm_tn_pair" if pair else "gemm_tn"
+    return f"{kernel}<{how.block_n}, {how.stages}, pkit::{DTYPES[dtype]}>"
 
 
 @lru_cache(maxsize=None)
-def resident_clusters(block_n: int, stages: int, cluster: int, dtype: str, device: int, share_a: bool = False) -> int:
-    """How many clusters of the kernel of that plan and dtype run at once on GPU `device` (one block per SM, each
+def resident_clusters(how: Plan, dtype: str, device: int) -> int:
+    """How many clusters of the kernel of plan `how` and dtype run at once on GPU `device` (one block per SM, each
     with smem_bytes of shared memory; a cluster's blocks share a GPC, so fewer than SMs / cluster may fit)."""
     import cupy as cp
     from cupy_backends.cuda.api import driver
@@ -253,11 +276,11 @@ def resident_clusters(block_n: int, stages: int, cluster: int, dtype: str, devic
     from ..driver import max_active_clusters
 
     sms = pkit.devices()[device].sms
-    function = _kernel(block_n, stages, cluster, dtype, share_a=share_a).on(device)
+    function = _kernel(how, dtype).on(device)
+    smem = smem_bytes(how.block_n, how.stages, how.rows)
     with cp.cuda.Device(device):
-        driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                smem_bytes(block_n, stages))
-        return max_active_clusters(function.ptr, sms // cluster * cluster, GEMM_THREADS, smem_bytes(block_n, stages))
+        driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        return max_active_clusters(function.ptr, sms // how.cluster * how.cluster, GEMM_THREADS, smem)
 
 
 def tensor_map(tensor, box_rows: int, box_cols: int):
@@ -400,9 +423,9 @@ def _check_options(dtype: str, scale_a, scale_b, blocks, sms: int) -> None:
 def _checked_plan(how: Plan) -> Plan:
     """`how` if it names one of gemm.cu's kernels (VARIANTS) and a split count gemm runs with it, else a ValueError
     naming it."""
-    kernel = (how.block_n, how.stages, how.cluster, how.alternate, how.share_a)
+    kernel = (how.block_n, how.stages, how.cluster, how.alternate, how.share_a, how.rows)
     if kernel not in VARIANTS or not 1 <= how.splits <= (1 if how.alternate else MAX_SPLITS):
-        raise ValueError(f"how: expected a Plan whose (block_n, stages, cluster, alternate, share_a) is one of "
+        raise ValueError(f"how: expected a Plan whose (block_n, stages, cluster, alternate, share_a, rows) is one of "
                          f"{VARIANTS}, "
                          f"with splits in [1, {MAX_SPLITS}] (1 with alternate tiles), got {how}")
     return how
@@ -413,8 +436,7 @@ def launch_blocks(how: Plan, m: int, n: int, blocks: int, dtype: str, device: in
     `device`: one per unit of work at most, whole clusters, no more clusters than run at once (resident_clusters)."""
     grid = min(how.units(m, n), blocks)
     if how.cluster > 1:
-        grid = min(grid // how.cluster,
-                   resident_clusters(how.block_n, how.stages, how.cluster, dtype, device, how.share_a))
+        grid = min(grid // how.cluster, resident_clusters(replace(how, splits=1), dtype, device))
         grid *= how.cluster
     if grid < 1:
         raise ValueError(f"blocks: expected at least {how.cluster} for a plan in clusters of {how.cluster}, "
@@ -469,9 +491,9 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
                      scale_a=_scale_address(scale_a, "scale_a", a.device) if fp8 else 0,
                      scale_b=_scale_address(scale_b, "scale_b", a.device) if fp8 else 0)
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
-                           first_row_tile=first_row // BLOCK_M)
+                           first_row_tile=first_row // BLOCK_M)  # in 128-row tiles, whatever the plan's rows
     row_elements = SLICE_BYTES // a.element_size()
-    _kernel(how.block_n, how.stages, how.cluster, dtype, how.alternate, how.share_a)((grid,), (GEMM_THREADS,),
+    _kernel(replace(how, splits=1), dtype)((grid,), (GEMM_THREADS,),
                                 (a_sources(((a.data_ptr(), m),), k, itemsize=a.element_size()) if a_from is None
                                  else a_from,
                                  tensor_map(b, how.block_n if how.share_a else how.block_n // how.cluster,
@@ -479,5 +501,5 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
                                  np.int32(k), rows,
                                  tile_targets(((out.data_ptr(), m),), n, add=False) if add_into is None else add_into,
                                  work),
-                                shared_mem=smem_bytes(how.block_n, how.stages), device=device)
+                                shared_mem=smem_bytes(how.block_n, how.stages, how.rows), device=device)
     return out

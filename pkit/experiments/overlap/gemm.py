@@ -205,6 +205,7 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
                      "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
                      "stages": chosen.stages if ours else 0, "cluster": chosen.cluster if ours else 0,
                      "alternate": chosen.alternate if ours else False, "share_a": chosen.share_a if ours else False,
+                     "rows": chosen.rows if ours else 0,
                      **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "max_abs_err": err})
     del inputs
@@ -284,7 +285,7 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         timing = timings[how]
         rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
                      "stages": how.stages, "cluster": how.cluster, "alternate": how.alternate, "share_a": how.share_a,
-                     **timing.times_us(),
+                     "rows": how.rows, **timing.times_us(),
                      "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "chosen": how == chosen})
     del inputs
@@ -294,13 +295,15 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
 
 RULE_GRID = {"narrow_slice": np.arange(0.5, 1.01, 0.02), "unit_overhead": np.arange(0.0, 8.01, 0.5),
              "slim_slice": np.r_[1.0, np.arange(0.25, 1.01, 0.02)],
+             "short_slice": np.r_[1.0, np.arange(0.3, 1.01, 0.02)],
              "split_overhead": np.arange(0.0, 6.01, 0.25), "shallow_slice": np.arange(1.0, 1.51, 0.02),
              "waiting_epilogue": np.arange(0.0, 8.01, 0.5), "paired_slice": np.r_[1.0, np.arange(0.7, 1.21, 0.02)],
              "shared_a_slice": np.r_[1.0, np.arange(0.7, 1.21, 0.02)],
              "alternate_overhead": np.r_[8.0, np.arange(0.0, 8.01, 0.5)]}
 """The values fit_plan_rule tries for each of PlanRule's constants; each's first is where every search starts (a
-constant the sweep cannot tell stays there: 1.0 for paired_slice, shared_a_slice and slim_slice and 8.0 for
-alternate_overhead, so a sweep without pairs, 64-wide tiles or alternate tiles never favours them)."""
+constant the sweep cannot tell stays there: 1.0 for paired_slice, shared_a_slice, slim_slice and short_slice and
+8.0 for alternate_overhead, so a sweep without pairs, 64-wide or 64-row tiles or alternate tiles never favours
+them)."""
 RULE_STARTS = 12  # fit_plan_rule's starting points beyond the grid's first values
 
 
@@ -322,8 +325,8 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
     """
     grid = {name: [round(float(v), 4) for v in values] for name, values in (grid or RULE_GRID).items()}
     plans = [f.name for f in fields(Plan)]  # a plan's columns, in the order Plan(*key) takes them
-    frame = frame.assign(**{c: v for c, v in [("cluster", 1), ("alternate", False), ("share_a", False)]
-                            if c not in frame})  # older sweeps
+    frame = frame.assign(**{c: v for c, v in [("cluster", 1), ("alternate", False), ("share_a", False),
+                                              ("rows", BLOCK_M)] if c not in frame})  # older sweeps
     shapes = [(key, g.set_index(plans)["tflops"]) for key, g in frame.groupby(["dtype", "m", "n", "k"], sort=False)]
 
     def score(constants: dict) -> float:

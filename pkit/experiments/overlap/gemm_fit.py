@@ -27,10 +27,9 @@ LENGTHS = np.geomspace(1.0, 1e5, 1001)  # the epilogue's length in K searched by
 
 def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float, bool]:
     """(waves, K per unit, split) of an M × N × K GEMM on `sms` SMs: pkit's plan (`planned`: whole waves of its
-    units over the SMs its clusters fill, K per unit ⌈K slices / splits⌉ slices' elements, a narrow unit's scaled by
-    the plan rule's narrow_slice, a shallow pipeline's by its shallow_slice and a paired block's by its paired_slice,
-    split when splits > 1) or cuBLAS's balanced tiles (tiles / SMs, all of K, no split)."""
-    from ...ops.gemm import BLOCK_K, BLOCK_M, BLOCK_N, STAGE_COUNTS, plan, plan_rule
+    units over the SMs its clusters fill, K per unit ⌈K slices / splits⌉ slices' elements scaled by the plan rule's
+    width_slice and slice_cost (a narrower, shallower, paired or shorter unit's slice), split when splits > 1) or cuBLAS's balanced tiles (tiles / SMs, all of K, no split)."""
+    from ...ops.gemm import BLOCK_K, BLOCK_M, BLOCK_N, plan, plan_rule
 
     if sms < 1:
         raise ValueError(f"sms: expected at least 1 SM, got {sms}")
@@ -38,10 +37,8 @@ def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float,
         return math.ceil(m / BLOCK_M) * math.ceil(n / BLOCK_N) / sms, float(k), False
     how = plan(int(m), int(n), int(k), int(sms))
     rule = plan_rule()
-    width = rule.width_slice(how.block_n)
-    depth = 1.0 if how.stages == STAGE_COUNTS[how.block_n][0] else rule.shallow_slice
-    paired = 1.0 if how.cluster == 1 else rule.shared_a_slice if how.share_a else rule.paired_slice
-    per_unit = math.ceil(math.ceil(k / BLOCK_K) / how.splits) * BLOCK_K * width * depth * paired
+    per_unit = math.ceil(math.ceil(k / BLOCK_K) / how.splits) * BLOCK_K * rule.width_slice(how.block_n) * (
+        rule.slice_cost(how))
     return float(math.ceil(how.units(m, n) / (sms // how.cluster * how.cluster))), per_unit, how.splits > 1
 
 
