@@ -81,7 +81,7 @@ def _gemm_rates(rng):
     """Stand-ins for overlap_gemm._rates_of_shape and _plans_of_shape: their rows for one shape (the keys they
     write), made-up rates."""
     from pkit.experiments.overlap.gemm import IMPLEMENTATIONS
-    from pkit.ops.gemm import STAGE_COUNTS, VARIANTS
+    from pkit.ops.gemm_plans import STAGE_COUNTS, VARIANTS
 
     def timed(m, n, k, tflops, reps):
         t = summarize(2 * m * n * k / (tflops * 1e12) * 1e3 * rng.uniform(0.98, 1.02, reps))

@@ -6,82 +6,83 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pkit.ops import gemm as G  # noqa: E402
+from pkit.ops import gemm_plans as P  # noqa: E402
 from pkit.tolerance import bf16_gemm  # noqa: E402
 
 
-PLANS = [G.Plan(w, s, st, c, alt, sa, r) for w, st, c, alt, sa, r in G.VARIANTS
+PLANS = [P.Plan(w, s, st, c, alt, sa, r) for w, st, c, alt, sa, r in P.VARIANTS
          for s in ((1,) if alt else (1, 3))]  # each kernel, without and (where it runs it) with split-K
-PAIRED = G.Plan(256, 1, 4, 2)  # blocks in pairs sharing B's loads
-SHARING_A = G.Plan(128, 1, 6, 2, share_a=True)  # blocks in pairs sharing A's loads
-ALTERNATE_SHARING_A = G.Plan(128, 1, 6, 2, True, True)  # alternate tiles in pairs sharing A's loads
-SHORT = G.Plan(128, 1, 8, 1, True, rows=64)  # alternate 64-row tiles
-SHORT_PAIRED = G.Plan(128, 1, 8, 2, True, rows=64)  # alternate 64-row tiles in pairs sharing B's loads
-ALTERNATE = G.Plan(128, 1, 6, 1, True)  # consumers on alternate tiles
+PAIRED = P.Plan(256, 1, 4, 2)  # blocks in pairs sharing B's loads
+SHARING_A = P.Plan(128, 1, 6, 2, share_a=True)  # blocks in pairs sharing A's loads
+ALTERNATE_SHARING_A = P.Plan(128, 1, 6, 2, True, True)  # alternate tiles in pairs sharing A's loads
+SHORT = P.Plan(128, 1, 8, 1, True, rows=64)  # alternate 64-row tiles
+SHORT_PAIRED = P.Plan(128, 1, 8, 2, True, rows=64)  # alternate 64-row tiles in pairs sharing B's loads
+ALTERNATE = P.Plan(128, 1, 6, 1, True)  # consumers on alternate tiles
 
 
-@pytest.mark.parametrize("variant", G.VARIANTS, ids=str)
+@pytest.mark.parametrize("variant", P.VARIANTS, ids=str)
 @pytest.mark.parametrize("dtype", G.DTYPES)
 def test_every_variant_compiles_for_sm90a(cache_dir, variant, dtype):
     import pkit
 
     width, stages, cluster, alternate, share_a, rows = variant
-    name = G.kernel_name(G.Plan(width, 1, stages, cluster, alternate, share_a, rows), dtype)
+    name = G.kernel_name(P.Plan(width, 1, stages, cluster, alternate, share_a, rows), dtype)
     assert pkit.compile("gemm.cu", name, arch="sm_90a").module.lowered[name].startswith("_Z")
 
 
 def test_plans_fill_the_sms_and_stay_in_bounds():
     """Many tiles: the widest, unsplit; few tiles: split-K brings the units near the SMs; never more splits than
     K slices (a unit with none would add nothing but its fixup)."""
-    assert G.plan(8192, 8192, 8192, sms=132) == G.Plan(256, 1)
-    few = G.plan(1024, 256, 8192, sms=132)
+    assert P.plan(8192, 8192, 8192, sms=132) == P.Plan(256, 1)
+    few = P.plan(1024, 256, 8192, sms=132)
     assert few.splits > 1 and few.units(1024, 256) <= 132
     for m, n, k in [(128, 128, 64), (1000, 776, 1096), (8, 8, 8), (64, 4096, 128)]:
         for itemsize in (1, 2):
-            p = G.plan(m, n, k, sms=132, itemsize=itemsize)
-            assert p.block_n in G.TILE_WIDTHS and 1 <= p.splits <= max(1, -(-k // (G.SLICE_BYTES // itemsize)))
-    assert all(p.cluster == 1 for p in G.plan_options(1024, 256, 8192, sms=1)), "a pair needs two SMs"
+            p = P.plan(m, n, k, sms=132, itemsize=itemsize)
+            assert p.block_n in P.TILE_WIDTHS and 1 <= p.splits <= max(1, -(-k // (P.SLICE_BYTES // itemsize)))
+    assert all(p.cluster == 1 for p in P.plan_options(1024, 256, 8192, sms=1)), "a pair needs two SMs"
 
 
 def test_pairs_count_the_tile_past_the_last_row_and_fill_the_sms_in_twos():
     """Pairs take row tiles two at a time: with an odd count the last pair's second block takes a tile past C (it
     writes nothing but occupies an SM), and a pair plan's waves are counted over the SMs that whole pairs fill."""
-    assert G.Plan(256, 1, 4, 2).tiles(333, 512) == 4 * 2 and G.Plan(256, 1, 4).tiles(333, 512) == 3 * 2
-    cheap_pairs = G.PlanRule(paired_slice=0.8)
-    alone, paired = G.Plan(256, 1, 4), G.Plan(256, 1, 4, 2)
+    assert P.Plan(256, 1, 4, 2).tiles(333, 512) == 4 * 2 and P.Plan(256, 1, 4).tiles(333, 512) == 3 * 2
+    cheap_pairs = P.PlanRule(paired_slice=0.8)
+    alone, paired = P.Plan(256, 1, 4), P.Plan(256, 1, 4, 2)
     assert cheap_pairs.cost(paired, 8192, 8192, 128, 132) < cheap_pairs.cost(alone, 8192, 8192, 128, 132)
-    assert G.PlanRule().cost(paired, 131 * 128, 256, 128, 131) > G.PlanRule().cost(alone, 131 * 128, 256, 128, 131)
-    assert G.plan(8192, 8192, 8192, 132, rule=cheap_pairs).cluster == 2
+    assert P.PlanRule().cost(paired, 131 * 128, 256, 128, 131) > P.PlanRule().cost(alone, 131 * 128, 256, 128, 131)
+    assert P.plan(8192, 8192, 8192, 132, rule=cheap_pairs).cluster == 2
     assert SHARING_A.tiles(8 * 128, 3 * 128) == 8 * 4, "pairs sharing A take column tiles two at a time"
     assert SHORT_PAIRED.tiles(3 * 64, 128) == 4 and SHORT.tiles(3 * 64, 128) == 3, "64-row tiles"
-    assert G.plan(1024, 1024, 8192, 132, rule=G.PlanRule(short_slice=0.5, alternate_overhead=0.0)).rows == 64
-    assert G.plan(8192, 256, 8192, 132, rule=G.PlanRule(shared_a_slice=0.8)).share_a
-    assert G.plan(8192, 8192, 8192, 132, rule=G.PlanRule()).cluster == 1, "ties go to blocks alone"
+    assert P.plan(1024, 1024, 8192, 132, rule=P.PlanRule(short_slice=0.5, alternate_overhead=0.0)).rows == 64
+    assert P.plan(8192, 256, 8192, 132, rule=P.PlanRule(shared_a_slice=0.8)).share_a
+    assert P.plan(8192, 8192, 8192, 132, rule=P.PlanRule()).cluster == 1, "ties go to blocks alone"
 
 
 def test_alternate_tiles_pay_their_own_overhead_and_never_split():
     """Consumers on alternate tiles run whole 128-wide tiles with no split-K; a unit of theirs costs
     alternate_overhead slices where one shared by both consumers costs unit_overhead, so short K picks them."""
-    options = G.plan_options(8192, 8192, 256, sms=132)
+    options = P.plan_options(8192, 8192, 256, sms=132)
     assert {p.splits for p in options if p.alternate} == {1}
     assert {(p.block_n, p.cluster, p.share_a, p.rows) for p in options if p.alternate} == {
         (128, 1, False, 128), (128, 2, True, 128), (128, 1, False, 64), (128, 2, False, 64)}
-    shared, alternate = G.Plan(128, 1, 6), ALTERNATE
-    rule = G.PlanRule(narrow_slice=0.7, unit_overhead=6.0, alternate_overhead=1.0)
+    shared, alternate = P.Plan(128, 1, 6), ALTERNATE
+    rule = P.PlanRule(narrow_slice=0.7, unit_overhead=6.0, alternate_overhead=1.0)
     waves = -(-shared.units(8192, 8192) // 132)
     assert rule.cost(shared, 8192, 8192, 4, 132) - rule.cost(alternate, 8192, 8192, 4, 132) == pytest.approx(
         waves * (6.0 - 1.0) * rule.narrow_slice)
-    assert G.plan(8192, 8192, 256, 132, rule=rule).alternate
-    assert not G.plan(8192, 8192, 8192, 132, rule=rule).alternate
+    assert P.plan(8192, 8192, 256, 132, rule=rule).alternate
+    assert not P.plan(8192, 8192, 8192, 132, rule=rule).alternate
     with pytest.raises(ValueError, match=r"splits in \[1, 16\] \(1 with alternate tiles\)"):
-        G._checked_plan(G.Plan(128, 2, 6, 1, True))
+        G._checked_plan(P.Plan(128, 2, 6, 1, True))
 
 
 def test_shapes_and_work_struct_match_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
-    text = "\n".join([(KERNEL_DIR / "gemm.cu").read_text(), G.SHAPE_ASSERTS, G.WORK.layout_asserts(), ""])
-    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(G.Plan(256, 1))]).cubin
-    assert all(G.boxes(w, s, r) >= 1 and G.smem_bytes(w, s, r) <= 232448 for w, s, *_, r in G.VARIANTS)
+    text = "\n".join([(KERNEL_DIR / "gemm.cu").read_text(), P.SHAPE_ASSERTS, G.WORK.layout_asserts(), ""])
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(P.Plan(256, 1))]).cubin
+    assert all(P.boxes(w, s, r) >= 1 and P.smem_bytes(w, s, r) <= 232448 for w, s, *_, r in P.VARIANTS)
 
 
 @pytest.mark.parametrize("a, b, text", [
@@ -165,7 +166,7 @@ def test_split_k_gemms_on_two_streams_keep_their_own_workspaces():
     for _ in range(3):
         for (a, b), out, stream in zip(pairs, outs, streams):
             with stream:
-                G.gemm(a, b, out, how=G.Plan(128, 8))
+                G.gemm(a, b, out, how=P.Plan(128, 8))
     for s in streams:
         s.synchronize()
     for (a, b), out in zip(pairs, outs):
@@ -176,7 +177,7 @@ def test_split_k_gemms_on_two_streams_keep_their_own_workspaces():
 @pytest.mark.parametrize("kwargs, text", [
     (dict(m=64, n=64, k=12), "b: expected N × K with K = 12"),
     (dict(m=64, n=60, k=64), "b: expected a number of rows N that is a multiple of 8"),
-    (dict(m=64, n=64, k=64, how=G.Plan(64, 1)), r"how: expected a Plan whose \(block_n, stages, cluster, alternate\)"),
+    (dict(m=64, n=64, k=64, how=P.Plan(64, 1)), r"how: expected a Plan whose \(block_n, stages, cluster, alternate\)"),
     (dict(m=64, n=64, k=64, scale_a=1.0), "scale_a, scale_b: expected both for float8_e4m3fn inputs and neither"),
 ])
 def test_gpu_argument_errors(kwargs, text):
@@ -202,7 +203,7 @@ def test_rows_ready_struct_matches_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
     text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.ROWS_READY.layout_asserts() + "\n"
-    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(G.Plan(256, 1))]).cubin
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(P.Plan(256, 1))]).cubin
 
 
 def _randn(*shape, seed):
@@ -212,7 +213,7 @@ def _randn(*shape, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("blocks", [1, 2, 7, None])
-@pytest.mark.parametrize("how", [None, G.Plan(128, 3), PAIRED, G.Plan(128, 3, 6, 2), SHARING_A, ALTERNATE,
+@pytest.mark.parametrize("how", [None, P.Plan(128, 3), PAIRED, P.Plan(128, 3, 6, 2), SHARING_A, ALTERNATE,
                                  ALTERNATE_SHARING_A, SHORT, SHORT_PAIRED], ids=str)
 def test_persistent_blocks_cover_every_tile(blocks, how):
     """However few the blocks (pairs: an odd count runs one fewer), every tile is written, 7 row tiles of C
@@ -298,7 +299,7 @@ def test_tile_targets_struct_matches_the_kernel(cache_dir):
     from pkit.compiler import KERNEL_DIR, compile_cubin
 
     text = (KERNEL_DIR / "gemm.cu").read_text() + "\n" + G.TILE_TARGETS_ASSERTS + "\n" + G.A_SOURCES_ASSERTS + "\n"
-    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(G.Plan(256, 1))]).cubin
+    assert compile_cubin(text, arch="sm_90a", name_expressions=[G.kernel_name(P.Plan(256, 1))]).cubin
     with pytest.raises(ValueError, match="targets: expected 1 to 8"):
         G.tile_targets([], n=64)
     with pytest.raises(ValueError, match="rows_per_target: expected 0 or a positive multiple of 128"):
@@ -346,9 +347,9 @@ def test_plan_sweep_times_every_plan_and_marks_the_chosen_one():
     frame = plan_sweep([(1024, 256, 1024)], dtypes=["bfloat16"], reps=2, warmup=1)
     assert frame["verified"].all() and frame["chosen"].sum() == 1
     sms = __import__("pkit").devices()[0].sms
-    assert len(frame) == len(G.plan_options(1024, 256, 1024, sms, splits=SPLIT_GRID))
+    assert len(frame) == len(P.plan_options(1024, 256, 1024, sms, splits=SPLIT_GRID))
     assert set(zip(frame["block_n"], frame["stages"], frame["cluster"], frame["alternate"],
-                   frame["share_a"], frame["rows"])) == set(G.VARIANTS)
+                   frame["share_a"], frame["rows"])) == set(P.VARIANTS)
     assert frame["ratio_to_best"].max() == 1.0
 
 

@@ -8,7 +8,7 @@ from pkit.experiments.overlap import interference as I
 from pkit.experiments.overlap import gemm_fit
 from pkit.experiments.overlap import links as L
 from pkit.experiments.overlap import model as M
-from pkit.ops import gemm
+from pkit.ops import gemm, gemm_plans
 
 ROOT = results.REPO_ROOT
 
@@ -73,12 +73,12 @@ def test_pkit_gemms_fit_plans_again_on_fewer_sms():
     """On 132 SMs 1024 × 256 × 8192 is 16 narrow tiles, its K split; on fewer SMs pkit's GEMM picks another plan,
     and the fit counts that plan's waves and K per unit."""
     for sms in (132, 66, 8):
-        how = gemm.plan(1024, 256, 8192, sms)
+        how = gemm_plans.plan(1024, 256, 8192, sms)
         waves, per_unit, split = gemm_fit.work(1024, 256, 8192, sms, planned=True)
         assert waves == -(-how.units(1024, 256) // sms) and split == (how.splits > 1)
         assert per_unit == pytest.approx(-(-128 // how.splits) * 64 * (1.0 if how.block_n == 256 else
-                                                                         gemm.plan_rule().narrow_slice))
-    assert gemm.plan(1024, 256, 8192, 132) != gemm.plan(1024, 256, 8192, 8)
+                                                                         gemm_plans.plan_rule().narrow_slice))
+    assert gemm_plans.plan(1024, 256, 8192, 132) != gemm_plans.plan(1024, 256, 8192, 8)
 
 
 def test_a_recorded_shape_takes_its_recorded_time_and_the_fit_is_within_5_percent():

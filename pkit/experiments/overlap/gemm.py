@@ -1,5 +1,5 @@
 """The compute half of the overlap schedules: pkit's GEMM (pkit.ops.gemm) against cuBLAS on every GEMM shape the
-schedules and the fused problems run, in bf16 and in FP8, and the sweep of plans behind `pkit.ops.gemm.plan`.
+schedules and the fused problems run, in bf16 and in FP8, and the sweep of plans behind `pkit.ops.gemm_plans.plan`.
 
 The shapes come from the registries, never from a hand-kept list: each overlap pattern's per-rank GEMM over the
 overlap sweep's sizes (AG+GEMM's over all M rows and over one chunk's rows, as chunked schedules launch it;
@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ...ops.gemm import BLOCK_M, ITEMSIZES, RULE_FILE, Plan, PlanRule, cheapest, gemm, k_slices, plan, plan_options
+from ...ops.gemm import ITEMSIZES, gemm
+from ...ops.gemm_plans import BLOCK_M, RULE_FILE, Plan, PlanRule, cheapest, k_slices, plan, plan_options
 from ...ops.overlap_patterns import PATTERNS
 from ...timing import BenchResult, bench, rotations_past_l2
 from ...tolerance import fp8_fast_accum_bound, fp8_scale_matches
@@ -247,10 +248,10 @@ def _check(inputs: _Inputs, call) -> tuple[bool, float]:
 
 def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Sequence[str] = tuple(IMPLEMENTATIONS),
                device: int = 0, reps: int = 10, warmup: int = 3) -> pd.DataFrame:
-    """Every plan of pkit's GEMM (`pkit.ops.gemm.plan_options` with splits from SPLIT_GRID: each kernel variant,
+    """Every plan of pkit's GEMM (`pkit.ops.gemm_plans.plan_options` with splits from SPLIT_GRID: each kernel variant,
     split while the units stay few) at each shape and dtype, each checked against float32 and timed in ROUNDS
     rounds that take the plans in turn (`reps` calls a round, input sets rotating past the L2, the samples pooled, so
-    a clock that drifts weighs on all plans alike): the measurements that say whether `pkit.ops.gemm.plan` picks
+    a clock that drifts weighs on all plans alike): the measurements that say whether `pkit.ops.gemm_plans.plan` picks
     well.
 
     Rows: dtype, m, n, k, block_n, splits, stages, cluster, alternate, time_median_us, time_min_us, time_max_us, cv,
@@ -358,7 +359,7 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
 
 def write_plan_rule(machine: str = "h200x1") -> Path:
     """Fit PlanRule to `machine`'s recorded plan sweep (results/<machine>/overlap_gemm_plans) and write it, with
-    where it came from, to pkit.ops.gemm.RULE_FILE, which `plan` reads."""
+    where it came from, to pkit.ops.gemm_plans.RULE_FILE, which `plan` reads."""
     import json
 
     from ... import results

@@ -4,7 +4,7 @@ study (results/<machine>/overlap_gemm) and equal to it where it recorded the sha
 A GEMM's work goes to the SMs in waves, and a wave costs about the longer of its mainloop over K and its epilogue
 (they overlap: the outbox drains while the next tile multiplies). How the work is cut depends on the GEMM:
 
-* pkit's GEMM (`planned`) runs the `pkit.ops.gemm.plan` it picks for the shape and the SMs: ⌈units / SMs⌉ whole
+* pkit's GEMM (`planned`) runs the `pkit.ops.gemm_plans.plan` it picks for the shape and the SMs: ⌈units / SMs⌉ whole
   waves of units, each over ⌈K slices / splits⌉ slices of K, a slice of a 128-wide unit costing the plan rule's
   `narrow_slice` of a 256-wide one; on fewer SMs the GEMM plans again, and so does the model.
 * cuBLAS (not `planned`) picks among kernels of its own (tile sizes, split-K, stream-K) that pkit cannot see: its
@@ -29,7 +29,7 @@ def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float,
     """(waves, K per unit, split) of an M × N × K GEMM on `sms` SMs: pkit's plan (`planned`: whole waves of its
     units over the SMs its clusters fill, K per unit ⌈K slices / splits⌉ slices' elements scaled by the plan rule's
     width_slice and slice_cost (a narrower, shallower, paired or shorter unit's slice), split when splits > 1) or cuBLAS's balanced tiles (tiles / SMs, all of K, no split)."""
-    from ...ops.gemm import BLOCK_K, BLOCK_M, BLOCK_N, plan, plan_rule
+    from ...ops.gemm_plans import BLOCK_K, BLOCK_M, BLOCK_N, plan, plan_rule
 
     if sms < 1:
         raise ValueError(f"sms: expected at least 1 SM, got {sms}")

@@ -4,7 +4,7 @@ The model is built from measurements where there are some and says where it assu
 
 * **GEMM** (`GemmFit`, `pkit.experiments.overlap.gemm_fit`): where the one-GPU GEMM study
   (results/<machine>/overlap_gemm) recorded the shape, its recorded time; elsewhere a fit to that study: waves of
-  work over the SMs (pkit's GEMM: whole waves of the units `pkit.ops.gemm.plan` picks; cuBLAS: its tiles spread
+  work over the SMs (pkit's GEMM: whole waves of the units `pkit.ops.gemm_plans.plan` picks; cuBLAS: its tiles spread
   evenly), a wave costing √((K·s_k)² + e²) (mainloop and epilogue overlapping), plus a per-call constant, fitted by
   least squares on the relative error. On g of the GPU's SMs the same work takes more waves (pkit's GEMM plans
   again): no parameter, checked against the SM-partition study (`partition_check`).
@@ -69,7 +69,7 @@ BF16_BYTES = 2  # the schedules multiply bf16
 
 def waves(m, n, sms: int):
     """Waves of BLOCK_M × BLOCK_N tiles of an M × N output over `sms` SMs, one tile per SM a wave (arrays work)."""
-    from ...ops.gemm import BLOCK_M, BLOCK_N
+    from ...ops.gemm_plans import BLOCK_M, BLOCK_N
 
     if np.any(np.asarray(sms) < 1):
         raise ValueError(f"sms: expected at least 1 SM, got {sms}")
@@ -194,7 +194,7 @@ def collective_bytes(pattern: str, m: int, k: int, n: int) -> float:
 
 def link_bytes(pattern: str, schedule: str, m: int, k: int, n: int, gpus: int) -> float:
     """Bytes each GPU moves over its link (one way) in one call of `schedule`, from its structure's `moves`."""
-    from ...ops.gemm import BLOCK_N
+    from ...ops.gemm_plans import BLOCK_N
 
     entry, moves = PATTERNS[pattern], describe(pattern, schedule).structure.moves
     total = collective_bytes(pattern, m, k, n)

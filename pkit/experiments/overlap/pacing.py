@@ -212,7 +212,8 @@ def copies_beside_full_gpu(device: int = 0, nbytes: int = 64 << 20, hold_ms: flo
     import torch
 
     import pkit
-    from ...ops.gemm import BLOCK_M, gemm
+    from ...ops.gemm import gemm
+    from ...ops.gemm_plans import BLOCK_M
 
     if device in _BESIDE and not remeasure and copy is None:
         return _BESIDE[device]
