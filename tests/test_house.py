@@ -4,6 +4,7 @@ counting the imports made inside functions."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 PKIT = Path(__file__).resolve().parents[1] / "pkit"
@@ -18,13 +19,19 @@ LAYERS = ({"pkit.ops"}, {"pkit.figures", "pkit.dist"}, {"pkit.harness", "pkit.me
           {"pkit.experiments", "pkit.lesson", "pkit.notebooks"}, {"pkit.widgets"}, {"pkit.cli"})
 
 
+@cache
+def _parsed() -> dict[Path, ast.Module]:
+    """Every source file of pkit, parsed once for the module's tests (which only read the trees)."""
+    return {path: ast.parse(path.read_text(), str(path)) for path in sorted(PKIT.rglob("*.py"))}
+
+
 def _modules() -> dict[str, ast.Module]:
     """Every module of pkit by its dotted name (a package by its own name), parsed."""
     trees = {}
-    for path in sorted(PKIT.rglob("*.py")):
+    for path, tree in _parsed().items():
         parts = path.relative_to(PKIT.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        trees[name] = ast.parse(path.read_text(), str(path))
+        trees[name] = tree
     return trees
 
 
@@ -98,8 +105,8 @@ def test_no_module_over_500_lines():
 
 def test_no_function_over_60_lines():
     long = {}
-    for path in PKIT.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path, tree in _parsed().items():
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
                     long[f"{path.relative_to(PKIT.parent)}:{node.name}"] = n
