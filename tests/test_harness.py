@@ -512,9 +512,10 @@ def _timing(call_ms: list[float], sets: int, build_s: float = 1.0, gap_ms: float
                   [], [build_s])
 
 
-def test_reference_as_its_own_candidate_is_level_and_sleepers_are_slower_or_faster(tmp_path):
+def test_reference_as_its_own_candidate_is_level_and_sleepers_are_slower_or_faster(tmp_path, fewest_rounds):
     # the reference sleeps 10 ms a call, fast.py 1 ms, slow.py 30 ms: far beyond CPU noise, on either side, so five
-    # calls a window (--perf --iters 5, half the quick timing's ten) tell them apart as surely
+    # calls a window (--perf --iters 5, half the quick timing's ten) tell them apart as surely, in the fewest rounds
+    # (the reference as its own candidate would run on to about 20, until its interval is inside the tie band)
     out = tmp_path / "timing.jsonl"
     assert run_cli("eval", "--problems-root", FIXTURES / "timing_problems", "--solutions",
                    FIXTURES / "timing_candidates", "--reference-as-candidate", "--trials", 1, "--perf", "--warmup", 1,
