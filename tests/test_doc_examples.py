@@ -302,9 +302,9 @@ def test_doc_command_checks_out(command, doc_workdir, capsys):
     assert "error" not in err and "no candidates" not in err, err
 
 
-def test_doc_self_check_of_the_references_runs(doc_workdir):
+def test_doc_self_check_of_the_references_runs(doc_workdir, fewest_rounds):
     """The doc's `mkdir -p empty && pkit eval --reference-as-candidate --solutions empty/ ...`, for real, on one
-    problem and one trial."""
+    problem and one trial, timed in the fewest rounds (its verdict, not its speed, is checked)."""
     from pkit.harness.records import read_jsonl
 
     (command,) = [c for p in COMMAND_DOCS for _, c in pkit_commands(p) if "--solutions empty/" in c]
