@@ -2,11 +2,16 @@
 the environment torchrun gives a rank (`forked_ranks`); and on them, checks of every discovered problem in one gloo
 process group per world size (`rank_reports`): each rank runs `check(name, rank, world_size)` for every problem
 declaring that world size and writes what it returned (a dict; `{"errors": [traceback]}` where it raised) as JSON,
-so a test reads one report per rank instead of spawning per problem.
+so a test reads one report per rank instead of spawning per problem. A program's `main` forked from the same server
+runs as `python -m` would start it (`forked_program`), without importing torch anew.
 """
+import importlib
 import json
 import multiprocessing
 import os
+import signal
+import sys
+import tempfile
 import traceback
 import warnings
 from datetime import timedelta
@@ -68,3 +73,32 @@ def rank_reports(tmp_path_factory, check, problems: dict, tag: str):
         return [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(world_size)]
 
     return spawn
+
+
+def _as_program(module: str, argv: list[str], env: dict, cwd: str, log: str) -> None:
+    """In a forked process: `python -m MODULE ARGV` as a process started anew would run it, in a session of its own,
+    SIGINT, SIGTERM and SIGHUP at their default actions, `env` its environment, `cwd` its folder, stdin /dev/null,
+    stdout and stderr to the file `log`; what the module's `main(argv)` returns is the exit code."""
+    os.setsid()
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+    os.environ.clear()
+    os.environ.update(env)
+    tempfile.tempdir = None
+    os.chdir(cwd)
+    null, out = os.open(os.devnull, os.O_RDONLY), os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for fd, to in ((null, 0), (out, 1), (out, 2)):
+        os.dup2(fd, to)
+    sys.argv = [module, *argv]
+    sys.exit(importlib.import_module(module).main(argv))
+
+
+def forked_program(module: str, argv: list[str], env: dict, cwd, log) -> multiprocessing.Process:
+    """`python -m MODULE ARGV` (`_as_program`) in a process forked from the forkserver, started: its pid, exit code
+    (`exitcode`, None while it runs) and `join` are the Process's. The server preloads torch and pkit; the program
+    imports the rest."""
+    multiprocessing.set_forkserver_preload(PRELOAD)
+    proc = multiprocessing.get_context("forkserver").Process(target=_as_program, daemon=True,
+                                                             args=(module, argv, env, str(cwd), str(log)))
+    proc.start()
+    return proc

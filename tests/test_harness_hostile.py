@@ -76,6 +76,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from problem_ranks import forked_program
 
 from pkit.harness.cli import main
 from pkit.harness.records import CORRECT, read_jsonl
@@ -453,27 +454,21 @@ STABLE_S = 1.0
 """Seconds the four ranks (the reference's and the hanging candidate's) must stay the same before the signal."""
 
 
-def _default_signals():
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tmp_path, signum):
+    """`pkit eval` as `python -m pkit.harness.cli eval` runs it, in a session of its own, forked from a server that
+    imported torch once (tests/problem_ranks.py): its own zygote, reference and candidate as any run's."""
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     env = dict(os.environ, TMPDIR=str(tmpdir))
-    cmd = [sys.executable, "-m", "pkit.harness.cli", "eval", "--problems-root", str(PROBLEMS),
-           "--solutions", str(FIXTURES / "candidates" / "01_sum" / "hang.py"), "--trials", "1", "--timeout", "300",
-           "--out", str(tmp_path / "signal.jsonl")]
-    with open(tmp_path / "eval.log", "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=_default_signals, cwd=Path(__file__).parents[1])
+    argv = ["eval", "--problems-root", str(PROBLEMS), "--solutions", str(FIXTURES / "candidates" / "01_sum" / "hang.py"),
+            "--trials", "1", "--timeout", "300", "--out", str(tmp_path / "signal.jsonl")]
+    proc = forked_program("pkit.harness.cli", argv, env, Path(__file__).parents[1], tmp_path / "eval.log")
     seen: set[int] = set()
     try:  # wait for the hanging candidate's ranks beside the reference's: four harness processes, STABLE_S alike
         deadline, ranks, since = time.monotonic() + 60, set(), time.monotonic()
         while True:
-            assert proc.poll() is None, (tmp_path / "eval.log").read_text()[-2000:]
+            assert proc.exitcode is None, (tmp_path / "eval.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "no four stable harness workers within 60 s"
             now_ranks = workers_below(proc.pid, leaves_only=True)
             if now_ranks != ranks:
@@ -483,19 +478,18 @@ def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tm
             time.sleep(0.2)
         seen = below(proc.pid, processes())
         assert any(p.name.startswith("pkit") for p in tmpdir.iterdir()), "no pkit temp folder in TMPDIR to remove"
-        proc.send_signal(signum)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signum)
+        proc.join(timeout=15)
+        if proc.exitcode is None:
             pytest.fail(f"pkit eval still running 15 s after {signum.name}")
         left = alive_after(seen)
         assert left == set(), f"processes {sorted(left)} outlived pkit eval after {signum.name}"
         leftovers = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith("pkit"))
         assert leftovers == [], f"temp folders left in TMPDIR after {signum.name}: {leftovers}"
     finally:
-        if proc.poll() is None:
+        if proc.exitcode is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            proc.join()
         kill_if(alive_after(seen, 0), is_worker)
         shutil.rmtree(tmpdir, ignore_errors=True)
 
@@ -529,6 +523,11 @@ def test_answers_remembered_for_reused_input_sets_are_not_called_faster(tmp_path
 OUT_LIMIT_BYTES = 4 << 30
 """Address space of the `pkit eval` that is given a device as --out: reading /dev/zero whole fails here, not the
 machine."""
+
+
+def _default_signals():
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
 
 
 def _capped_memory():
