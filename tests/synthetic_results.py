@@ -91,8 +91,7 @@ def _gemm_rates(rng):
         return [{"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
                  "block_n": 256 if name.startswith("pkit") else 0, "splits": 1 if name.startswith("pkit") else 0,
                  "stages": STAGE_COUNTS[256][0] if name.startswith("pkit") else 0,
-                 "cluster": 1 if name.startswith("pkit") else 0, "alternate": False, "share_a": False,
-                 "rows": 128 if name.startswith("pkit") else 0,
+                 "cluster": 1 if name.startswith("pkit") else 0, "alternate": False,
                  **timed(m, n, k, rng.uniform(500, 750), reps), "verified": True,
                  "max_abs_err": rng.uniform(0.01, 0.1)} for name in IMPLEMENTATIONS[dtype]]
 

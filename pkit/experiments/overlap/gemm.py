@@ -205,8 +205,7 @@ def _rates_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         rows.append({"implementation": name, "dtype": dtype, "m": m, "n": n, "k": k,
                      "block_n": chosen.block_n if ours else 0, "splits": chosen.splits if ours else 0,
                      "stages": chosen.stages if ours else 0, "cluster": chosen.cluster if ours else 0,
-                     "alternate": chosen.alternate if ours else False, "share_a": chosen.share_a if ours else False,
-                     "rows": chosen.rows if ours else 0,
+                     "alternate": chosen.alternate if ours else False,
                      **timing.times_us(), "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "max_abs_err": err})
     del inputs
