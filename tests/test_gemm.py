@@ -177,7 +177,8 @@ def test_split_k_gemms_on_two_streams_keep_their_own_workspaces():
 @pytest.mark.parametrize("kwargs, text", [
     (dict(m=64, n=64, k=12), "b: expected N × K with K = 12"),
     (dict(m=64, n=60, k=64), "b: expected a number of rows N that is a multiple of 8"),
-    (dict(m=64, n=64, k=64, how=P.Plan(64, 1)), r"how: expected a Plan whose \(block_n, stages, cluster, alternate\)"),
+    (dict(m=64, n=64, k=64, how=P.Plan(96, 1)),
+     r"how: expected a Plan whose \(block_n, stages, cluster, alternate, share_a, rows\) is one of"),
     (dict(m=64, n=64, k=64, scale_a=1.0), "scale_a, scale_b: expected both for float8_e4m3fn inputs and neither"),
 ])
 def test_gpu_argument_errors(kwargs, text):
