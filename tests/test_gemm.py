@@ -73,8 +73,32 @@ def test_alternate_tiles_pay_their_own_overhead_and_never_split():
         waves * (6.0 - 1.0) * rule.narrow_slice)
     assert P.plan(8192, 8192, 256, 132, rule=rule).alternate
     assert not P.plan(8192, 8192, 8192, 132, rule=rule).alternate
-    with pytest.raises(ValueError, match=r"splits in \[1, 16\] \(1 with alternate tiles\)"):
+    with pytest.raises(ValueError, match=r"splits in \[1, 16\] \(1 and no split tail with alternate tiles\)"):
         G._checked_plan(P.Plan(128, 2, 6, 1, True))
+    with pytest.raises(ValueError, match=r"\(1 and no split tail with alternate tiles\)"):
+        G._checked_plan(P.Plan(128, 1, 6, 1, True, split_tail=True))
+
+
+def test_split_tails_cut_only_the_last_partial_wave():
+    """4096 × 3584 in 128 × 256 tiles is 448 tiles: three whole waves on 132 SMs and 52 tiles left, each cut in two
+    to fill the last wave; the unfitted rule never picks a split tail (its overhead is infinite), a rule that
+    prices it at nothing does (with 128-wide slices at 0.6 of a 256-wide one's, so that 256-wide tiles win), and where the tiles fill whole waves or one wave at most nothing is left to split."""
+    tail = P.Plan(256, 2, split_tail=True)
+    assert tail.whole_tiles(4096, 3584, 132) == 396 and tail.units(4096, 3584, 132) == 396 + 52 * 2
+    assert tail.whole_tiles(4096, 4096, 128) == 512 == tail.units(4096, 4096, 128), "four whole waves, no tail"
+    assert tail.whole_tiles(1024, 2048, 132) == 0 and tail.units(1024, 2048, 132) == 64 * 2, "one wave: all split"
+    paired = P.Plan(256, 2, 4, 2, split_tail=True)
+    assert paired.whole_tiles(4096, 3584, 66) == 198 and paired.units(4096, 3584, 66) == (198 + 26 * 2) * 2
+    with pytest.raises(ValueError, match="clusters: expected the clusters that run at once"):
+        tail.units(4096, 3584)
+    assert P.Plan(256, 2, 4, 1, split_tail=True) in P.plan_options(4096, 3584, 8192, 132)
+    assert not any(p.split_tail for p in P.plan_options(1024, 2048, 8192, 132)), "one wave: plain split-K"
+    assert not P.plan(4096, 3584, 8192, 132, rule=P.PlanRule(narrow_slice=0.6)).split_tail
+    free = P.PlanRule(narrow_slice=0.6, tail_overhead=0.0)
+    assert free.cost(tail, 4096, 3584, 128, 132) < free.cost(P.Plan(256, 1), 4096, 3584, 128, 132)
+    assert free.cost(tail, 4096, 3584, 128, 132) == pytest.approx(
+        3 * free.unit_cost(P.Plan(256, 1), 128, 1) + free.unit_cost(tail, 128, 2))
+    assert P.plan(4096, 3584, 8192, 132, rule=free).split_tail
 
 
 def test_shapes_and_work_struct_match_the_kernel(cache_dir):
@@ -227,6 +251,24 @@ def test_persistent_blocks_cover_every_tile(blocks, how):
     out = G.gemm(a, b, blocks=blocks, how=how)
     torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), _product(a, b), **bf16_gemm(520))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("blocks, how", [(5, P.Plan(256, 3, split_tail=True)), (6, P.Plan(128, 2, 6, 2, split_tail=True)),
+                                         (6, P.Plan(128, 4, 6, 2, share_a=True, split_tail=True)),
+                                         (9, P.Plan(256, 2, 3, 1, split_tail=True))], ids=str)
+def test_a_split_tail_writes_every_tile_call_after_call(blocks, how):
+    """The whole waves run a tile a unit, the last partial wave's tiles are split and summed in the workspace; a
+    second call on other inputs reads none of the first's partials or arrival counts."""
+    m, n, k = 850, 776, 1000
+    tiles = how.tiles(m, n) // how.cluster
+    assert how.whole_tiles(m, n, blocks // how.cluster) not in (0, tiles), "the case has whole waves and a tail"
+    for seed in (40, 50):
+        a, b = _randn(m, k, seed=seed), _randn(n, k, seed=seed + 1)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        G.gemm(a, b, out, blocks=blocks, how=how)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.float(), _product(a, b), **bf16_gemm(k))
 
 
 @pytest.mark.gpu

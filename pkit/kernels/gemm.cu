@@ -5,7 +5,8 @@
 // and two consumer warpgroups each multiply their 64 rows with wgmma as the slices land. Full/empty mbarriers pass
 // each stage between them. With `splits` > 1 a tile's K is cut into that many units, each run by some block: each
 // leaves its fp32 partial in a slot of its own in a workspace, and the last to finish adds the others' into its
-// own and writes the tile (split-K, for shapes with fewer tiles than SMs). Launch with 384 threads and
+// own and writes the tile (split-K, for shapes with fewer tiles than SMs; or only the tiles of the last, partial
+// wave, so that they fill the SMs: the split tail). Launch with 384 threads and
 // Shape<BN, S, R>::kSmemBytes of shared memory.
 // gemm_tn_pair runs the same in clusters of two blocks: the blocks of a pair take the two 128-row tiles above each
 // other in one column of tiles, and each loads half of B's slice into both blocks' stages at once (TMA multicast),
@@ -94,9 +95,11 @@ struct RowsReady {
   }
 };
 
-// How the work is cut (pkit/ops/gemm.py WORK): `splits` units per tile, each over a contiguous share of K; with
-// more than one, `partials` holds a slot per unit and consumer for its fp32 partial (in accumulator order), and
-// `arrivals` counts, per tile and consumer, the units done with it (zero between calls: the last unit resets it).
+// How the work is cut (pkit/ops/gemm.py WORK): the first `whole_tiles` (cluster) tiles are a unit each, the others
+// `splits` units each over contiguous shares of K (0 whole tiles: classic split-K; the whole waves of a
+// split-tail plan, whose last partial wave of tiles is split to fill the SMs); for split tiles, `partials` holds a
+// slot per unit and consumer for its fp32 partial (in accumulator order), and `arrivals` counts, per split tile and
+// consumer, the units done with it (zero between calls: the last unit resets it).
 // `scale_a` and `scale_b` point at one float each (FP8's per-tensor scales) or are null (a factor of 1).
 struct Work {
   float* partials;
@@ -104,6 +107,7 @@ struct Work {
   const float* scale_a;
   const float* scale_b;
   int splits;
+  int whole_tiles;
 
   __device__ float scale() const { return scale_a == nullptr ? 1.0f : *scale_a * *scale_b; }
 };
@@ -116,12 +120,14 @@ __device__ int2 tile_of(int t, int m_tiles, int n_tiles, int first_row_tile) {
   return make_int2((first + in_group % height + first_row_tile) % m_tiles, in_group / height);
 }
 
-// Unit u of the work: its tile number and its K slices [k0, k1) (the units of a tile are neighbours, so they run
-// at once and their partials meet in L2).
+// Unit u of the work: its tile number, its split of the tile's `splits` (1: a whole tile) and its K slices
+// [k0, k1). Tiles before `whole` are one unit each, the others `splits` each (the units of a tile are neighbours,
+// so they run at once and their partials meet in L2).
 struct Unit {
-  int tile, split, k0, k1;
-  __device__ Unit(int u, int k_tiles, int splits)
-      : tile(u / splits), split(u % splits), k0(split * k_tiles / splits), k1((split + 1) * k_tiles / splits) {}
+  int tile, split, splits, k0, k1;
+  __device__ Unit(int u, int k_tiles, int splits_, int whole)
+      : tile(u < whole ? u : whole + (u - whole) / splits_), split(u < whole ? 0 : (u - whole) % splits_),
+        splits(u < whole ? 1 : splits_), k0(split * k_tiles / splits), k1((split + 1) * k_tiles / splits) {}
 };
 
 // Barrier among the 128 threads of this consumer warpgroup (named barriers 1 and 2; 0 is __syncthreads).
@@ -133,7 +139,8 @@ __device__ __forceinline__ void warpgroup_sync() {
   }
 }
 
-// Split-K: the units of tile number `tile` (split `split` is this one) meet in the workspace. A unit that finds the tile's other units all arrived is its
+// Split-K: the units of split tile number `tile` (counted from the first split tile; split `split` is this one)
+// meet in the workspace. A unit that finds the tile's other units all arrived is its
 // last: it adds their slots into `d`, leaves the count zero for the next call and returns true (it writes the
 // tile). Any other stores its partial into its own slot (kept in L2), then counts itself in; if that made it the
 // last it goes on as the last does, else it returns false. No atomic adds, nothing to zero: a slot is read only
@@ -246,10 +253,11 @@ template <int BN, int C, class T, bool kShareA = false, int R = BM>
 struct Grid {
   int m, n, m_tiles, n_tiles, k_tiles, units;
 
-  __device__ Grid(int m_, int n_, int k, int splits)
+  __device__ Grid(int m_, int n_, int k, const Work& work)
       : m(m_), n(n_), m_tiles(kShareA ? row_tiles() : (row_tiles() + C - 1) / C),
         n_tiles(kShareA ? (col_tiles() + C - 1) / C : col_tiles()),
-        k_tiles((k + T::kRowElements - 1) / T::kRowElements), units(m_tiles * n_tiles * splits) {}
+        k_tiles((k + T::kRowElements - 1) / T::kRowElements),
+        units(work.whole_tiles + (m_tiles * n_tiles - work.whole_tiles) * work.splits) {}
 
   __device__ int row_tiles() const { return (m + R - 1) / R; }
   __device__ int col_tiles() const { return (n + BN - 1) / BN; }
@@ -289,7 +297,7 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<
   u32 it = 0;
   u64 seen = 0;  // flags of A's rows seen ready
   for (int u = g.cluster(); u < g.units; u += g.clusters()) {
-    const Unit unit(u, g.k_tiles, work.splits);
+    const Unit unit(u, g.k_tiles, work.splits, work.whole_tiles);
     const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, g.first_tile_row(rows.first_row_tile));
     const int row0 = g.loaded_row_tile(tile.x) * R, col0 = g.loaded_col_tile(tile.y) * BN;
     rows.wait(row0, min(g.m, row0 + R), seen);
@@ -328,7 +336,7 @@ __device__ void consume(int half, const Grid<BN, C, T, kShareA, R>& g, const Row
   const float scale = work.scale();
   u32 it = 0;
   for (int u = g.cluster(); u < g.units; u += g.clusters()) {
-    const Unit unit(u, g.k_tiles, work.splits);
+    const Unit unit(u, g.k_tiles, work.splits, work.whole_tiles);
     const int2 tile = tile_of(unit.tile, g.m_tiles, g.n_tiles, g.first_tile_row(rows.first_row_tile));
     float d[BN / 2];  // this consumer's 64 × BN fp32 accumulator
     if (unit.k0 == unit.k1) {
@@ -350,7 +358,8 @@ __device__ void consume(int half, const Grid<BN, C, T, kShareA, R>& g, const Row
     pkit::wgmma_wait<0>();
     if (unit.k1 > unit.k0 && threadIdx.x % 128 == 0) release<BN, S, C>(p, (it - 1) % S);
     if (!g.writes(tile)) continue;
-    if (work.splits > 1 && !sum_partials<BN>(d, half, unit.tile * C + g.rank(), unit.split, work, &p.last[half]))
+    if (unit.splits > 1 &&
+        !sum_partials<BN>(d, half, (unit.tile - work.whole_tiles) * C + g.rank(), unit.split, work, &p.last[half]))
       continue;
     put_tile<BN, S, R>(d, scale, p.outbox(half), targets, g.row_tile(tile.x) * R + half * 64,
                        g.col_tile(tile.y) * BN);
@@ -370,7 +379,7 @@ __device__ void consume_alternate(int half, const Grid<BN, C, T, kShareA, R>& g,
   const float scale = work.scale();
   u32 it = 0, turns = 0;
   for (int u = g.cluster(), i = 0; u < g.units; u += g.clusters(), ++i) {
-    const Unit unit(u, g.k_tiles, 1);
+    const Unit unit(u, g.k_tiles, 1, 0);
     if (i % 2 != half) {
       it += unit.k1 - unit.k0;
       continue;
@@ -444,7 +453,7 @@ __device__ __forceinline__ void gemm_block(const ASources& a, const pkit::Tensor
   } else {
     pkit::cluster_sync();
   }
-  const Grid<BN, C, T, kShareA, R> g(m, n, k, work.splits);
+  const Grid<BN, C, T, kShareA, R> g(m, n, k, work);
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     pkit::registers_lower_to<Sh::kProducerRegisters>();

@@ -55,7 +55,7 @@ ROWS_READY = KernelArgs("RowsReady", (("ready", "ptr"), ("epoch", "u32"), ("rows
                                       ("first_row_tile", "i32")))
 # gemm.cu's Work: split-K's workspace (fp32 tile sums, per-tile arrival counts) and FP8's scales (0: none).
 WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a", "ptr"), ("scale_b", "ptr"),
-                           ("splits", "i32")))
+                           ("splits", "i32"), ("whole_tiles", "i32")))
 
 
 @lru_cache(maxsize=None)
@@ -246,24 +246,30 @@ def _checked_plan(how: Plan) -> Plan:
     """`how` if it names one of gemm.cu's kernels (VARIANTS) and a split count gemm runs with it, else a ValueError
     naming it."""
     kernel = (how.block_n, how.stages, how.cluster, how.alternate, how.share_a, how.rows)
-    if kernel not in VARIANTS or not 1 <= how.splits <= (1 if how.alternate else MAX_SPLITS):
+    if kernel not in VARIANTS or not 1 <= how.splits <= (1 if how.alternate else MAX_SPLITS) or (
+            how.split_tail and how.alternate):
         raise ValueError(f"how: expected a Plan whose (block_n, stages, cluster, alternate, share_a, rows) is one of "
                          f"{VARIANTS}, "
-                         f"with splits in [1, {MAX_SPLITS}] (1 with alternate tiles), got {how}")
+                         f"with splits in [1, {MAX_SPLITS}] (1 and no split tail with alternate tiles), got {how}")
     return how
 
 
 def launch_blocks(how: Plan, m: int, n: int, blocks: int, dtype: str, device: int) -> int:
     """The persistent blocks `gemm` launches for an M × N output under `how` on at most `blocks` SMs of GPU
-    `device`: one per unit of work at most, whole clusters, no more clusters than run at once (resident_clusters)."""
-    grid = min(how.units(m, n), blocks)
+    `device`: one per unit of work at most, whole clusters, no more clusters than run at once (resident_clusters).
+    A split-tail plan's whole waves are counted on those clusters."""
+    clusters = blocks // how.cluster
     if how.cluster > 1:
-        grid = min(grid // how.cluster, resident_clusters(replace(how, splits=1), dtype, device))
-        grid *= how.cluster
-    if grid < 1:
+        clusters = min(clusters, resident_clusters(_kernel_plan(how), dtype, device))
+    if clusters < 1:
         raise ValueError(f"blocks: expected at least {how.cluster} for a plan in clusters of {how.cluster}, "
                          f"got {blocks}")
-    return grid
+    return min(how.units(m, n, clusters) // how.cluster, clusters) * how.cluster
+
+
+def _kernel_plan(how: Plan) -> Plan:
+    """`how` as the kernel that runs it is keyed: its splits and split tail are arguments, not kernels."""
+    return replace(how, splits=1, split_tail=False)
 
 
 def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,
@@ -303,19 +309,21 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
         return out
     device = a.device.index
     grid = launch_blocks(how, m, n, blocks or sms, dtype, device)
-    tiles = how.tiles(m, n)
+    whole = how.whole_tiles(m, n, grid // how.cluster)
+    split_units = how.units(m, n, grid // how.cluster) - whole * how.cluster  # in blocks' tiles
     partials = arrivals = 0
-    if how.splits > 1:
+    if how.splits > 1 and split_units:
         with cp.cuda.Device(device):
             stream = cp.cuda.get_current_stream().ptr
-        partials, arrivals = _workspace(device, stream, how.units(m, n) * BLOCK_M * how.block_n * 4, 2 * tiles)
-    work = WORK.pack(partials=partials, arrivals=arrivals, splits=how.splits,
+        partials, arrivals = _workspace(device, stream, split_units * BLOCK_M * how.block_n * 4,
+                                        2 * split_units // how.splits)
+    work = WORK.pack(partials=partials, arrivals=arrivals, splits=how.splits, whole_tiles=whole,
                      scale_a=_scale_address(scale_a, "scale_a", a.device) if fp8 else 0,
                      scale_b=_scale_address(scale_b, "scale_b", a.device) if fp8 else 0)
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)  # in 128-row tiles, whatever the plan's rows
     row_elements = SLICE_BYTES // a.element_size()
-    _kernel(replace(how, splits=1), dtype)((grid,), (GEMM_THREADS,),
+    _kernel(_kernel_plan(how), dtype)((grid,), (GEMM_THREADS,),
                                 (a_sources(((a.data_ptr(), m),), k, itemsize=a.element_size()) if a_from is None
                                  else a_from,
                                  tensor_map(b, how.block_n if how.share_a else how.block_n // how.cluster,

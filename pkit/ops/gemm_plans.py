@@ -38,6 +38,7 @@ VARIANTS = tuple((width, stages, cluster, False, False, BLOCK_M) for width, coun
     for stages in counts for cluster in CLUSTER_SIZES
 )  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles, pairs sharing A, rows)
 MAX_SPLITS = 16  # the most units one tile's K is cut into
+TAIL_WIDTHS = (256, 128)  # tile widths offered with a split tail (Plan.split_tail)
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
 _SMEM_LIMIT = 232448  # gemm.cu kSmemLimit: the most dynamic shared memory a Hopper block may have (227 KiB)
 _SMEM_FIXED = 1024 + 256  # gemm.cu kFixedBytes: alignment, mbarriers
@@ -71,7 +72,9 @@ class Plan:
     of `cluster` (CLUSTER_SIZES): a pair takes two tiles above each other and loads each slice of B once for both,
     or with `share_a` two tiles beside each other, loading each slice of A once for both.
     With `alternate` (ALTERNATE_WIDTHS, no split-K, blocks alone or pairs sharing A) a block's two consumers take
-    alternate tiles and turns at the tensor cores, one writing its tile while the other multiplies."""
+    alternate tiles and turns at the tensor cores, one writing its tile while the other multiplies.
+    With `split_tail` only the tiles of the last, partial wave are cut into `splits` units (the whole waves before
+    it run a tile a unit), so that they fill the SMs the wave would leave idle."""
 
     block_n: int
     splits: int
@@ -80,6 +83,7 @@ class Plan:
     alternate: bool = False
     share_a: bool = False
     rows: int = BLOCK_M
+    split_tail: bool = False
 
     def __post_init__(self):
         counts = STAGE_COUNTS if self.rows == BLOCK_M else SHORT_STAGE_COUNTS
@@ -95,8 +99,21 @@ class Plan:
             return rows * math.ceil(cols / self.cluster) * self.cluster
         return math.ceil(rows / self.cluster) * self.cluster * cols
 
-    def units(self, m: int, n: int) -> int:
-        return self.tiles(m, n) * self.splits
+    def whole_tiles(self, m: int, n: int, clusters: int | None = None) -> int:
+        """Cluster tiles run a unit each before the split ones, on `clusters` clusters at once (split_tail: the
+        whole waves; else none, every tile cut into `splits` units)."""
+        if not self.split_tail:
+            return 0
+        if clusters is None or clusters < 1:
+            raise ValueError(f"clusters: expected the clusters that run at once for a split-tail plan, got {clusters}")
+        tiles = self.tiles(m, n) // self.cluster
+        return tiles - tiles % clusters if tiles > clusters else 0
+
+    def units(self, m: int, n: int, clusters: int | None = None) -> int:
+        """Units of work in blocks' tiles (a cluster's unit counted once per block), on `clusters` clusters at once
+        (needed with split_tail)."""
+        whole = self.whole_tiles(m, n, clusters)
+        return (whole + (self.tiles(m, n) // self.cluster - whole) * self.splits) * self.cluster
 
 
 @dataclass(frozen=True)
@@ -111,9 +128,11 @@ class PlanRule:
     slice of a block in a pair costs `paired_slice` of one alone (B's loads shared; `shared_a_slice` in a pair
     sharing A's), and pairs fill the SMs in twos;
     a block whose consumers take alternate tiles pays `alternate_overhead` slices a unit instead of unit_overhead
-    (one's epilogue runs under the other's products).
+    (one's epilogue runs under the other's products); a split-tail plan's whole waves cost their share of the SMs'
+    time (the tail's units fill the SMs they leave) and each unit of its tail `tail_overhead` slices more.
     The defaults count MMA work and bytes alone, but for slim_slice and short_slice, which stay at a whole slice
-    (64-wide and 64-row tiles never favoured) until a sweep that ran them is fitted;
+    (64-wide and 64-row tiles never favoured), and tail_overhead, infinite (split tails never chosen), until a sweep
+    that ran them is fitted;
     `pkit.experiments.overlap.gemm.fit_plan_rule` fits them to a recorded plan sweep, and `plan` uses the fit
     shipped in pkit/data/gemm_plan_rule.json."""
 
@@ -127,6 +146,7 @@ class PlanRule:
     paired_slice: float = 1.0
     shared_a_slice: float = 1.0
     alternate_overhead: float = 2.0
+    tail_overhead: float = math.inf
 
     def width_slice(self, block_n: int) -> float:
         """A K slice of a tile `block_n` wide, in slices of the widest (TILE_WIDTHS)."""
@@ -139,16 +159,27 @@ class PlanRule:
         paired = 1.0 if how.cluster == 1 else self.shared_a_slice if how.share_a else self.paired_slice
         return (self.shallow_slice if shallow else 1.0) * paired * (1.0 if how.rows == BLOCK_M else self.short_slice)
 
-    def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
-        """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks."""
-        per_unit = math.ceil(k_slices / how.splits) * self.slice_cost(how) + (
+    def unit_cost(self, how: "Plan", k_slices: int, splits: int) -> float:
+        """The estimated time of one unit of `how` over k_slices K slices cut into `splits`, in slices of the widest
+        tile's."""
+        per_unit = math.ceil(k_slices / splits) * self.slice_cost(how) + (
             self.alternate_overhead if how.alternate else self.unit_overhead)
         if boxes(how.block_n, how.stages, how.rows) < how.block_n // EPILOGUE_BOX:
             per_unit += self.waiting_epilogue
-        if how.splits > 1:
-            per_unit += self.split_overhead * how.splits
-        waves = math.ceil(how.units(m, n) / (sms // how.cluster * how.cluster))
-        return waves * per_unit * self.width_slice(how.block_n)
+        if splits > 1:
+            per_unit += self.split_overhead * splits + (self.tail_overhead if how.split_tail else 0.0)
+        return per_unit * self.width_slice(how.block_n)
+
+    def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
+        """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks: its whole tiles'
+        share of the clusters' time, then the rounds of its split units."""
+        clusters = sms // how.cluster
+        whole = how.whole_tiles(m, n, clusters)
+        split_units = how.units(m, n, clusters) // how.cluster - whole
+        cost = whole / clusters * self.unit_cost(how, k_slices, 1) if whole else 0.0
+        if split_units:
+            cost += math.ceil(split_units / clusters) * self.unit_cost(how, k_slices, how.splits)
+        return cost
 
 
 RULE_FILE = Path(__file__).resolve().parents[1] / "data" / "gemm_plan_rule.json"
@@ -179,10 +210,20 @@ def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=ran
     """The plans `plan` chooses among for an M × N × K GEMM of `itemsize`-byte inputs on `sms` blocks: every kernel
     variant (VARIANTS; pairs where there are two blocks) with each of `splits` up to the K slices; split-K only
     while the units stay within two per SM (it is for shapes with few tiles, and its workspace holds a partial per
-    unit), and never with alternate tiles."""
+    unit), and never with alternate tiles; and where the tiles leave a last wave partial, the deepest 128-row
+    tiles of each width and cluster with that wave split (`split_tail`) into the most of `splits` that fit it
+    in one round."""
     slices = k_slices(k, itemsize)
-    return [Plan(w, s, st, c, alt, sa, r) for w, st, c, alt, sa, r in VARIANTS for s in splits
-            if c <= sms and s <= slices and (s == 1 or not alt and Plan(w, s, st, c).units(m, n) <= 2 * sms)]
+    options = [Plan(w, s, st, c, alt, sa, r) for w, st, c, alt, sa, r in VARIANTS for s in splits
+               if c <= sms and s <= slices and (s == 1 or not alt and Plan(w, s, st, c).units(m, n) <= 2 * sms)]
+    for width, cluster in ((w, c) for w in TAIL_WIDTHS for c in CLUSTER_SIZES if c <= sms):
+        clusters = sms // cluster
+        tiles = Plan(width, 1, 0, cluster).tiles(m, n) // cluster
+        tail = tiles % clusters if tiles > clusters else 0
+        fits = [s for s in splits if 2 <= s <= min(slices, clusters // tail)] if tail else []
+        if fits:
+            options.append(Plan(width, max(fits), 0, cluster, split_tail=True))
+    return options
 
 
 @lru_cache(maxsize=4096)

@@ -253,8 +253,8 @@ def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Seq
     a clock that drifts weighs on all plans alike): the measurements that say whether `pkit.ops.gemm_plans.plan` picks
     well.
 
-    Rows: dtype, m, n, k, block_n, splits, stages, cluster, alternate, time_median_us, time_min_us, time_max_us, cv,
-    tflops,
+    Rows: dtype, m, n, k, block_n, splits, stages, cluster, alternate, share_a, rows, split_tail, time_median_us,
+    time_min_us, time_max_us, cv, tflops,
     verified,
     chosen (the plan `plan` picks), ratio_to_best (TFLOP/s over the best plan's at this shape and dtype).
     """
@@ -285,7 +285,7 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         timing = timings[how]
         rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
                      "stages": how.stages, "cluster": how.cluster, "alternate": how.alternate, "share_a": how.share_a,
-                     "rows": how.rows, **timing.times_us(),
+                     "rows": how.rows, "split_tail": how.split_tail, **timing.times_us(),
                      "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "chosen": how == chosen})
     del inputs
@@ -299,11 +299,12 @@ RULE_GRID = {"narrow_slice": np.arange(0.5, 1.01, 0.02), "unit_overhead": np.ara
              "split_overhead": np.arange(0.0, 6.01, 0.25), "shallow_slice": np.arange(1.0, 1.51, 0.02),
              "waiting_epilogue": np.arange(0.0, 8.01, 0.5), "paired_slice": np.r_[1.0, np.arange(0.7, 1.21, 0.02)],
              "shared_a_slice": np.r_[1.0, np.arange(0.7, 1.21, 0.02)],
-             "alternate_overhead": np.r_[8.0, np.arange(0.0, 8.01, 0.5)]}
+             "alternate_overhead": np.r_[8.0, np.arange(0.0, 8.01, 0.5)],
+             "tail_overhead": np.r_[np.inf, np.arange(0.0, 8.01, 0.5)]}
 """The values fit_plan_rule tries for each of PlanRule's constants; each's first is where every search starts (a
-constant the sweep cannot tell stays there: 1.0 for paired_slice, shared_a_slice, slim_slice and short_slice and
-8.0 for alternate_overhead, so a sweep without pairs, 64-wide or 64-row tiles or alternate tiles never favours
-them)."""
+constant the sweep cannot tell stays there: 1.0 for paired_slice, shared_a_slice, slim_slice and short_slice,
+8.0 for alternate_overhead and infinity for tail_overhead, so a sweep without pairs, 64-wide or 64-row tiles,
+alternate tiles or split tails never favours them)."""
 RULE_STARTS = 12  # fit_plan_rule's starting points beyond the grid's first values
 
 
@@ -326,7 +327,7 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
     grid = {name: [round(float(v), 4) for v in values] for name, values in (grid or RULE_GRID).items()}
     plans = [f.name for f in fields(Plan)]  # a plan's columns, in the order Plan(*key) takes them
     frame = frame.assign(**{c: v for c, v in [("cluster", 1), ("alternate", False), ("share_a", False),
-                                              ("rows", BLOCK_M)] if c not in frame})  # older sweeps
+                                              ("rows", BLOCK_M), ("split_tail", False)] if c not in frame})  # older
     shapes = [(key, g.set_index(plans)["tflops"]) for key, g in frame.groupby(["dtype", "m", "n", "k"], sort=False)]
 
     def score(constants: dict) -> float:

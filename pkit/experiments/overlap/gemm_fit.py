@@ -28,7 +28,9 @@ LENGTHS = np.geomspace(1.0, 1e5, 1001)  # the epilogue's length in K searched by
 def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float, bool]:
     """(waves, K per unit, split) of an M × N × K GEMM on `sms` SMs: pkit's plan (`planned`: whole waves of its
     units over the SMs its clusters fill, K per unit ⌈K slices / splits⌉ slices' elements scaled by the plan rule's
-    width_slice and slice_cost (a narrower, shallower, paired or shorter unit's slice), split when splits > 1) or cuBLAS's balanced tiles (tiles / SMs, all of K, no split)."""
+    width_slice and slice_cost (a narrower, shallower, paired or shorter unit's slice), split when splits > 1; a
+    split tail's whole waves counted as waves of the tail's shorter units) or cuBLAS's balanced tiles (tiles / SMs,
+    all of K, no split)."""
     from ...ops.gemm_plans import BLOCK_K, BLOCK_M, BLOCK_N, plan, plan_rule
 
     if sms < 1:
@@ -37,9 +39,13 @@ def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float,
         return math.ceil(m / BLOCK_M) * math.ceil(n / BLOCK_N) / sms, float(k), False
     how = plan(int(m), int(n), int(k), int(sms))
     rule = plan_rule()
-    per_unit = math.ceil(math.ceil(k / BLOCK_K) / how.splits) * BLOCK_K * rule.width_slice(how.block_n) * (
-        rule.slice_cost(how))
-    return float(math.ceil(how.units(m, n) / (sms // how.cluster * how.cluster))), per_unit, how.splits > 1
+    clusters, slices = sms // how.cluster, math.ceil(k / BLOCK_K)
+    per_unit = math.ceil(slices / how.splits) * BLOCK_K * rule.width_slice(how.block_n) * rule.slice_cost(how)
+    whole = how.whole_tiles(m, n, clusters)
+    waves = math.ceil((how.units(m, n, clusters) // how.cluster - whole) / clusters)
+    if whole:  # a split tail: the whole waves counted in units of the tail's K
+        waves += whole / clusters * slices / math.ceil(slices / how.splits)
+    return float(waves), per_unit, how.splits > 1
 
 
 def _columns(w: np.ndarray, k: np.ndarray, split: np.ndarray, length: float) -> np.ndarray:
