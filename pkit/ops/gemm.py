@@ -254,6 +254,23 @@ def _checked_plan(how: Plan) -> Plan:
     return how
 
 
+def _work(how: Plan, m: int, n: int, grid: int, device: int, scale_a: int, scale_b: int):
+    """gemm.cu's Work for `how` on `grid` blocks: the split units' workspace (on the current stream's) and the
+    whole tiles before them (a split tail's whole waves), and FP8's scale addresses (0: none)."""
+    import cupy as cp
+
+    whole = how.whole_tiles(m, n, grid // how.cluster)
+    split_units = how.units(m, n, grid // how.cluster) - whole * how.cluster  # in blocks' tiles
+    partials = arrivals = 0
+    if how.splits > 1 and split_units:
+        with cp.cuda.Device(device):
+            stream = cp.cuda.get_current_stream().ptr
+        partials, arrivals = _workspace(device, stream, split_units * BLOCK_M * how.block_n * 4,
+                                        2 * split_units // how.splits)
+    return WORK.pack(partials=partials, arrivals=arrivals, splits=how.splits, whole_tiles=whole,
+                     scale_a=scale_a, scale_b=scale_b)
+
+
 def launch_blocks(how: Plan, m: int, n: int, blocks: int, dtype: str, device: int) -> int:
     """The persistent blocks `gemm` launches for an M × N output under `how` on at most `blocks` SMs of GPU
     `device`: one per unit of work at most, whole clusters, no more clusters than run at once (resident_clusters).
@@ -289,7 +306,6 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
     `a_from` (`a_sources(...)`): read A's rows from those tensors (a peer's too) instead of from `a`, which then
     only gives the shape: the fused all-gather.
     """
-    import cupy as cp
     import torch
 
     import pkit
@@ -309,17 +325,9 @@ def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: in
         return out
     device = a.device.index
     grid = launch_blocks(how, m, n, blocks or sms, dtype, device)
-    whole = how.whole_tiles(m, n, grid // how.cluster)
-    split_units = how.units(m, n, grid // how.cluster) - whole * how.cluster  # in blocks' tiles
-    partials = arrivals = 0
-    if how.splits > 1 and split_units:
-        with cp.cuda.Device(device):
-            stream = cp.cuda.get_current_stream().ptr
-        partials, arrivals = _workspace(device, stream, split_units * BLOCK_M * how.block_n * 4,
-                                        2 * split_units // how.splits)
-    work = WORK.pack(partials=partials, arrivals=arrivals, splits=how.splits, whole_tiles=whole,
-                     scale_a=_scale_address(scale_a, "scale_a", a.device) if fp8 else 0,
-                     scale_b=_scale_address(scale_b, "scale_b", a.device) if fp8 else 0)
+    work = _work(how, m, n, grid, device,
+                 _scale_address(scale_a, "scale_a", a.device) if fp8 else 0,
+                 _scale_address(scale_b, "scale_b", a.device) if fp8 else 0)
     rows = ROWS_READY.pack(ready=ready, epoch=epoch, rows_per_flag=rows_per_flag,
                            first_row_tile=first_row // BLOCK_M)  # in 128-row tiles, whatever the plan's rows
     row_elements = SLICE_BYTES // a.element_size()
