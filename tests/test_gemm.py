@@ -77,6 +77,9 @@ def test_alternate_tiles_pay_their_own_overhead_and_never_split():
         G._checked_plan(P.Plan(128, 2, 6, 1, True))
     with pytest.raises(ValueError, match=r"\(1 and no split tail with alternate tiles\)"):
         G._checked_plan(P.Plan(128, 1, 6, 1, True, split_tail=True))
+    for prefetch in (-1, P.MAX_PREFETCH + 1):
+        with pytest.raises(ValueError, match=r"and prefetch in \[0, 64\]"):
+            G._checked_plan(P.Plan(256, 1, prefetch=prefetch))
 
 
 def test_split_tails_cut_only_the_last_partial_wave():
@@ -269,6 +272,20 @@ def test_a_split_tail_writes_every_tile_call_after_call(blocks, how):
         G.gemm(a, b, out, blocks=blocks, how=how)
         torch.cuda.synchronize()
         torch.testing.assert_close(out.float(), _product(a, b), **bf16_gemm(k))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", [P.Plan(256, 1, prefetch=3), P.Plan(128, 2, 6, 2, prefetch=1), P.Plan(
+    128, 1, 6, 2, True, True, prefetch=4), P.Plan(128, 1, 8, 1, True, rows=64, prefetch=64)], ids=str)
+def test_slices_prefetched_into_l2_change_no_result(how):
+    """A producer that brings slices ahead into L2 (up to past the last: none is fetched there) computes the same
+    product, edge tiles included."""
+    m, n, k = 850, 776, 1096
+    a, b = _randn(m, k, seed=60), _randn(n, k, seed=61)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    G.gemm(a, b, out, how=how)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), _product(a, b), **bf16_gemm(k))
 
 
 @pytest.mark.gpu
