@@ -39,7 +39,8 @@ VARIANTS = tuple((width, stages, cluster, False, False, BLOCK_M) for width, coun
 )  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles, pairs sharing A, rows)
 MAX_SPLITS = 16  # the most units one tile's K is cut into
 MAX_PREFETCH = 64  # the most K slices ahead a producer prefetches into L2
-TAIL_WIDTHS = (256, 128)  # tile widths offered with a split tail (Plan.split_tail)
+TAIL_WIDTHS = (256,)  # tile widths offered with a split tail (Plan.split_tail): 128-wide plans with a tail ran far
+# slower than the widest tiles at every shape that had one in a diagnostic on an H100, and each costs the sweep time
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
 _SMEM_LIMIT = 232448  # gemm.cu kSmemLimit: the most dynamic shared memory a Hopper block may have (227 KiB)
 _SMEM_FIXED = 1024 + 256  # gemm.cu kFixedBytes: alignment, mbarriers
@@ -215,8 +216,8 @@ def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=ran
     variant (VARIANTS; pairs where there are two blocks) with each of `splits` up to the K slices; split-K only
     while the units stay within two per SM (it is for shapes with few tiles, and its workspace holds a partial per
     unit), and never with alternate tiles; and where the tiles leave a last wave partial, the deepest 128-row
-    tiles of each width and cluster with that wave split (`split_tail`) into the most of `splits` that fit it
-    in one round."""
+    tiles of each of TAIL_WIDTHS and cluster with that wave split (`split_tail`) into the most of `splits` that fit
+    it in one round."""
     slices = k_slices(k, itemsize)
     options = [Plan(w, s, st, c, alt, sa, r) for w, st, c, alt, sa, r in VARIANTS for s in splits
                if c <= sms and s <= slices and (s == 1 or not alt and Plan(w, s, st, c).units(m, n) <= 2 * sms)]
