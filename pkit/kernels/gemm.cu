@@ -109,6 +109,7 @@ struct Work {
   int splits;
   int whole_tiles;
   int prefetch;  // K slices ahead whose boxes the producer brings into L2 as it loads a slice (0: none)
+  int stagger;   // the K slice a unit's loads start at, in slices per tile number (0: all start at their first)
 
   __device__ float scale() const { return scale_a == nullptr ? 1.0f : *scale_a * *scale_b; }
 };
@@ -129,6 +130,14 @@ struct Unit {
   __device__ Unit(int u, int k_tiles, int splits_, int whole)
       : tile(u < whole ? u : whole + (u - whole) / splits_), split(u < whole ? 0 : (u - whole) % splits_),
         splits(u < whole ? 1 : splits_), k0(split * k_tiles / splits), k1((split + 1) * k_tiles / splits) {}
+
+  // The K slice the unit loads kt-th (kt in [k0, k1)): its slices in turn from (tile · stagger) slices past k0,
+  // wrapping around, so that tiles running at once need the same slice of a shared row at different times (the sum
+  // is the same in any order; the consumers take the stages as they come).
+  __device__ int slice(int kt, int stagger) const {
+    const int n = k1 - k0;
+    return k0 + (kt - k0 + tile % n * stagger % n) % n;
+  }
 };
 
 // Barrier among the 128 threads of this consumer warpgroup (named barriers 1 and 2; 0 is __syncthreads).
@@ -325,7 +334,7 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<
     rows.wait(row0, min(g.m, row0 + R), seen);
     const int source = row0 / a.rows_per_source, row = row0 - source * a.rows_per_source;
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
-      const int s = it % S, x = kt * T::kRowElements;
+      const int s = it % S, x = unit.slice(kt, work.stagger) * T::kRowElements;
       if (it >= S) pkit::mbarrier_wait(&p.empty[s], (it / S - 1) & 1, PKIT_SITE);
       pkit::mbarrier_expect_bytes(&p.full[s], Shape<BN, S, R>::kStageBytes);
       slice_boxes<BN, S, C, kShareA, R>(a.maps[source], b, row, col0, g.rank(), s, p,
@@ -337,7 +346,7 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<
         }
       });
       if (work.prefetch > 0 && kt + work.prefetch < unit.k1) {
-        const int ahead = (kt + work.prefetch) * T::kRowElements;
+        const int ahead = unit.slice(kt + work.prefetch, work.stagger) * T::kRowElements;
         slice_boxes<BN, S, C, kShareA, R>(a.maps[source], b, row, col0, g.rank(), s, p,
                                           [&](const pkit::TensorMap& map, int y, unsigned char*, bool) {
           pkit::tensor_prefetch_2d(map, ahead, y);
