@@ -35,13 +35,15 @@ __device__ __forceinline__ bool mbarrier_try_wait(u64* bar, u32 phase) {
   return done != 0;
 }
 
-// Wait for the mbarrier's phase `phase` (0, 1, 0, ...) to complete; traps after the pkit timeout.
+// Wait for the mbarrier's phase `phase` (0, 1, 0, ...) to complete; traps after the pkit timeout. The timeout is
+// read once, before the loop: a global load between two tries would delay the wait's return by its latency
+// whenever the phase completes during it (a GEMM producer waiting for a freed stage lost that time per slice).
 __device__ __forceinline__ void mbarrier_wait(u64* bar, u32 phase, Site site) {
   if (mbarrier_try_wait(bar, phase)) return;
-  const u64 start = globaltimer_ns();
+  const u64 start = globaltimer_ns(), limit = pkit_wait_timeout_ns;
   while (!mbarrier_try_wait(bar, phase)) {
     const u64 waited = globaltimer_ns() - start;
-    if (waited > pkit_wait_timeout_ns)
+    if (waited > limit)
       report_timeout_and_trap(reinterpret_cast<const u32*>(bar), phase, ~0u, waited, site);
   }
 }
