@@ -27,13 +27,14 @@ __device__ __forceinline__ void ll_send(ll_line* lo, ll_line* hi, const vec16& v
 __device__ __forceinline__ uint2 ll_wait(const ll_line* line, u32 flag, Site site) {
   ll_line v;
   u64 start = 0;
+  const u64 limit = pkit_wait_timeout_ns;  // read once: each poll is one load of the line and a clock read
   for (;;) {
     asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(line) : "memory");
     if (v.y == flag && v.w == flag) return make_uint2(v.x, v.z);
     const u64 now = globaltimer_ns();
     if (start == 0) start = now;
-    if (now - start > pkit_wait_timeout_ns)
+    if (now - start > limit)
       report_timeout_and_trap(reinterpret_cast<const u32*>(line) + 1, flag, v.y, now - start, site);
   }
 }

@@ -66,14 +66,15 @@ __device__ __forceinline__ void report_timeout_and_trap(const u32* flag, u32 exp
   __trap();
 }
 
-// Spin until *flag reaches `target` (acquire, system scope), or trap after pkit_wait_timeout_ns.
+// Spin until *flag reaches `target` (acquire, system scope), or trap after pkit_wait_timeout_ns (read once, before
+// the loop, so that each poll is one load of the flag and a clock read).
 __device__ __forceinline__ void wait_until(const u32* flag, u32 target, Site site) {
   u32 v = load_acquire_sys(flag);
   if (reached(v, target)) return;
-  const u64 start = globaltimer_ns();
+  const u64 start = globaltimer_ns(), limit = pkit_wait_timeout_ns;
   while (!reached(v = load_acquire_sys(flag), target)) {
     const u64 waited = globaltimer_ns() - start;
-    if (waited > pkit_wait_timeout_ns) report_timeout_and_trap(flag, target, v, waited, site);
+    if (waited > limit) report_timeout_and_trap(flag, target, v, waited, site);
   }
 }
 
