@@ -123,6 +123,12 @@ class Plan:
         whole = self.whole_tiles(m, n, clusters)
         return (whole + (self.tiles(m, n) // self.cluster - whole) * self.splits) * self.cluster
 
+    def waves(self, m: int, n: int, clusters: int) -> tuple[int, int]:
+        """(whole waves, rounds of split units) of the work on `clusters` clusters at once: a split tail's waves of
+        a unit a tile, then its tail's units; without a split tail no whole waves and every unit in rounds."""
+        whole = self.whole_tiles(m, n, clusters)
+        return whole // clusters, math.ceil((self.units(m, n, clusters) // self.cluster - whole) / clusters)
+
 
 @dataclass(frozen=True)
 class PlanRule:
@@ -181,13 +187,9 @@ class PlanRule:
     def cost(self, how: "Plan", m: int, n: int, k_slices: int, sms: int) -> float:
         """The estimated time of `how` for an M × N output over k_slices K slices on `sms` blocks: its whole tiles'
         share of the clusters' time, then the rounds of its split units."""
-        clusters = sms // how.cluster
-        whole = how.whole_tiles(m, n, clusters)
-        split_units = how.units(m, n, clusters) // how.cluster - whole
-        cost = whole / clusters * self.unit_cost(how, k_slices, 1) if whole else 0.0
-        if split_units:
-            cost += math.ceil(split_units / clusters) * self.unit_cost(how, k_slices, how.splits)
-        return cost
+        whole, rounds = how.waves(m, n, sms // how.cluster)
+        cost = whole * self.unit_cost(how, k_slices, 1) if whole else 0.0
+        return cost + (rounds * self.unit_cost(how, k_slices, how.splits) if rounds else 0.0)
 
 
 RULE_FILE = Path(__file__).resolve().parents[1] / "data" / "gemm_plan_rule.json"
@@ -225,9 +227,9 @@ def plan_options(m: int, n: int, k: int, sms: int, itemsize: int = 2, splits=ran
     options = [Plan(w, s, st, c, alt, sa, r) for w, st, c, alt, sa, r in VARIANTS for s in splits
                if c <= sms and s <= slices and (s == 1 or not alt and Plan(w, s, st, c).units(m, n) <= 2 * sms)]
     for width, cluster in ((w, c) for w in TAIL_WIDTHS for c in CLUSTER_SIZES if c <= sms):
-        clusters = sms // cluster
-        tiles = Plan(width, 1, 0, cluster).tiles(m, n) // cluster
-        tail = tiles % clusters if tiles > clusters else 0
+        clusters, tailed = sms // cluster, Plan(width, 1, 0, cluster, split_tail=True)
+        whole = tailed.whole_tiles(m, n, clusters)
+        tail = tailed.tiles(m, n) // cluster - whole if whole else 0
         fits = [s for s in splits if 2 <= s <= min(slices, clusters // tail)] if tail else []
         if fits:
             options.append(Plan(width, max(fits), 0, cluster, split_tail=True))

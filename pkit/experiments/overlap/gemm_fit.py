@@ -39,13 +39,10 @@ def work(m: int, n: int, k: int, sms: int, planned: bool) -> tuple[float, float,
         return math.ceil(m / BLOCK_M) * math.ceil(n / BLOCK_N) / sms, float(k), False
     how = plan(int(m), int(n), int(k), int(sms))
     rule = plan_rule()
-    clusters, slices = sms // how.cluster, math.ceil(k / BLOCK_K)
+    slices = math.ceil(k / BLOCK_K)
     per_unit = math.ceil(slices / how.splits) * BLOCK_K * rule.width_slice(how.block_n) * rule.slice_cost(how)
-    whole = how.whole_tiles(m, n, clusters)
-    waves = math.ceil((how.units(m, n, clusters) // how.cluster - whole) / clusters)
-    if whole:  # a split tail: the whole waves counted in units of the tail's K
-        waves += whole / clusters * slices / math.ceil(slices / how.splits)
-    return float(waves), per_unit, how.splits > 1
+    whole, rounds = how.waves(m, n, sms // how.cluster)  # a split tail's whole waves counted in its tail's units
+    return rounds + whole * slices / math.ceil(slices / how.splits), per_unit, how.splits > 1
 
 
 def _columns(w: np.ndarray, k: np.ndarray, split: np.ndarray, length: float) -> np.ndarray:
