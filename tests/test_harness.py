@@ -325,7 +325,7 @@ def test_one_candidate_file_is_evaluated(tmp_path, shared_zygote, fewest_rounds)
     assert records.read_jsonl(tmp_path / "loose.jsonl")[0]["solution"] == "mine.py"
     assert shared_zygote.alive() and shared_zygote.proc.pid == zygote
     workers = lambda: [p for p, parent in contain.parent_links().items() if parent == zygote]  # noqa: E731
-    deadline = time.monotonic() + 2  # they were killed with their runs (the zygote reaps them within 50 ms)
+    deadline = time.monotonic() + 2  # they were killed with their runs (the zygote reaps each as it ends)
     while workers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not workers()

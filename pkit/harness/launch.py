@@ -141,6 +141,8 @@ class WorkerSet:
             self.ranks.append(RankState(rank, proc.pid))
             self.selector.register(end, selectors.EVENT_READ, rank)
             self.selector.register(output, selectors.EVENT_READ, output)
+        if zygote is not None:  # its reports of the ranks' exits wake `_pump` as they come
+            self.selector.register(zygote.sock, selectors.EVENT_READ, zygote)
 
     def send(self, message: dict, ranks=None) -> None:
         """Send `message` to every rank (or those listed)."""
@@ -191,6 +193,11 @@ class WorkerSet:
 
     def _pump(self, timeout: float) -> None:
         for key, _ in self.selector.select(timeout):
+            if isinstance(key.data, Zygote):
+                key.data.pump()
+                if not key.data.alive():  # its socket, at its end, would wake every select
+                    self.selector.unregister(key.fileobj)
+                continue
             if isinstance(key.data, CappedOutput):
                 key.data.drain()
                 if key.data.ended:

@@ -171,10 +171,12 @@ def for_evaluation():
     return nullcontext(_SHARED[-1]) if _SHARED else closing(Zygote())
 
 
-def _child(sock: socket.socket, request: dict, channel_fd: int, output_fd: int) -> None:
+def _child(sock: socket.socket, exits: int, request: dict, channel_fd: int, output_fd: int) -> None:
     """In the forked child: become a worker. Never returns."""
     try:
         sock.close()
+        os.close(exits)
+        os.close(signal.set_wakeup_fd(-1))  # the zygote's SIGCHLD pipe (`_exit_pipe`)
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -199,8 +201,17 @@ def _child(sock: socket.socket, request: dict, channel_fd: int, output_fd: int) 
         os._exit(70)
 
 
+def _exit_pipe() -> int:
+    """The read end of a pipe that gets a byte each time a child of this process ends (SIGCHLD)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd is written for signals with a handler only
+    return read_end
+
+
 def serve(fd: int) -> None:
-    """The zygote's loop: fork on request, report exits."""
+    """The zygote's loop: fork on request; report each exit as it happens (a SIGCHLD wakes the loop)."""
     import torch  # noqa: F401 - the point: pay the import once
     import torch.distributed  # noqa: F401
 
@@ -209,21 +220,20 @@ def serve(fd: int) -> None:
 
     make_undumpable()
     sock = socket.socket(fileno=fd)
+    exits = _exit_pipe()
     sock.sendall(b'{"op": "ready"}\n')
     while True:
-        sock.settimeout(0.05)
-        try:
+        ready = select.select([sock, exits], [], [])[0]
+        if exits in ready:
+            os.read(exits, 4096)  # a wakeup only: waitpid below finds the children that ended
+        if sock in ready:
             data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
-        except socket.timeout:
-            data, fds = None, []
-        sock.settimeout(None)
-        if data is not None and not data:
-            os._exit(0)  # the evaluating process has gone
-        if data:
+            if not data:
+                os._exit(0)  # the evaluating process has gone
             channel_fd, output_fd = fds
             pid = os.fork()
             if pid == 0:
-                _child(sock, json.loads(data), channel_fd, output_fd)
+                _child(sock, exits, json.loads(data), channel_fd, output_fd)
             os.close(channel_fd)
             os.close(output_fd)
             sock.sendall(json.dumps({"op": "forked", "pid": pid}).encode() + b"\n")
