@@ -97,7 +97,7 @@ def _gemm_rates(rng):
 
     def plans(m, n, k, dtype, device, reps, warmup, seed):
         return [{"dtype": dtype, "m": m, "n": n, "k": k, "block_n": w, "splits": s, "stages": st, "cluster": c,
-                 "alternate": alt, "share_a": sa, "rows": r, "split_tail": False, "prefetch": 0, "stagger": 0,
+                 "alternate": alt, "share_a": sa, "rows": r, "split_tail": False,
                  **timed(m, n, k, rng.uniform(300, 750), reps),
                  "verified": True, "chosen": (w, st, c, alt, sa, r, s) == (*VARIANTS[0], 1)}
                 for w, st, c, alt, sa, r in VARIANTS for s in ((1,) if alt else (1, 2))]

@@ -108,8 +108,6 @@ struct Work {
   const float* scale_b;
   int splits;
   int whole_tiles;
-  int prefetch;  // K slices ahead whose boxes the producer brings into L2 as it loads a slice (0: none)
-  int stagger;   // the K slice a unit's loads start at, in slices per tile number (0: all start at their first)
 
   __device__ float scale() const { return scale_a == nullptr ? 1.0f : *scale_a * *scale_b; }
 };
@@ -130,14 +128,6 @@ struct Unit {
   __device__ Unit(int u, int k_tiles, int splits_, int whole)
       : tile(u < whole ? u : whole + (u - whole) / splits_), split(u < whole ? 0 : (u - whole) % splits_),
         splits(u < whole ? 1 : splits_), k0(split * k_tiles / splits), k1((split + 1) * k_tiles / splits) {}
-
-  // The K slice the unit loads kt-th (kt in [k0, k1)): its slices in turn from (tile · stagger) slices past k0,
-  // wrapping around, so that tiles running at once need the same slice of a shared row at different times (the sum
-  // is the same in any order; the consumers take the stages as they come).
-  __device__ int slice(int kt, int stagger) const {
-    const int n = k1 - k0;
-    return k0 + (kt - k0 + tile % n * stagger % n) % n;
-  }
 };
 
 // Barrier among the 128 threads of this consumer warpgroup (named barriers 1 and 2; 0 is __syncthreads).
@@ -295,36 +285,15 @@ __device__ void release(const Pipeline<BN, S, R>& p, int s) {
   }
 }
 
-// The boxes of a K slice this block loads into stage `s`, each handed to visit(map, row, destination, multicast):
-// A's rows of the tile at `row` of its source (in an A-sharing pair, the block's 64 of them, for both blocks) and
-// B's rows at `col0` (in a B-sharing pair, the block's C-th of them, for both blocks).
-template <int BN, int S, int C, bool kShareA, int R, class Visit>
-__device__ void slice_boxes(const pkit::TensorMap& a, const pkit::TensorMap& b, int row, int col0, int rank, int s,
-                            const Pipeline<BN, S, R>& p, Visit visit) {
-  constexpr int kSharedRows = BN / C;  // rows of B's slice this block loads for a pair sharing B
-  static_assert(!kShareA || C * kABoxRows == R, "a block of an A-sharing cluster loads one box of A's rows");
-  static_assert(R % kABoxRows == 0, "a tile's rows are whole boxes of A");
-  if constexpr (kShareA) {
-    visit(a, row + rank * kABoxRows, p.a(s) + rank * kABoxRows * kSliceBytes, true);
-  } else {
-#pragma unroll
-    for (int box = 0; box < R / kABoxRows; ++box)
-      visit(a, row + box * kABoxRows, p.a(s) + box * kABoxRows * kSliceBytes, false);
-  }
-  if (C == 1 || kShareA) {
-    visit(b, col0, p.b(s), false);
-  } else {
-    visit(b, col0 + rank * kSharedRows, p.b(s) + rank * kSharedRows * kSliceBytes, true);
-  }
-}
-
 // The producer thread: for each of this block's units, once its rows of A are ready, stream its K slices of A and
-// B into the stages as the consumers of the cluster free them (and, with work.prefetch, bring the slice that many
-// ahead into L2). Slice `it` (counted over all units) uses stage it % S. In a cluster each block loads its own rows
-// of A and a C-th of B's rows into every block of the cluster.
+// B into the stages as the consumers of the cluster free them. Slice `it` (counted over all units) uses stage
+// it % S. In a cluster each block loads its own rows of A and a C-th of B's rows into every block of the cluster.
 template <int BN, int S, int C, class T, bool kShareA, int R>
 __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<BN, C, T, kShareA, R>& g,
                         const RowsReady& rows, const Work& work, const Pipeline<BN, S, R>& p) {
+  constexpr int kSharedRows = BN / C;  // rows of B's slice this block loads for a pair sharing B
+  static_assert(!kShareA || C * kABoxRows == R, "a block of an A-sharing cluster loads one box of A's rows");
+  static_assert(R % kABoxRows == 0, "a tile's rows are whole boxes of A");
   u32 it = 0;
   u64 seen = 0;  // flags of A's rows seen ready
   for (int u = g.cluster(); u < g.units; u += g.clusters()) {
@@ -334,23 +303,24 @@ __device__ void produce(const ASources& a, const pkit::TensorMap& b, const Grid<
     rows.wait(row0, min(g.m, row0 + R), seen);
     const int source = row0 / a.rows_per_source, row = row0 - source * a.rows_per_source;
     for (int kt = unit.k0; kt < unit.k1; ++kt, ++it) {
-      const int s = it % S, x = unit.slice(kt, work.stagger) * T::kRowElements;
+      const int s = it % S, x = kt * T::kRowElements;
       if (it >= S) pkit::mbarrier_wait(&p.empty[s], (it / S - 1) & 1, PKIT_SITE);
       pkit::mbarrier_expect_bytes(&p.full[s], Shape<BN, S, R>::kStageBytes);
-      slice_boxes<BN, S, C, kShareA, R>(a.maps[source], b, row, col0, g.rank(), s, p,
-                                        [&](const pkit::TensorMap& map, int y, unsigned char* to, bool multicast) {
-        if (multicast) {
-          pkit::tensor_load_2d_multicast(to, map, x, y, &p.full[s], (1u << C) - 1);
-        } else {
-          pkit::tensor_load_2d(to, map, x, y, &p.full[s]);
-        }
-      });
-      if (work.prefetch > 0 && kt + work.prefetch < unit.k1) {
-        const int ahead = unit.slice(kt + work.prefetch, work.stagger) * T::kRowElements;
-        slice_boxes<BN, S, C, kShareA, R>(a.maps[source], b, row, col0, g.rank(), s, p,
-                                          [&](const pkit::TensorMap& map, int y, unsigned char*, bool) {
-          pkit::tensor_prefetch_2d(map, ahead, y);
-        });
+      if constexpr (kShareA) {
+        const int half = g.rank() * kABoxRows;
+        pkit::tensor_load_2d_multicast(p.a(s) + half * kSliceBytes, a.maps[source], x, row + half, &p.full[s],
+                                       (1u << C) - 1);
+      } else {
+#pragma unroll
+        for (int box = 0; box < R / kABoxRows; ++box)
+          pkit::tensor_load_2d(p.a(s) + box * kABoxRows * kSliceBytes, a.maps[source], x, row + box * kABoxRows,
+                               &p.full[s]);
+      }
+      if (C == 1 || kShareA) {
+        pkit::tensor_load_2d(p.b(s), b, x, col0, &p.full[s]);
+      } else {
+        pkit::tensor_load_2d_multicast(p.b(s) + g.rank() * kSharedRows * kSliceBytes, b, x,
+                                       col0 + g.rank() * kSharedRows, &p.full[s], (1u << C) - 1);
       }
     }
   }

@@ -25,8 +25,7 @@ import numpy as np
 
 from ..driver import TENSOR_MAP_BYTES, encode_tiled
 from ..kernel_args import KernelArgs, packed
-from .gemm_plans import (A_BOX_ROWS, BLOCK_M, EPILOGUE_BOX, MAX_PREFETCH, MAX_SPLITS, SLICE_BYTES, VARIANTS, Plan, plan,
-                         smem_bytes)
+from .gemm_plans import A_BOX_ROWS, BLOCK_M, EPILOGUE_BOX, MAX_SPLITS, SLICE_BYTES, VARIANTS, Plan, plan, smem_bytes
 
 GEMM_THREADS = 384  # a producer warpgroup and two consumer warpgroups
 MAX_TARGETS = 8  # gemm.cu kMaxTargets
@@ -56,7 +55,7 @@ ROWS_READY = KernelArgs("RowsReady", (("ready", "ptr"), ("epoch", "u32"), ("rows
                                       ("first_row_tile", "i32")))
 # gemm.cu's Work: split-K's workspace (fp32 tile sums, per-tile arrival counts) and FP8's scales (0: none).
 WORK = KernelArgs("Work", (("partials", "ptr"), ("arrivals", "ptr"), ("scale_a", "ptr"), ("scale_b", "ptr"),
-                           ("splits", "i32"), ("whole_tiles", "i32"), ("prefetch", "i32"), ("stagger", "i32")))
+                           ("splits", "i32"), ("whole_tiles", "i32")))
 
 
 @lru_cache(maxsize=None)
@@ -248,12 +247,10 @@ def _checked_plan(how: Plan) -> Plan:
     naming it."""
     kernel = (how.block_n, how.stages, how.cluster, how.alternate, how.share_a, how.rows)
     if kernel not in VARIANTS or not 1 <= how.splits <= (1 if how.alternate else MAX_SPLITS) or (
-            how.split_tail and how.alternate) or not 0 <= how.prefetch <= MAX_PREFETCH or not (
-            0 <= how.stagger <= MAX_PREFETCH):
+            how.split_tail and how.alternate):
         raise ValueError(f"how: expected a Plan whose (block_n, stages, cluster, alternate, share_a, rows) is one of "
                          f"{VARIANTS}, "
-                         f"with splits in [1, {MAX_SPLITS}] (1 and no split tail with alternate tiles) and prefetch and "
-                         f"stagger in [0, {MAX_PREFETCH}], got {how}")
+                         f"with splits in [1, {MAX_SPLITS}] (1 and no split tail with alternate tiles), got {how}")
     return how
 
 
@@ -271,7 +268,7 @@ def _work(how: Plan, m: int, n: int, grid: int, device: int, scale_a: int, scale
         partials, arrivals = _workspace(device, stream, split_units * BLOCK_M * how.block_n * 4,
                                         2 * split_units // how.splits)
     return WORK.pack(partials=partials, arrivals=arrivals, splits=how.splits, whole_tiles=whole,
-                     prefetch=how.prefetch, stagger=how.stagger, scale_a=scale_a, scale_b=scale_b)
+                     scale_a=scale_a, scale_b=scale_b)
 
 
 def launch_blocks(how: Plan, m: int, n: int, blocks: int, dtype: str, device: int) -> int:
@@ -288,9 +285,8 @@ def launch_blocks(how: Plan, m: int, n: int, blocks: int, dtype: str, device: in
 
 
 def _kernel_plan(how: Plan) -> Plan:
-    """`how` as the kernel that runs it is keyed: its splits, split tail, prefetch and stagger are arguments, not
-    kernels."""
-    return replace(how, splits=1, split_tail=False, prefetch=0, stagger=0)
+    """`how` as the kernel that runs it is keyed: its splits and split tail are arguments, not kernels."""
+    return replace(how, splits=1, split_tail=False)
 
 
 def gemm(a, b, out=None, *, blocks: int | None = None, ready: int = 0, epoch: int = 1, rows_per_flag: int = BLOCK_M,

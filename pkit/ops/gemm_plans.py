@@ -38,7 +38,6 @@ VARIANTS = tuple((width, stages, cluster, False, False, BLOCK_M) for width, coun
     for stages in counts for cluster in CLUSTER_SIZES
 )  # gemm.cu's kernels: (tile width, stages, blocks per cluster, consumers on alternate tiles, pairs sharing A, rows)
 MAX_SPLITS = 16  # the most units one tile's K is cut into
-MAX_PREFETCH = 64  # the most K slices ahead a producer prefetches into L2 (and a tile's stagger)
 TAIL_WIDTHS = (256,)  # tile widths offered with a split tail (Plan.split_tail): 128-wide plans with a tail ran far
 # slower than the widest tiles at every shape that had one in a diagnostic on an H100, and each costs the sweep time
 SLICE_BYTES = 128  # bytes of a row of A or B in one K slice: one TMA box row, the 128-byte swizzle's span
@@ -76,11 +75,7 @@ class Plan:
     With `alternate` (ALTERNATE_WIDTHS, no split-K, blocks alone or pairs sharing A) a block's two consumers take
     alternate tiles and turns at the tensor cores, one writing its tile while the other multiplies.
     With `split_tail` only the tiles of the last, partial wave are cut into `splits` units (the whole waves before
-    it run a tile a unit), so that they fill the SMs the wave would leave idle. With `prefetch` the producer brings
-    the K slice that many ahead of each it loads into L2, and with `stagger` tile t's loads start `stagger` · t
-    slices into its K and wrap around, so that the tiles running at once do not all wait on the same slice (0: none;
-    no plan offers either until a sweep has measured it).
-    """
+    it run a tile a unit), so that they fill the SMs the wave would leave idle."""
 
     block_n: int
     splits: int
@@ -90,8 +85,6 @@ class Plan:
     share_a: bool = False
     rows: int = BLOCK_M
     split_tail: bool = False
-    prefetch: int = 0
-    stagger: int = 0
 
     def __post_init__(self):
         counts = STAGE_COUNTS if self.rows == BLOCK_M else SHORT_STAGE_COUNTS

@@ -253,8 +253,8 @@ def plan_sweep(shapes: Sequence[tuple[int, int, int]] | None = None, dtypes: Seq
     a clock that drifts weighs on all plans alike): the measurements that say whether `pkit.ops.gemm_plans.plan` picks
     well.
 
-    Rows: dtype, m, n, k, block_n, splits, stages, cluster, alternate, share_a, rows, split_tail, prefetch, stagger,
-    time_median_us, time_min_us, time_max_us, cv, tflops,
+    Rows: dtype, m, n, k, block_n, splits, stages, cluster, alternate, share_a, rows, split_tail, time_median_us,
+    time_min_us, time_max_us, cv, tflops,
     verified,
     chosen (the plan `plan` picks), ratio_to_best (TFLOP/s over the best plan's at this shape and dtype).
     """
@@ -285,8 +285,7 @@ def _plans_of_shape(m: int, n: int, k: int, dtype: str, device: int, reps: int, 
         timing = timings[how]
         rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "block_n": how.block_n, "splits": how.splits,
                      "stages": how.stages, "cluster": how.cluster, "alternate": how.alternate, "share_a": how.share_a,
-                     "rows": how.rows, "split_tail": how.split_tail, "prefetch": how.prefetch,
-                     "stagger": how.stagger, **timing.times_us(),
+                     "rows": how.rows, "split_tail": how.split_tail, **timing.times_us(),
                      "tflops": 2 * m * n * k / (timing.median_ms * 1e-3) / 1e12,
                      "verified": verified, "chosen": how == chosen})
     del inputs
@@ -327,10 +326,8 @@ def fit_plan_rule(frame: pd.DataFrame, sms: int, grid: dict | None = None) -> tu
     """
     grid = {name: [round(float(v), 4) for v in values] for name, values in (grid or RULE_GRID).items()}
     plans = [f.name for f in fields(Plan)]  # a plan's columns, in the order Plan(*key) takes them
-    frame = frame.assign(**{c: v for c, v in [("cluster", 1), ("alternate", False), ("share_a", False),
-                                              ("rows", BLOCK_M), ("split_tail", False), ("prefetch", 0),
-                                              ("stagger", 0)]
-                         if c not in frame})  # older sweeps
+    older = [("cluster", 1), ("alternate", False), ("share_a", False), ("rows", BLOCK_M), ("split_tail", False)]
+    frame = frame.assign(**{c: v for c, v in older if c not in frame})  # columns older sweeps lack
     shapes = [(key, g.set_index(plans)["tflops"]) for key, g in frame.groupby(["dtype", "m", "n", "k"], sort=False)]
 
     def score(constants: dict) -> float:

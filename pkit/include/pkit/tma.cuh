@@ -68,12 +68,6 @@ __device__ __forceinline__ void tensor_load_2d(void* smem_dst, const TensorMap& 
                : "memory");
 }
 
-// Bring the box whose corner is column x, row y into L2 ahead of its load (no shared memory, no mbarrier).
-__device__ __forceinline__ void tensor_prefetch_2d(const TensorMap& map, int x, int y) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
-               ::"l"(reinterpret_cast<u64>(&map)), "r"(x), "r"(y) : "memory");
-}
-
 // Shared box -> the tensor at column x, row y, added elementwise to what is there (TMA reduce, the owner's memory
 // may be a peer's); parts outside the tensor are dropped. Completes with bulk_commit() + bulk_wait*.
 __device__ __forceinline__ void tensor_add_2d(const TensorMap& map, int x, int y, const void* smem_src) {
