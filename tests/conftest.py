@@ -1,7 +1,7 @@
 """Shared test setup: GPU markers skip cleanly on machines without the GPUs they need; teams of every GPU of the
 machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); how many
 pytest-xdist workers `-n auto` starts (make test passes `-n auto --dist loadfile`), each pinned to its own CPUs, heavy
-modules first; one zygote per module for the harness tests that share it (`shared_zygote`); the fewest timing
+modules first; one zygote for the harness tests that share it (`shared_zygote`); the fewest timing
 rounds for the harness tests that check verdicts, not rounds (`fewest_rounds`, `module_fewest_rounds`,
 `fewest_rounds_within`)."""
 import multiprocessing.util
@@ -158,15 +158,27 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path / "cubin"
 
 
+@pytest.fixture(scope="session")
+def process_zygote():
+    """The zygote of every module of this test process that shares one (`shared_zygote`): started at first use (and
+    again after a module that counts the processes a run leaves has stopped it), stopped at the end of the run."""
+    from pkit.harness.zygote import Zygote
+
+    one = Zygote()
+    yield one
+    one.close()
+
+
 @pytest.fixture(scope="module")
-def shared_zygote():
-    """Every in-process evaluation of the module forks its workers from one zygote (pkit.harness.zygote.shared)
-    instead of importing torch in a zygote of its own: for modules that do not count the processes a run leaves
-    (stopped at the module's end, so none is left running beside the modules that do)."""
+def shared_zygote(process_zygote):
+    """Every in-process evaluation of the module forks its workers from the test process's zygote (as inside
+    pkit.harness.zygote.shared(), but left running for the next module) instead of importing torch in a zygote of
+    its own."""
     from pkit.harness import zygote
 
-    with zygote.shared() as one:
-        yield one
+    zygote._SHARED.append(process_zygote)
+    yield process_zygote
+    zygote._SHARED.remove(process_zygote)
 
 
 @contextmanager

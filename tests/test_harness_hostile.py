@@ -58,8 +58,8 @@ Classes (candidate → what the harness must give):
     were checked is refused when opened, never waited on (records.read_lines, resume.sole_writer).
 
 The in-process runs use a private TMPDIR, so candidates that search temp folders touch only their own run's. Those
-after the hostile run (12, 14, 16) fork their workers from one zygote (conftest's `shared_zygote`), started after
-the hostile run has counted what it leaves, instead of starting one each.
+after the hostile run (12, 14, 16) fork their workers from the test process's zygote (conftest's `shared_zygote`),
+started again after the hostile run has counted what it leaves, instead of starting one each.
 """
 from __future__ import annotations
 
@@ -199,10 +199,13 @@ ESCAPE = ("a_escape.py", "b_victim.py")  # first in the run (by name): the escap
 
 
 @pytest.fixture(scope="module")
-def hostile_run(tmp_path_factory, fewest_rounds_within):
+def hostile_run(tmp_path_factory, fewest_rounds_within, process_zygote):
     """One `pkit eval` of the candidates of tests/fixtures/hostile and hostile_escape together (copied into one
-    folder), each timed in the fewest rounds: (records by file name, harness processes below this one right after the run, pkit temp entries left,
-    escaped pids, those still present 5 s after the run)."""
+    folder), each timed in the fewest rounds, with a zygote of its own: (records by file name, harness processes below
+    this one right after the run, pkit temp entries left, escaped pids, those still present 5 s after the run). The
+    zygote that earlier modules of this test process shared is stopped first: no harness process is below this one
+    when the run starts."""
+    process_zygote.close()
     folder = tmp_path_factory.mktemp("hostile")
     solutions = folder / "solutions"
     for source in (FIXTURES / "hostile", FIXTURES / "hostile_escape"):
