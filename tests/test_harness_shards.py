@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from problem_ranks import forked_program
 
 from pkit.harness import shards
 from pkit.harness.cli import main
@@ -288,20 +289,22 @@ def test_a_run_killed_mid_line_resumes_with_every_record_once(args, serial, tmp_
 
 def test_a_run_stopped_by_sigterm_resumes_with_every_record_once(args, serial, tmp_path):
     """`kill` of a running `pkit eval` after its second record: exit 143, the records so far kept; the same
-    command again completes the file."""
-    out = tmp_path / "stopped.jsonl"
-    command = [sys.executable, "-m", "pkit.cli", "eval", *args, "--out", str(out)]
-    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    command again completes the file. The stopped one runs as `python -m pkit.cli eval` would, forked from a server
+    that imported torch once (tests/problem_ranks.py)."""
+    out, log = tmp_path / "stopped.jsonl", tmp_path / "stopped.log"
+    argv = ["eval", *args, "--out", str(out)]
+    run = forked_program("pkit.cli", argv, dict(os.environ), tmp_path, log)
     deadline = time.monotonic() + 300
-    while run.poll() is None and time.monotonic() < deadline and (
+    while run.exitcode is None and time.monotonic() < deadline and (
             not out.exists() or out.read_text().count("\n") < 2):
         time.sleep(0.05)
-    run.send_signal(signal.SIGTERM)
-    err = run.communicate(timeout=120)[1]
-    assert run.returncode == 128 + signal.SIGTERM, err
+    os.kill(run.pid, signal.SIGTERM)
+    run.join(timeout=120)
+    err = log.read_text()
+    assert run.exitcode == 128 + signal.SIGTERM, err
     done = len(read_lines(out)[0])
     assert 2 <= done < 10 and "run the same command again to resume" in err
-    assert main(command[3:]) == 0  # the same command, in this process
+    assert main(argv) == 0  # the same command, in this process
     assert verdicts(out) == verdicts(serial)
 
 
