@@ -455,46 +455,74 @@ def test_contract_breakers_are_wrong(contracts, solution, flag):
 
 STABLE_S = 1.0
 """Seconds the four ranks (the reference's and the hanging candidate's) must stay the same before the signal."""
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
-def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(tmp_path, signum):
-    """`pkit eval` as `python -m pkit.harness.cli eval` runs it, in a session of its own, forked from a server that
-    imported torch once (tests/problem_ranks.py): its own zygote, reference and candidate as any run's."""
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    env = dict(os.environ, TMPDIR=str(tmpdir))
+def hanging_eval(folder: Path):
+    """`pkit eval` of the hanging candidate as `python -m pkit.harness.cli eval` runs it, in a session of its own,
+    forked from a server that imported torch once (tests/problem_ranks.py): its own zygote, reference and candidate
+    as any run's; TMPDIR `folder`/tmp, output in `folder`/eval.log."""
+    (folder / "tmp").mkdir()
     argv = ["eval", "--problems-root", str(PROBLEMS), "--solutions", str(FIXTURES / "candidates" / "01_sum" / "hang.py"),
-            "--trials", "1", "--timeout", "300", "--out", str(tmp_path / "signal.jsonl")]
-    proc = forked_program("pkit.harness.cli", argv, env, Path(__file__).parents[1], tmp_path / "eval.log")
-    seen: set[int] = set()
-    try:  # wait for the hanging candidate's ranks beside the reference's: four harness processes, STABLE_S alike
-        deadline, ranks, since = time.monotonic() + 60, set(), time.monotonic()
-        while True:
-            assert proc.exitcode is None, (tmp_path / "eval.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "no four stable harness workers within 60 s"
-            now_ranks = workers_below(proc.pid, leaves_only=True)
-            if now_ranks != ranks:
-                ranks, since = now_ranks, time.monotonic()
-            elif len(ranks) >= 4 and time.monotonic() - since >= STABLE_S:
-                break
-            time.sleep(0.2)
-        seen = below(proc.pid, processes())
-        assert any(p.name.startswith("pkit") for p in tmpdir.iterdir()), "no pkit temp folder in TMPDIR to remove"
-        os.kill(proc.pid, signum)
-        proc.join(timeout=15)
-        if proc.exitcode is None:
-            pytest.fail(f"pkit eval still running 15 s after {signum.name}")
-        left = alive_after(seen)
-        assert left == set(), f"processes {sorted(left)} outlived pkit eval after {signum.name}"
-        leftovers = sorted(p.name for p in tmpdir.iterdir() if p.name.startswith("pkit"))
-        assert leftovers == [], f"temp folders left in TMPDIR after {signum.name}: {leftovers}"
+            "--trials", "1", "--timeout", "300", "--out", str(folder / "signal.jsonl")]
+    return forked_program("pkit.harness.cli", argv, dict(os.environ, TMPDIR=str(folder / "tmp")),
+                          Path(__file__).parents[1], folder / "eval.log")
+
+
+def hanging_ranks_up(runs: dict, folders: dict):
+    """Each key of `runs` (a process each), as soon as that run's hanging candidate's ranks are there beside the
+    reference's: four harness processes, STABLE_S alike (the runs watched together)."""
+    deadline, since = time.monotonic() + 60, dict.fromkeys(runs, time.monotonic())
+    ranks: dict = {key: set() for key in runs}
+    while ranks:
+        for key in list(ranks):
+            assert runs[key].exitcode is None, (folders[key] / "eval.log").read_text()[-2000:]
+            now_ranks = workers_below(runs[key].pid, leaves_only=True)
+            if now_ranks != ranks[key]:
+                ranks[key], since[key] = now_ranks, time.monotonic()
+            elif len(now_ranks) >= 4 and time.monotonic() - since[key] >= STABLE_S:
+                del ranks[key]
+                yield key
+        assert not ranks or time.monotonic() < deadline, "no four stable harness workers within 60 s"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def signalled(tmp_path_factory):
+    """Per signal: (whether `pkit eval` had exited 15 s after it, the processes it started still there 5 s later,
+    the pkit temp folders left in its TMPDIR). A `hanging_eval` per signal, the three started at once so that their
+    waits overlap; each gets its signal once its hanging candidate's ranks are up."""
+    folders = {s: tmp_path_factory.mktemp(s.name) for s in SIGNALS}
+    runs = {s: hanging_eval(folder) for s, folder in folders.items()}
+    seen: dict = {s: set() for s in SIGNALS}
+    try:
+        sent = {}
+        for s in hanging_ranks_up(runs, folders):
+            seen[s] = below(runs[s].pid, processes())
+            assert any(p.name.startswith("pkit") for p in (folders[s] / "tmp").iterdir()), \
+                "no pkit temp folder in TMPDIR to remove"
+            os.kill(runs[s].pid, s)
+            sent[s] = time.monotonic()
+        for s, proc in runs.items():
+            proc.join(timeout=max(0.0, sent[s] + 15 - time.monotonic()))
+        return {s: (proc.exitcode is not None, alive_after(seen[s]),
+                    sorted(p.name for p in (folders[s] / "tmp").iterdir() if p.name.startswith("pkit")))
+                for s, proc in runs.items()}
     finally:
-        if proc.exitcode is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.join()
-        kill_if(alive_after(seen, 0), is_worker)
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        for s, proc in runs.items():
+            if proc.exitcode is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.join()
+            kill_if(alive_after(seen[s], 0), is_worker)
+            shutil.rmtree(folders[s] / "tmp", ignore_errors=True)
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: s.name)
+def test_a_signal_to_pkit_eval_kills_its_workers_and_removes_its_temp_folders(signalled, signum):
+    exited, left, leftovers = signalled[signum]
+    assert exited, f"pkit eval still running 15 s after {signum.name}"
+    assert left == set(), f"processes {sorted(left)} outlived pkit eval after {signum.name}"
+    assert leftovers == [], f"temp folders left in TMPDIR after {signum.name}: {leftovers}"
 
 
 # --- 16. answers remembered across reused input sets -----------------------------------------------------------
