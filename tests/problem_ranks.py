@@ -23,8 +23,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from processes import free_port
 
-PRELOAD = ["torch", "torch.distributed", "pkit", "pkit.problem_kit"]
-"""What the forkserver imports before it forks a rank."""
+PRELOAD = ["torch", "torch.distributed", "torch.nn.attention.bias", "pkit", "pkit.problem_kit"]
+"""What the forkserver imports before it forks a rank: with torch.nn.attention.bias, which solutions of problems 15
+and 17 import (it imports torch._dynamo, about 1 s of a core), once for every rank forked."""
 
 
 def _as_rank(rank, world_size, port, target, args):
