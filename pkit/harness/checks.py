@@ -233,9 +233,14 @@ def chunk_rows(t: torch.Tensor) -> torch.Tensor:
 
 def _chunk_stats(t: torch.Tensor) -> tuple[list, list, list]:
     """Per chunk of `chunk_rows(t)`: its sum in float64 (NaNs left out), its NaN count and the float64 sum of its
-    magnitudes, computed on `t`'s device and copied to the host at once."""
+    magnitudes, computed on `t`'s device and copied to the host at once. Two reductions where every chunk's sum is
+    finite (no NaN to leave out or count); where one is not, the NaN-aware ones, an elementwise pass each."""
     rows = chunk_rows(t)
     wide = torch.float64
+    sums, magnitudes = torch.stack((rows.sum(1, dtype=wide),
+                                    torch.linalg.vector_norm(rows, 1, dim=1, dtype=wide))).tolist()
+    if all(map(math.isfinite, sums)):
+        return sums, [0] * len(sums), magnitudes
     sums, nans, magnitudes = torch.stack((rows.nansum(1, dtype=wide), rows.isnan().sum(1).to(wide),
                                           rows.abs().nansum(1, dtype=wide))).tolist()
     return sums, [int(n) for n in nans], magnitudes
