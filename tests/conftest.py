@@ -2,8 +2,8 @@
 machine or of 2 to 8 ranks sharing one GPU (`team`), and of exactly two ranks (`pair`, `two_gpus`); how many
 pytest-xdist workers `-n auto` starts (make test passes `-n auto --dist loadfile`), each pinned to its own CPUs, heavy
 modules first; one zygote for the harness tests that share it (`shared_zygote`); the fewest timing
-rounds for the harness tests that check verdicts, not rounds (`fewest_rounds`, `module_fewest_rounds`,
-`fewest_rounds_within`)."""
+rounds, of a few calls each, for the harness tests that check verdicts, not rounds (`fewest_rounds`,
+`module_fewest_rounds`, `fewest_rounds_within`)."""
 import multiprocessing.util
 import os
 import shutil
@@ -181,34 +181,43 @@ def shared_zygote(process_zygote):
     zygote._SHARED.remove(process_zygote)
 
 
+SHORT_WINDOWS = {"warmup": 1, "iters": 3}
+"""Quick timing's windows under `fewest_rounds`: 3 calls after 1 warm-up call (pkit.harness.options.QUICK_TIMING
+has 10 after 2)."""
+
+
 @contextmanager
-def _fewest_rounds():
-    from pkit.harness import candidate
+def _fewest_rounds(windows: dict | None = None):
+    from pkit.harness import candidate, options
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(candidate, "MAX_ROUNDS", candidate.MIN_ROUNDS)
+        if windows:
+            patch.setattr(options, "QUICK_TIMING", windows)
         yield
 
 
 @pytest.fixture
 def fewest_rounds():
     """The test's in-process evaluations time each candidate in the warm round and at most MIN_ROUNDS rounds
-    (pkit.harness.candidate.MAX_ROUNDS set to MIN_ROUNDS for the test): for tests that check statuses and records,
-    not how many rounds a verdict takes or how narrow its interval is (a level candidate, such as a reference as its
-    own candidate, otherwise runs to `candidate.most_rounds`). Processes the test starts keep the harness's own
-    limit."""
-    with _fewest_rounds():
+    (pkit.harness.candidate.MAX_ROUNDS set to MIN_ROUNDS for the test), under quick timing in SHORT_WINDOWS: for
+    tests that check statuses and records, not how many rounds a verdict takes, how narrow its interval is or how
+    many calls a window makes (a level candidate, such as a reference as its own candidate, otherwise runs to
+    `candidate.most_rounds`). Records keep the settings they were given; processes the test starts keep the
+    harness's own limit and windows."""
+    with _fewest_rounds(SHORT_WINDOWS):
         yield
 
 
 @pytest.fixture(scope="module")
 def module_fewest_rounds():
     """`fewest_rounds` for every evaluation of the module, its module fixtures' included."""
-    with _fewest_rounds():
+    with _fewest_rounds(SHORT_WINDOWS):
         yield
 
 
 @pytest.fixture(scope="session")
 def fewest_rounds_within():
-    """The context manager behind `fewest_rounds`, for a fixture that caps the rounds of one run only."""
+    """The context manager that caps the rounds as `fewest_rounds` does, quick timing's windows kept, for a fixture
+    that caps the rounds of one run only."""
     return _fewest_rounds

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from problem_ranks import forked_program
 
-from pkit.harness import options, shards
+from pkit.harness import shards
 from pkit.harness.cli import main
 from pkit.harness.records import CORRECT, KEY_FIELDS, read_lines, record_key
 from pkit.harness.solutions import Candidate
@@ -50,20 +50,11 @@ def solutions(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def short_windows():
-    """Quick timing in this process in windows of 3 calls after 1 warm-up call (`options.QUICK_TIMING`, 10 after 2
-    otherwise): the runs' records keep the settings they were given, so this process's and those it starts resume and
-    merge each other's files alike."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(options, "QUICK_TIMING", {"warmup": 1, "iters": 3})
-        yield
-
-
-@pytest.fixture(scope="module")
-def args(solutions, module_fewest_rounds, short_windows) -> list[str]:
+def args(solutions, module_fewest_rounds) -> list[str]:
     """The `pkit eval` arguments every run of this file shares (all but --out and the way it is split); the runs in
-    this process time each candidate in the fewest rounds (`module_fewest_rounds`) of `short_windows`, those it starts
-    (Ray's tasks, the array's) under quick timing's cap: a correct verdict compares as 'correct' whatever its speed."""
+    this process time each candidate in the fewest rounds of a few calls (`module_fewest_rounds`), those it starts
+    (Ray's tasks, the array's) under quick timing's cap: a correct verdict compares as 'correct' whatever its speed,
+    and each record keeps the settings it was given, so the runs resume and merge each other's files alike."""
     return ["--problems-root", str(FIXTURES / "problems"), "--solutions", str(solutions),
             "--reference-as-candidate", "--trials", "1", "--timeout", "60", "--device", "cpu"]
 
